@@ -1,0 +1,167 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Element-type codecs: `identity_codec` (the tensor as it is), `fp16_codec` and `bf16_codec`
+/// (round to nearest even into a 16-bit float). These are the dense baselines; their packets
+/// are summable, and they carry NaN and infinities through unchanged.
+
+#include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/cpu/kernels/convert.hpp>
+#include <gradcomp/cpu/parallel.hpp>
+
+#include <cstring>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+namespace detail {
+
+// Copies or accumulates n elements of wire dtype `w` at `src` into `dst`.
+template <element T>
+void widen_any(dtype w, std::byte const* src, T* dst, std::size_t n, float alpha, bool add,
+               cpu::isa level) {
+  if constexpr (std::same_as<T, float>) {
+    switch (w) {
+      case dtype::f32:
+        if (!add) {
+          std::memcpy(dst, src, n * 4);
+        } else {
+          for (std::size_t i = 0; i < n; ++i) dst[i] = std::fma(alpha, load_f32(src + 4 * i), dst[i]);
+        }
+        return;
+      case dtype::f16:
+        cpu::kernels::widen<cpu::kernels::half_format::f16>(src, dst, n, alpha, add, level);
+        return;
+      case dtype::bf16:
+        cpu::kernels::widen<cpu::kernels::half_format::bf16>(src, dst, n, alpha, add, level);
+        return;
+    }
+  } else {
+    if (!add && w == dtype_of<T>) {
+      std::memcpy(static_cast<void*>(dst), src, n * 2);
+      return;
+    }
+    float buf[1024];
+    for (std::size_t b = 0; b < n; b += 1024) {
+      std::size_t const m = n - b < 1024 ? n - b : 1024;
+      widen_any<float>(w, src + (b * dtype_size(w)), buf, m, 1.0f, false, level);
+      for (std::size_t i = 0; i < m; ++i) {
+        dst[b + i] = add ? from_float<T>(std::fma(alpha, buf[i], to_float(dst[b + i])))
+                         : from_float<T>(buf[i]);
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Sends the tensor unchanged in its own element type: 32 (f32) or 16 (f16, bf16) bits per
+/// element. Lossless, summable. Payload: n little-endian elements of the header's dtype.
+class identity_codec : public detail::codec_base<identity_codec> {
+ public:
+  static constexpr codec_id id = codec_id::identity;
+  static constexpr aggregation_kind aggregation = aggregation_kind::summable;
+  static constexpr bool unbiased = true;
+
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+    return header_bytes + 4 * n;
+  }
+  [[nodiscard]] double bits_per_element() const noexcept { return 32.0; }
+
+  packet_header header_for(std::size_t n, dtype t) const noexcept {
+    return {id, t, 0, n, n * dtype_size(t), 0, 0};
+  }
+  static void validate(packet_header const& h) {
+    if (h.variant != 0 || h.param0 != 0 || h.param1 != 0) {
+      throw format_error("gradcomp: identity packet has non-zero variant or parameters");
+    }
+    if (h.count > (UINT64_MAX - header_bytes) / 4) {
+      throw format_error("gradcomp: identity packet declares an impossible element count");
+    }
+    detail::expect_payload(h, h.count * dtype_size(h.type));
+  }
+  template <element T>
+  void encode_typed(T const* x, std::size_t n, std::byte* payload, packet_header const&,
+                    codec_context const&) const noexcept {
+    std::memcpy(payload, static_cast<void const*>(x), n * sizeof(T));
+  }
+  template <element T>
+  static void decode_typed(packet_header const& h, std::byte const* payload, T* out, float alpha,
+                           bool add, codec_context const& ctx) {
+    detail::widen_any<T>(h.type, payload, out, h.count, alpha, add, cpu::effective_isa(ctx.isa));
+  }
+};
+
+/// Rounds each element to a 16-bit float (`Wire` = `dtype::f16` or `dtype::bf16`), nearest
+/// even. 16 bits per element, summable, deterministic (not unbiased). Infinities and NaNs are
+/// kept; finite values beyond the format's range become infinities (binary16 overflows above
+/// 65504 — scale the loss first). Payload: n little-endian 16-bit values.
+template <dtype Wire>
+class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
+  static_assert(Wire == dtype::f16 || Wire == dtype::bf16);
+  static constexpr auto format =
+      Wire == dtype::f16 ? cpu::kernels::half_format::f16 : cpu::kernels::half_format::bf16;
+
+ public:
+  static constexpr codec_id id = Wire == dtype::f16 ? codec_id::fp16 : codec_id::bf16;
+  static constexpr aggregation_kind aggregation = aggregation_kind::summable;
+  static constexpr bool unbiased = false;
+
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+    return header_bytes + 2 * n;
+  }
+  [[nodiscard]] double bits_per_element() const noexcept { return 16.0; }
+
+  packet_header header_for(std::size_t n, dtype t) const noexcept {
+    return {id, t, 0, n, 2 * n, 0, 0};
+  }
+  static void validate(packet_header const& h) {
+    if (h.variant != 0 || h.param0 != 0 || h.param1 != 0) {
+      throw format_error(std::string("gradcomp: ") + codec_name(id) +
+                         " packet has non-zero variant or parameters");
+    }
+    if (h.count > (UINT64_MAX - header_bytes) / 2) {
+      throw format_error("gradcomp: 16-bit packet declares an impossible element count");
+    }
+    detail::expect_payload(h, 2 * h.count);
+  }
+
+  template <element T>
+  void encode_typed(T const* x, std::size_t n, std::byte* payload, packet_header const&,
+                    codec_context const& ctx) const {
+    if constexpr (dtype_of<T> == Wire) {
+      std::memcpy(payload, static_cast<void const*>(x), 2 * n);
+    } else if constexpr (std::same_as<T, float>) {
+      cpu::isa const level = cpu::effective_isa(ctx.isa);
+      cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+        cpu::kernels::narrow<format>(x + b, payload + 2 * b, e - b, level);
+      });
+    } else {  // the other 16-bit type: convert through float (exact widening)
+      for (std::size_t i = 0; i < n; ++i) {
+        cpu::kernels::scalar::store_u16(payload + 2 * i,
+                                        cpu::kernels::scalar::narrow<format>(to_float(x[i])));
+      }
+    }
+  }
+
+  template <element T>
+  static void decode_typed(packet_header const& h, std::byte const* payload, T* out, float alpha,
+                           bool add, codec_context const& ctx) {
+    cpu::isa const level = cpu::effective_isa(ctx.isa);
+    if constexpr (std::same_as<T, float>) {
+      cpu::for_each_chunk(h.count, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+        cpu::kernels::widen<format>(payload + 2 * b, out + b, e - b, alpha, add, level);
+      });
+    } else {
+      detail::widen_any<T>(Wire, payload, out, h.count, alpha, add, level);
+    }
+  }
+};
+
+/// IEEE binary16 codec (see `half_cast_codec`).
+using fp16_codec = half_cast_codec<dtype::f16>;
+/// bfloat16 codec (see `half_cast_codec`).
+using bf16_codec = half_cast_codec<dtype::bf16>;
+
+GRADCOMP_NAMESPACE_END

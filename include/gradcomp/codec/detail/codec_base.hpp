@@ -1,0 +1,194 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Shared front end of the CPU codecs: buffer checks, header writing and validation, element
+/// type conversion. A codec derives from `codec_base<Self>` and supplies float kernels:
+///
+/// - `packet_header header_for(std::size_t n, dtype t) const` — the header it will write;
+/// - `static void validate(packet_header const&)` — codec fields and payload size of a packet
+///   (throws `format_error`);
+/// - `void encode(float const*, std::size_t n, std::byte* payload, packet_header const&,
+///   random_stream, codec_context const&) const`;
+/// - `static void decode(packet_header const&, std::byte const* payload, float* out, float alpha,
+///   bool add, codec_context const&)` — writes `out = x̂` or `out += alpha * x̂`.
+///
+/// Codecs that can work on 16-bit elements without converting them (identity, fp16, bf16)
+/// also provide `encode_typed<T>` / `decode_typed<T>`, which the front end prefers.
+
+#include <gradcomp/codec/context.hpp>
+#include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/dtype.hpp>
+#include <gradcomp/core/error.hpp>
+#include <gradcomp/core/philox.hpp>
+#include <gradcomp/core/tensor.hpp>
+#include <gradcomp/core/wire.hpp>
+#include <gradcomp/cpu/parallel.hpp>
+
+#include <bit>
+#include <cmath>
+#include <numeric>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+GRADCOMP_NAMESPACE_BEGIN
+namespace detail {
+
+/// Throws `format_error` unless the packet's payload size equals `expected`.
+inline void expect_payload(packet_header const& h, std::uint64_t expected) {
+  if (h.payload_bytes != expected) {
+    throw format_error(std::string("gradcomp: ") + codec_name(h.codec) + " packet of " +
+                       std::to_string(h.count) + " elements declares " +
+                       std::to_string(h.payload_bytes) + " payload bytes, its parameters imply " +
+                       std::to_string(expected));
+  }
+}
+
+/// Index of the first non-finite element of `x[0, n)`, or `n`.
+template <element T>
+std::size_t first_nonfinite(T const* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(to_float(x[i]))) return i;
+  }
+  return n;
+}
+
+/// Throws the `numeric_error` of a codec that cannot represent a non-finite input.
+[[noreturn]] inline void throw_nonfinite(codec_id id, std::size_t index, float value) {
+  throw numeric_error(std::string("gradcomp: ") + codec_name(id) +
+                      " cannot encode the non-finite value " + std::to_string(value) +
+                      " at element " + std::to_string(index) +
+                      "; only identity, fp16 and bf16 carry NaN/Inf (check the gradient or "
+                      "the loss scale)");
+}
+
+/// Bits needed to store `v` (0 for 0).
+constexpr unsigned bit_width(std::uint32_t v) noexcept {
+  unsigned w = 0;
+  while (v != 0) {
+    ++w;
+    v >>= 1;
+  }
+  return w;
+}
+
+/// Runs `meta(k, b, e)` for every bucket k = [b, e) of length `blen` and `body(cb, ce)` over
+/// chunks aligned to 128 elements and to whole buckets, each chunk's buckets before its body
+/// (one pass, the bucket still in cache). Buckets too large for that get all their `meta`
+/// first, sequentially, then the bodies in parallel.
+template <class Meta, class Body>
+void bucketed_pass(std::size_t n, std::size_t blen, codec_context const& ctx, Meta&& meta,
+                   Body&& body) {
+  std::size_t const align = std::lcm(blen, std::size_t{128});
+  if (align <= (std::size_t{1} << 20)) {
+    cpu::for_each_chunk(n, align, ctx, [&](std::size_t, std::size_t cb, std::size_t ce) {
+      for (std::size_t b = cb; b < ce; b += blen) meta(b / blen, b, b + blen < ce ? b + blen : ce);
+      body(cb, ce);
+    });
+    return;
+  }
+  for (std::size_t b = 0; b < n; b += blen) meta(b / blen, b, b + blen < n ? b + blen : n);
+  cpu::for_each_chunk(n, 128, ctx, [&](std::size_t, std::size_t cb, std::size_t ce) { body(cb, ce); });
+}
+
+template <class Self>
+class codec_base {
+  static_assert(std::endian::native == std::endian::little,
+                "gradcomp's CPU codecs write little-endian payloads and assume a little-endian host");
+
+ public:
+  using codec_concept = codec_tag;
+
+  /// Compresses `in` into `out` (at least `max_compressed_bytes(in.size())` bytes, or the
+  /// exact packet size) and returns the packet size.
+  template <element T>
+  std::size_t compress(tensor_view<T const> in, std::span<std::byte> out,
+                       codec_context const& ctx = {}) const {
+    Self const& self = static_cast<Self const&>(*this);
+    packet_header const h = self.header_for(in.size(), dtype_of<T>);
+    std::uint64_t const total = h.packet_bytes();
+    if (out.size() < total) {
+      throw config_error(std::string("gradcomp: ") + codec_name(Self::id) + " packet for " +
+                         std::to_string(in.size()) + " elements needs " +
+                         std::to_string(total) + " bytes, the output buffer has " +
+                         std::to_string(out.size()));
+    }
+    write_header(out, h);
+    std::byte* payload = out.data() + header_bytes;
+    random_stream const rs{ctx.seed, ctx.step, static_cast<std::uint32_t>(in.id())};
+    if constexpr (requires { self.template encode_typed<T>(in.data(), in.size(), payload, h, ctx); }) {
+      self.template encode_typed<T>(in.data(), in.size(), payload, h, ctx);
+    } else if constexpr (std::same_as<T, float>) {
+      self.encode(in.data(), in.size(), payload, h, rs, ctx);
+    } else {
+      std::vector<float> tmp(in.size());
+      for (std::size_t i = 0; i < in.size(); ++i) tmp[i] = to_float(in[i]);
+      self.encode(tmp.data(), tmp.size(), payload, h, rs, ctx);
+    }
+    return static_cast<std::size_t>(total);
+  }
+
+  /// Convenience overload for a span (tensor id 0).
+  template <element T>
+  std::size_t compress(std::span<T const> in, std::span<std::byte> out,
+                       codec_context const& ctx = {}) const {
+    return compress(tensor_view<T const>(in), out, ctx);
+  }
+
+  /// Decodes `packet` into `out`, which must have the packet's element count.
+  template <element T>
+  void decompress(std::span<std::byte const> packet, std::span<T> out,
+                  codec_context const& ctx = {}) const {
+    decode_into<false>(packet, out, 1.0f, ctx);
+  }
+
+  /// Adds `alpha` times the decoded `packet` to `out`.
+  template <element T>
+  void decompress_add(std::span<std::byte const> packet, std::span<T> out, float alpha = 1.0f,
+                      codec_context const& ctx = {}) const {
+    decode_into<true>(packet, out, alpha, ctx);
+  }
+
+  /// Header of `packet` after full validation as a packet of this codec.
+  static packet_header inspect(std::span<std::byte const> packet) {
+    packet_header const h = read_header(packet);
+    if (h.codec != Self::id) {
+      throw format_error(std::string("gradcomp: packet was written by codec '") +
+                         codec_name(h.codec) + "' (id " +
+                         std::to_string(static_cast<unsigned>(h.codec)) + "), expected '" +
+                         codec_name(Self::id) + "'");
+    }
+    Self::validate(h);
+    return h;
+  }
+
+ private:
+  template <bool Add, element T>
+  void decode_into(std::span<std::byte const> packet, std::span<T> out, float alpha,
+                   codec_context const& ctx) const {
+    packet_header const h = inspect(packet);
+    if (h.count != out.size()) {
+      throw config_error(std::string("gradcomp: ") + codec_name(Self::id) + " packet holds " +
+                         std::to_string(h.count) + " elements, the output span has " +
+                         std::to_string(out.size()));
+    }
+    std::byte const* payload = packet.data() + header_bytes;
+    if constexpr (requires { Self::template decode_typed<T>(h, payload, out.data(), alpha, Add, ctx); }) {
+      Self::template decode_typed<T>(h, payload, out.data(), alpha, Add, ctx);
+    } else if constexpr (std::same_as<T, float>) {
+      Self::decode(h, payload, out.data(), alpha, Add, ctx);
+    } else {
+      std::vector<float> tmp(out.size());
+      Self::decode(h, payload, tmp.data(), 1.0f, false, ctx);
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        out[i] = Add ? from_float<T>(to_float(out[i]) + alpha * tmp[i]) : from_float<T>(tmp[i]);
+      }
+    }
+  }
+};
+
+}  // namespace detail
+GRADCOMP_NAMESPACE_END

@@ -1,0 +1,341 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Unbiased stochastic quantizers that share one kernel (random dithering):
+///
+/// - `qsgd_codec` (Alistarh et al. 2017): s linear levels of the per-bucket L2 norm;
+/// - `terngrad_codec` (Wen et al. 2017): levels {-1, 0, 1} of the per-bucket max |x|;
+/// - `dithering_codec` (Horváth et al., "Natural compression"; BytePS "dithering"): linear or
+///   natural (powers of two) levels, max or L2 normalisation.
+///
+/// Payload: `nb` f32 bucket scales (the norms), then the code stream — element i's code in bits
+/// [i*w, i*w + w) (bit k of the stream is bit k%8 of byte k/8), `w = 1 + bit_width(s)`, the code
+/// being the level index q (0..s) with a sign bit above it, set only when x < 0 and q > 0.
+/// Unused bits of the last byte are 0. Decoding: linear x̂ = ±q * (scale / s); natural
+/// x̂ = ±2^(q-1) * (scale / 2^(s-1)) for q > 0. Randomness: 16-bit draws of the stream keyed by
+/// (seed, step, tensor id) (core/philox.hpp), so packets do not depend on threads or ISA.
+
+#include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/cpu/kernels/dither.hpp>
+#include <gradcomp/cpu/parallel.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// Level spacing of a dithering quantizer.
+enum class dither_partition : std::uint8_t {
+  linear = 0,   ///< levels {0, 1/s, ..., 1}
+  natural = 1,  ///< levels {0, 2^(1-s), ..., 1/2, 1}
+};
+
+/// Norm each bucket is normalised by.
+enum class dither_norm : std::uint8_t {
+  max = 0,  ///< max |x| of the bucket
+  l2 = 1,   ///< Euclidean norm of the bucket
+};
+
+namespace detail {
+
+/// Everything that fixes a dither packet's layout.
+struct dither_config {
+  std::uint32_t s = 1;        ///< levels
+  std::uint32_t bucket = 0;   ///< bucket length; 0 = the whole tensor is one bucket
+  dither_partition partition = dither_partition::linear;
+  dither_norm norm = dither_norm::max;
+
+  [[nodiscard]] cpu::kernels::dither_shape shape() const noexcept {
+    return {s, 1u + bit_width(s), partition == dither_partition::natural};
+  }
+  [[nodiscard]] std::uint64_t bucket_len(std::uint64_t n) const noexcept {
+    return bucket != 0 ? bucket : (n == 0 ? 1 : n);
+  }
+  [[nodiscard]] std::uint64_t buckets(std::uint64_t n) const noexcept {
+    return n == 0 ? 0 : (n + bucket_len(n) - 1) / bucket_len(n);
+  }
+  /// Payload bytes for n elements; 0 signals overflow (n too large), checked by callers.
+  [[nodiscard]] std::uint64_t payload_bytes(std::uint64_t n) const noexcept {
+    std::uint64_t const w = shape().width;
+    if (n > (UINT64_MAX / 32)) return 0;
+    return 4 * buckets(n) + (n * w + 7) / 8;
+  }
+  [[nodiscard]] double bits_per_element() const noexcept {
+    return shape().width + (bucket != 0 ? 32.0 / bucket : 0.0);
+  }
+};
+
+/// Maximum level count per partition (codes fit in 16 bits; natural levels fit in an int).
+inline constexpr std::uint32_t max_linear_levels = 32767;
+inline constexpr std::uint32_t max_natural_levels = 30;
+
+inline void check_dither_config(dither_config const& c, char const* who, bool packet) {
+  std::uint32_t const limit =
+      c.partition == dither_partition::natural ? max_natural_levels : max_linear_levels;
+  if (c.s == 0 || c.s > limit) {
+    std::string msg = std::string("gradcomp: ") + who + " needs 1 <= levels <= " +
+                      std::to_string(limit) + ", got " + std::to_string(c.s);
+    if (packet) throw format_error(msg);
+    throw config_error(msg);
+  }
+}
+
+// Scale of bucket [b, e) from canonical blocks computed sequentially.
+inline float dither_bucket_scale(float const* x, std::size_t b, std::size_t e, dither_norm norm,
+                                 cpu::isa level) {
+  if (norm == dither_norm::max) {
+    float m = 0.0f;
+    for (std::size_t s = b; s < e; s += cpu::kernels::norm_block) {
+      std::size_t const len = e - s < cpu::kernels::norm_block ? e - s : cpu::kernels::norm_block;
+      float const bm = cpu::kernels::block_absmax(x + s, len, level);
+      if (std::isnan(bm)) return NAN;
+      m = bm > m ? bm : m;
+    }
+    return m;
+  }
+  double sum = 0.0;
+  for (std::size_t s = b; s < e; s += cpu::kernels::norm_block) {
+    std::size_t const len = e - s < cpu::kernels::norm_block ? e - s : cpu::kernels::norm_block;
+    sum += cpu::kernels::block_sumsq(x + s, len, level);
+  }
+  if (!std::isfinite(sum)) return NAN;
+  return static_cast<float>(std::sqrt(sum));
+}
+
+[[noreturn]] inline void throw_bad_scale(codec_id id, float const* x, std::size_t b, std::size_t e) {
+  std::size_t const bad = b + first_nonfinite(x + b, e - b);
+  if (bad < e) throw_nonfinite(id, bad, x[bad]);
+  throw numeric_error(std::string("gradcomp: ") + codec_name(id) + " bucket at element " +
+                      std::to_string(b) + " has a norm beyond the float32 range");
+}
+
+inline void dither_encode(codec_id id, dither_config const& cfg, float const* x, std::size_t n,
+                          std::byte* payload, random_stream const& rs, codec_context const& ctx) {
+  std::size_t const blen = cfg.bucket_len(n);
+  std::size_t const nb = cfg.buckets(n);
+  auto const shape = cfg.shape();
+  std::vector<cpu::kernels::dither_bucket> kb(nb);
+  std::byte* codes = payload + 4 * nb;
+  cpu::isa const level = cpu::effective_isa(ctx.isa);
+
+  auto set_bucket = [&](std::size_t k, float scale) {
+    std::size_t const b = k * blen;
+    std::size_t const e = b + blen < n ? b + blen : n;
+    if (!(scale <= FLT_MAX)) throw_bad_scale(id, x, b, e);
+    store_f32(payload + 4 * k, scale);
+    kb[k] = cpu::kernels::make_dither_bucket(scale, shape);
+  };
+
+  std::size_t const align = std::lcm(blen, std::size_t{128});
+  if (align <= (std::size_t{1} << 20)) {
+    // One pass: each chunk normalises its own buckets (in cache) and then quantizes them.
+    cpu::for_each_chunk(n, align, ctx, [&](std::size_t, std::size_t cb, std::size_t ce) {
+      for (std::size_t b = cb; b < ce; b += blen) {
+        std::size_t const e = b + blen < ce ? b + blen : ce;
+        set_bucket(b / blen, dither_bucket_scale(x, b, e, cfg.norm, level));
+      }
+      cpu::kernels::dither_encode(x, cb, ce, blen, kb.data(), shape, rs, codes, level);
+    });
+    return;
+  }
+  // Large buckets: norms from parallel canonical blocks, then quantize in parallel.
+  std::size_t const blocks_per_bucket = (blen + cpu::kernels::norm_block - 1) / cpu::kernels::norm_block;
+  std::vector<double> part(nb * blocks_per_bucket, 0.0);
+  auto block_task = [&](std::size_t t) {
+    std::size_t const k = t / blocks_per_bucket;
+    std::size_t const s = k * blen + (t % blocks_per_bucket) * cpu::kernels::norm_block;
+    std::size_t const bucket_end = k * blen + blen < n ? k * blen + blen : n;
+    if (s >= bucket_end) return;
+    std::size_t const len = bucket_end - s < cpu::kernels::norm_block ? bucket_end - s : cpu::kernels::norm_block;
+    part[t] = cfg.norm == dither_norm::l2 ? cpu::kernels::block_sumsq(x + s, len, level)
+                                          : static_cast<double>(cpu::kernels::block_absmax(x + s, len, level));
+  };
+  if (n >= ctx.parallel_threshold) {
+    ctx.threads().run(part.size(), block_task);
+  } else {
+    for (std::size_t t = 0; t < part.size(); ++t) block_task(t);
+  }
+  for (std::size_t k = 0; k < nb; ++k) {
+    double acc = 0.0;
+    bool bad = false;
+    for (std::size_t j = 0; j < blocks_per_bucket; ++j) {
+      double const v = part[k * blocks_per_bucket + j];
+      bad |= std::isnan(v);
+      acc = cfg.norm == dither_norm::l2 ? acc + v : (v > acc ? v : acc);
+    }
+    float scale = NAN;
+    if (!bad && std::isfinite(acc)) {
+      scale = cfg.norm == dither_norm::l2 ? static_cast<float>(std::sqrt(acc)) : static_cast<float>(acc);
+    }
+    set_bucket(k, scale);
+  }
+  cpu::for_each_chunk(n, 128, ctx, [&](std::size_t, std::size_t cb, std::size_t ce) {
+    cpu::kernels::dither_encode(x, cb, ce, blen, kb.data(), shape, rs, codes, level);
+  });
+}
+
+inline void dither_decode(codec_id id, dither_config const& cfg, packet_header const& h,
+                          std::byte const* payload, float* out, float alpha, bool add,
+                          codec_context const& ctx) {
+  std::size_t const n = h.count;
+  std::size_t const blen = cfg.bucket_len(n);
+  std::size_t const nb = cfg.buckets(n);
+  auto const shape = cfg.shape();
+  std::vector<float> steps(nb);
+  for (std::size_t k = 0; k < nb; ++k) {
+    float const scale = load_f32(payload + 4 * k);
+    if (!(scale >= 0.0f && scale <= FLT_MAX)) {
+      throw format_error(std::string("gradcomp: ") + codec_name(id) + " packet has bucket scale " +
+                         std::to_string(scale) + " at bucket " + std::to_string(k) +
+                         " (expected a finite value >= 0)");
+    }
+    steps[k] = cpu::kernels::make_dither_bucket(scale, shape).step;
+  }
+  std::byte const* codes = payload + 4 * nb;
+  std::uint64_t const bits = static_cast<std::uint64_t>(n) * shape.width;
+  if (bits % 8 != 0 && (static_cast<unsigned>(codes[bits / 8]) >> (bits % 8)) != 0) {
+    throw format_error(std::string("gradcomp: ") + codec_name(id) +
+                       " packet has set padding bits after the last code");
+  }
+  std::atomic<bool> ok{true};
+  cpu::isa const level = cpu::effective_isa(ctx.isa);
+  cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+    if (!cpu::kernels::dither_decode(codes, b, e, blen, steps.data(), shape, out, alpha, add, level)) {
+      ok.store(false, std::memory_order_relaxed);
+    }
+  });
+  if (!ok.load()) {
+    throw format_error(std::string("gradcomp: ") + codec_name(id) + " packet holds a code above " +
+                       std::to_string(cfg.s) + " levels or a negative zero code");
+  }
+}
+
+template <class Self>
+class dither_codec_base : public codec_base<Self> {
+ public:
+  static constexpr aggregation_kind aggregation = aggregation_kind::gather;
+  static constexpr bool unbiased = true;
+
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+    return header_bytes + static_cast<std::size_t>(self().config().payload_bytes(n));
+  }
+  [[nodiscard]] double bits_per_element() const noexcept {
+    return self().config().bits_per_element();
+  }
+
+  packet_header header_for(std::size_t n, dtype t) const {
+    dither_config const c = self().config();
+    std::uint64_t const bytes = c.payload_bytes(n);
+    if (n != 0 && bytes == 0) throw config_error("gradcomp: tensor too large for a dither packet");
+    return {Self::id, t, Self::variant_of(c), n, bytes, c.s, c.bucket};
+  }
+
+  static void validate(packet_header const& h) {
+    dither_config const c = Self::config_of(h);
+    check_dither_config(c, codec_name(Self::id), true);
+    std::uint64_t const bytes = c.payload_bytes(h.count);
+    if (h.count != 0 && bytes == 0) {
+      throw format_error("gradcomp: dither packet declares an impossible element count");
+    }
+    expect_payload(h, bytes);
+  }
+
+  void encode(float const* x, std::size_t n, std::byte* payload, packet_header const&,
+              random_stream const& rs, codec_context const& ctx) const {
+    dither_encode(Self::id, self().config(), x, n, payload, rs, ctx);
+  }
+
+  static void decode(packet_header const& h, std::byte const* payload, float* out, float alpha,
+                     bool add, codec_context const& ctx) {
+    dither_decode(Self::id, Self::config_of(h), h, payload, out, alpha, add, ctx);
+  }
+
+ private:
+  Self const& self() const noexcept { return static_cast<Self const&>(*this); }
+};
+
+}  // namespace detail
+
+/// QSGD: per bucket of `bucket` elements (0 = whole tensor), x̂ = ‖v‖₂ · sign(x) · q/s with q a
+/// stochastic rounding of s|x|/‖v‖₂. Unbiased; E‖x̂ − x‖² ≤ min(d/s², √d/s)·‖v‖² per bucket
+/// of d elements. Header: param0 = s, param1 = bucket, variant 0.
+class qsgd_codec : public detail::dither_codec_base<qsgd_codec> {
+ public:
+  static constexpr codec_id id = codec_id::qsgd;
+
+  /// `levels` = s in [1, 32767]; `bucket` elements per norm (0 = whole tensor).
+  explicit qsgd_codec(std::uint32_t levels = 7, std::uint32_t bucket = 512) : cfg_{levels, bucket} {
+    cfg_.norm = dither_norm::l2;
+    detail::check_dither_config(cfg_, "qsgd", false);
+  }
+  [[nodiscard]] detail::dither_config config() const noexcept { return cfg_; }
+  [[nodiscard]] std::uint32_t levels() const noexcept { return cfg_.s; }
+  [[nodiscard]] std::uint32_t bucket() const noexcept { return cfg_.bucket; }
+
+  static detail::dither_config config_of(packet_header const& h) {
+    if (h.variant != 0) throw format_error("gradcomp: qsgd packet has non-zero variant");
+    return {h.param0, h.param1, dither_partition::linear, dither_norm::l2};
+  }
+  static std::uint8_t variant_of(detail::dither_config const&) noexcept { return 0; }
+
+ private:
+  detail::dither_config cfg_;
+};
+
+/// TernGrad: per bucket, x̂ ∈ {−m, 0, m} with m = max|x| and P(|x̂| = m) = |x|/m. Unbiased,
+/// 2 bits per element. Header: param0 = 1, param1 = bucket, variant 0.
+class terngrad_codec : public detail::dither_codec_base<terngrad_codec> {
+ public:
+  static constexpr codec_id id = codec_id::terngrad;
+
+  /// `bucket` elements per scale (0 = whole tensor, the paper's layer-wise scale).
+  explicit terngrad_codec(std::uint32_t bucket = 512) : cfg_{1, bucket} {}
+  [[nodiscard]] detail::dither_config config() const noexcept { return cfg_; }
+  [[nodiscard]] std::uint32_t bucket() const noexcept { return cfg_.bucket; }
+
+  static detail::dither_config config_of(packet_header const& h) {
+    if (h.variant != 0 || h.param0 != 1) {
+      throw format_error("gradcomp: terngrad packet must have variant 0 and param0 = 1");
+    }
+    return {1, h.param1, dither_partition::linear, dither_norm::max};
+  }
+  static std::uint8_t variant_of(detail::dither_config const&) noexcept { return 0; }
+
+ private:
+  detail::dither_config cfg_;
+};
+
+/// Random dithering with linear or natural levels and max or L2 normalisation (BytePS
+/// "dithering"; BytePS normalises the whole partition, which is `bucket = 0`). Unbiased.
+/// Header: param0 = s, param1 = bucket, variant bit 0 = natural, bit 1 = L2.
+class dithering_codec : public detail::dither_codec_base<dithering_codec> {
+ public:
+  static constexpr codec_id id = codec_id::dithering;
+
+  /// `levels` = s (linear: 1..32767, natural: 1..30).
+  explicit dithering_codec(std::uint32_t levels = 2, dither_partition partition = dither_partition::linear,
+                           dither_norm norm = dither_norm::max, std::uint32_t bucket = 512)
+      : cfg_{levels, bucket, partition, norm} {
+    detail::check_dither_config(cfg_, "dithering", false);
+  }
+  [[nodiscard]] detail::dither_config config() const noexcept { return cfg_; }
+
+  static detail::dither_config config_of(packet_header const& h) {
+    if (h.variant > 3) throw format_error("gradcomp: dithering packet has unknown variant bits");
+    return {h.param0, h.param1, static_cast<dither_partition>(h.variant & 1u),
+            static_cast<dither_norm>((h.variant >> 1) & 1u)};
+  }
+  static std::uint8_t variant_of(detail::dither_config const& c) noexcept {
+    return static_cast<std::uint8_t>(static_cast<unsigned>(c.partition) |
+                                     (static_cast<unsigned>(c.norm) << 1));
+  }
+
+ private:
+  detail::dither_config cfg_;
+};
+
+GRADCOMP_NAMESPACE_END

@@ -1,0 +1,132 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// `int8_codec`: 8-bit min-max quantization per bucket. Each bucket [lo, hi] is split into 255
+/// equal steps; elements round to the nearest step (deterministic, error <= step/2) or
+/// stochastically (`int8_rounding::stochastic`, unbiased up to float rounding of the step).
+///
+/// Payload: nb pairs (f32 lo, f32 hi), then n bytes q; x̂ = fma(q, f32((hi - lo)/255), lo).
+/// Header: param0 = bucket (0 = whole tensor), variant 0 = nearest, 1 = stochastic. Per-rank
+/// ranges differ, so packets are gathered (aggregation kind gather).
+
+#include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/cpu/kernels/bytecode.hpp>
+#include <gradcomp/cpu/parallel.hpp>
+
+#include <vector>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// Rounding of `int8_codec`.
+enum class int8_rounding : std::uint8_t {
+  nearest = 0,     ///< round half to even; biased, error at most half a step
+  stochastic = 1,  ///< round up with probability equal to the fraction; unbiased
+};
+
+/// 8-bit min-max codec (see file comment).
+class int8_codec : public detail::codec_base<int8_codec> {
+ public:
+  static constexpr codec_id id = codec_id::int8;
+  static constexpr aggregation_kind aggregation = aggregation_kind::gather;
+  /// The nearest-rounding default is biased; `int8_rounding::stochastic` is unbiased.
+  static constexpr bool unbiased = false;
+
+  /// `bucket` elements per [lo, hi] range (0 = the whole tensor).
+  explicit int8_codec(std::uint32_t bucket = 512, int8_rounding rounding = int8_rounding::nearest)
+      : bucket_(bucket), rounding_(rounding) {
+    if (rounding != int8_rounding::nearest && rounding != int8_rounding::stochastic) {
+      throw config_error("gradcomp: int8 rounding must be nearest or stochastic");
+    }
+  }
+  [[nodiscard]] std::uint32_t bucket() const noexcept { return bucket_; }
+  [[nodiscard]] int8_rounding rounding() const noexcept { return rounding_; }
+
+  static std::uint64_t bucket_len(std::uint32_t bucket, std::uint64_t n) noexcept {
+    return bucket != 0 ? bucket : (n == 0 ? 1 : n);
+  }
+  static std::uint64_t payload_bytes(std::uint32_t bucket, std::uint64_t n) noexcept {
+    if (n > UINT64_MAX / 16) return 0;
+    std::uint64_t const nb = n == 0 ? 0 : (n + bucket_len(bucket, n) - 1) / bucket_len(bucket, n);
+    return 8 * nb + n;
+  }
+
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+    return header_bytes + static_cast<std::size_t>(payload_bytes(bucket_, n));
+  }
+  [[nodiscard]] double bits_per_element() const noexcept {
+    return 8.0 + (bucket_ != 0 ? 64.0 / bucket_ : 0.0);
+  }
+
+  packet_header header_for(std::size_t n, dtype t) const {
+    std::uint64_t const bytes = payload_bytes(bucket_, n);
+    if (n != 0 && bytes == 0) throw config_error("gradcomp: tensor too large for an int8 packet");
+    return {id, t, static_cast<std::uint8_t>(rounding_), n, bytes, bucket_, 0};
+  }
+
+  static void validate(packet_header const& h) {
+    if (h.variant > 1 || h.param1 != 0) {
+      throw format_error("gradcomp: int8 packet has variant " + std::to_string(h.variant) +
+                         " (expected 0 or 1) or a non-zero param1");
+    }
+    std::uint64_t const bytes = payload_bytes(h.param0, h.count);
+    if (h.count != 0 && bytes == 0) throw format_error("gradcomp: int8 packet count is impossible");
+    detail::expect_payload(h, bytes);
+  }
+
+  void encode(float const* x, std::size_t n, std::byte* payload, packet_header const& h,
+              random_stream const& rs, codec_context const& ctx) const {
+    std::size_t const blen = bucket_len(bucket_, n);
+    std::size_t const nb = n == 0 ? 0 : (n + blen - 1) / blen;
+    std::vector<cpu::kernels::int8_bucket> kb(nb);
+    auto* codes = reinterpret_cast<std::uint8_t*>(payload + 8 * nb);
+    bool const stochastic = h.variant == 1;
+    cpu::isa const level = cpu::effective_isa(ctx.isa);
+    detail::bucketed_pass(
+        n, blen, ctx,
+        [&](std::size_t k, std::size_t b, std::size_t e) {
+          float lo = x[b], hi = x[b];
+          if (!cpu::kernels::block_minmax(x + b, e - b, lo, hi, level)) {
+            std::size_t const bad = b + detail::first_nonfinite(x + b, e - b);
+            detail::throw_nonfinite(id, bad, x[bad]);
+          }
+          detail::store_f32(payload + 8 * k, lo);
+          detail::store_f32(payload + 8 * k + 4, hi);
+          kb[k] = cpu::kernels::make_int8_bucket(lo, hi);
+        },
+        [&](std::size_t cb, std::size_t ce) {
+          cpu::kernels::int8_encode(x, cb, ce, blen, kb.data(), stochastic, rs, codes, level);
+        });
+  }
+
+  static void decode(packet_header const& h, std::byte const* payload, float* out, float alpha,
+                     bool add, codec_context const& ctx) {
+    std::size_t const n = h.count;
+    std::size_t const blen = bucket_len(h.param0, n);
+    std::size_t const nb = n == 0 ? 0 : (n + blen - 1) / blen;
+    std::vector<float> los(nb), steps(nb);
+    for (std::size_t k = 0; k < nb; ++k) {
+      float const lo = detail::load_f32(payload + 8 * k);
+      float const hi = detail::load_f32(payload + 8 * k + 4);
+      if (!(std::fabs(lo) <= FLT_MAX && std::fabs(hi) <= FLT_MAX && lo <= hi)) {
+        throw format_error("gradcomp: int8 packet has bucket range [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "] at bucket " + std::to_string(k) +
+                           " (expected finite lo <= hi)");
+      }
+      los[k] = lo;
+      steps[k] = cpu::kernels::int8_step(lo, hi);
+    }
+    auto const* codes = reinterpret_cast<std::uint8_t const*>(payload + 8 * nb);
+    cpu::isa const level = cpu::effective_isa(ctx.isa);
+    cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+      cpu::kernels::int8_decode(codes, b, e, blen, los.data(), steps.data(), out, alpha, add, level);
+    });
+  }
+
+ private:
+  std::uint32_t bucket_;
+  int8_rounding rounding_;
+};
+
+GRADCOMP_NAMESPACE_END

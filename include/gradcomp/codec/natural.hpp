@@ -1,0 +1,122 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// `natural_codec`: natural compression (Horváth et al. 2019) — each element is rounded
+/// stochastically to one of the two powers of two around it, so E[x̂] = x and the relative
+/// variance is at most 1/8. One byte per element: the sign and the exponent counted down from
+/// the bucket's largest exponent, which costs one byte per bucket.
+///
+/// Payload: nb bytes E (largest biased float32 exponent of the bucket, at most 253), then n
+/// bytes c = k | sign << 7 where k = 0 means zero and k in 1..min(E+1, 127) means magnitude
+/// 2^(E + 2 - k - 127). Elements below 2^(max(1, E-125) - 127) round stochastically to 0 or that
+/// power. Inputs with |x| >= 2^127 (could round to infinity) or non-finite raise
+/// `numeric_error`. Header: param0 = bucket (0 = whole tensor).
+
+#include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/cpu/kernels/bytecode.hpp>
+#include <gradcomp/cpu/parallel.hpp>
+
+#include <atomic>
+#include <vector>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// Natural compression codec (see file comment).
+class natural_codec : public detail::codec_base<natural_codec> {
+ public:
+  static constexpr codec_id id = codec_id::natural;
+  static constexpr aggregation_kind aggregation = aggregation_kind::gather;
+  static constexpr bool unbiased = true;
+
+  /// `bucket` elements per exponent byte (0 = whole tensor).
+  explicit natural_codec(std::uint32_t bucket = 512) noexcept : bucket_(bucket) {}
+  [[nodiscard]] std::uint32_t bucket() const noexcept { return bucket_; }
+
+  static std::uint64_t bucket_len(std::uint32_t bucket, std::uint64_t n) noexcept {
+    return bucket != 0 ? bucket : (n == 0 ? 1 : n);
+  }
+  static std::uint64_t payload_bytes(std::uint32_t bucket, std::uint64_t n) noexcept {
+    if (n > UINT64_MAX / 4) return 0;
+    std::uint64_t const nb = n == 0 ? 0 : (n + bucket_len(bucket, n) - 1) / bucket_len(bucket, n);
+    return nb + n;
+  }
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+    return header_bytes + static_cast<std::size_t>(payload_bytes(bucket_, n));
+  }
+  [[nodiscard]] double bits_per_element() const noexcept {
+    return 8.0 + (bucket_ != 0 ? 8.0 / bucket_ : 0.0);
+  }
+
+  packet_header header_for(std::size_t n, dtype t) const {
+    std::uint64_t const bytes = payload_bytes(bucket_, n);
+    if (n != 0 && bytes == 0) throw config_error("gradcomp: tensor too large for a natural packet");
+    return {id, t, 0, n, bytes, bucket_, 0};
+  }
+
+  static void validate(packet_header const& h) {
+    if (h.variant != 0 || h.param1 != 0) {
+      throw format_error("gradcomp: natural packet has non-zero variant or param1");
+    }
+    std::uint64_t const bytes = payload_bytes(h.param0, h.count);
+    if (h.count != 0 && bytes == 0) throw format_error("gradcomp: natural packet count is impossible");
+    detail::expect_payload(h, bytes);
+  }
+
+  void encode(float const* x, std::size_t n, std::byte* payload, packet_header const&,
+              random_stream const& rs, codec_context const& ctx) const {
+    std::size_t const blen = bucket_len(bucket_, n);
+    std::size_t const nb = n == 0 ? 0 : (n + blen - 1) / blen;
+    auto* emax = reinterpret_cast<std::uint8_t*>(payload);
+    auto* codes = reinterpret_cast<std::uint8_t*>(payload + nb);
+    cpu::isa const level = cpu::effective_isa(ctx.isa);
+    detail::bucketed_pass(
+        n, blen, ctx,
+        [&](std::size_t k, std::size_t b, std::size_t e) {
+          unsigned const m = cpu::kernels::block_max_exponent(x + b, e - b, level);
+          if (m >= 254) {
+            std::size_t const bad = b + detail::first_nonfinite(x + b, e - b);
+            if (bad < e) detail::throw_nonfinite(id, bad, x[bad]);
+            throw numeric_error("gradcomp: natural compression cannot encode |x| >= 2^127 (bucket at element " +
+                                std::to_string(b) + "): rounding up would overflow float32");
+          }
+          emax[k] = static_cast<std::uint8_t>(m);
+        },
+        [&](std::size_t cb, std::size_t ce) {
+          cpu::kernels::natural_encode(x, cb, ce, blen, emax, rs, codes, level);
+        });
+  }
+
+  static void decode(packet_header const& h, std::byte const* payload, float* out, float alpha,
+                     bool add, codec_context const& ctx) {
+    std::size_t const n = h.count;
+    std::size_t const blen = bucket_len(h.param0, n);
+    std::size_t const nb = n == 0 ? 0 : (n + blen - 1) / blen;
+    auto const* emax = reinterpret_cast<std::uint8_t const*>(payload);
+    for (std::size_t k = 0; k < nb; ++k) {
+      if (emax[k] > 253) {
+        throw format_error("gradcomp: natural packet has bucket exponent " + std::to_string(emax[k]) +
+                           " at bucket " + std::to_string(k) + " (expected at most 253)");
+      }
+    }
+    auto const* codes = reinterpret_cast<std::uint8_t const*>(payload + nb);
+    std::atomic<bool> ok{true};
+    cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+      bool good = true;
+      for (std::size_t i = b; i < e; ++i) {
+        float const v = cpu::kernels::natural_value(codes[i], emax[i / blen], good);
+        out[i] = add ? std::fma(alpha, v, out[i]) : v;
+      }
+      if (!good) ok.store(false, std::memory_order_relaxed);
+    });
+    if (!ok.load()) {
+      throw format_error("gradcomp: natural packet holds a code its bucket exponent cannot produce");
+    }
+  }
+
+ private:
+  std::uint32_t bucket_;
+};
+
+GRADCOMP_NAMESPACE_END

@@ -1,0 +1,65 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Configuration macros shared by every gradcomp header: the ABI namespace, the one
+/// host/device macro family, and the compile-time ISA switches of the CPU backend.
+
+#include <gradcomp/version.hpp>
+
+/// Opens `namespace gradcomp { inline namespace v1 {`. The inline namespace carries the ABI
+/// version so that two incompatible copies of the library in one program do not collide.
+#define GRADCOMP_NAMESPACE_BEGIN \
+  namespace gradcomp {           \
+  inline namespace v1 {
+#define GRADCOMP_NAMESPACE_END \
+  }                            \
+  }
+
+#if defined(__CUDACC__) || defined(__HIP__)
+#  define GRADCOMP_HOST_DEVICE __host__ __device__
+#  define GRADCOMP_DEVICE __device__
+#  define GRADCOMP_FORCEINLINE __forceinline__
+#else
+/// Marks a function usable from host and device code (plain `inline` without CUDA).
+#  define GRADCOMP_HOST_DEVICE
+/// Marks a device-only function (empty without CUDA).
+#  define GRADCOMP_DEVICE
+#  if defined(__GNUC__) || defined(__clang__)
+/// Forces inlining where the compiler supports it.
+#    define GRADCOMP_FORCEINLINE inline __attribute__((always_inline))
+#  else
+#    define GRADCOMP_FORCEINLINE inline
+#  endif
+#endif
+
+/// True when the x86-64 SIMD kernels of the CPU backend may be compiled. They are built with
+/// per-function `target` attributes and chosen at run time from CPUID, so the translation unit
+/// itself needs no `-m` flags and the program runs on any x86-64. Define
+/// `GRADCOMP_DISABLE_SIMD` to force the portable kernels everywhere.
+#if !defined(GRADCOMP_DISABLE_SIMD) && defined(__x86_64__) && \
+    (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && !defined(__NVCOMPILER)
+#  define GRADCOMP_X86_SIMD 1
+#else
+#  define GRADCOMP_X86_SIMD 0
+#endif
+
+#if GRADCOMP_X86_SIMD
+/// Function attribute enabling AVX2 + FMA + F16C code generation for one kernel.
+#  define GRADCOMP_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi2")))
+/// Function attribute enabling AVX-512 (F, BW, DQ, VL) code generation for one kernel.
+#  define GRADCOMP_TARGET_AVX512 \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2")))
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+/// Silences GCC's false "may be used uninitialized" reports on `_mm*_undefined_*` inside
+/// intrinsics (GCC 12); wraps the SIMD kernel sections only.
+#  define GRADCOMP_SIMD_DIAGNOSTICS_PUSH \
+    _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"") \
+        _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
+#  define GRADCOMP_SIMD_DIAGNOSTICS_POP _Pragma("GCC diagnostic pop")
+#else
+#  define GRADCOMP_SIMD_DIAGNOSTICS_PUSH
+#  define GRADCOMP_SIMD_DIAGNOSTICS_POP
+#endif

@@ -1,0 +1,101 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Counter-based random numbers: Philox4x32-10 (Salmon et al., SC'11) and the mapping from
+/// (seed, step, tensor id, element index) to the 16-bit uniform draw that element uses.
+///
+/// Every stochastic codec takes element i's randomness from one fixed place, so a packet does
+/// not depend on the thread count, the chunking, the SIMD width or the backend:
+///
+///   counter = (block_lo, block_hi, step, tensor id), key = (seed_lo, seed_hi)
+///   block(i) = (i / 128) * 16 + (i % 16)          (which Philox call)
+///   lane(i)  = (i / 16) % 8                        (which 16-bit half of its 128-bit output)
+///   draw(i)  = (out[lane / 2] >> (16 * (lane % 2))) & 0xffff
+///
+/// This layout lets a 16-wide SIMD generator produce the draws of 16 consecutive elements as one
+/// vector without transposes, and a GPU thread produce the 8 draws of one block.
+
+#include <gradcomp/config.hpp>
+
+#include <array>
+#include <cstdint>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// A Philox4x32 counter or output: four 32-bit words.
+using philox_block = std::array<std::uint32_t, 4>;
+/// A Philox4x32 key: two 32-bit words.
+using philox_key = std::array<std::uint32_t, 2>;
+
+namespace philox_constants {
+inline constexpr std::uint32_t m0 = 0xD2511F53u;  ///< round multiplier for word 0
+inline constexpr std::uint32_t m1 = 0xCD9E8D57u;  ///< round multiplier for word 2
+inline constexpr std::uint32_t w0 = 0x9E3779B9u;  ///< key schedule increment (golden ratio)
+inline constexpr std::uint32_t w1 = 0xBB67AE85u;  ///< key schedule increment (sqrt(3) - 1)
+}  // namespace philox_constants
+
+/// Philox4x32 with `Rounds` rounds applied to `ctr` under `key`. `philox4x32<10>` is the
+/// standard Philox4x32-10 and reproduces the Random123 known-answer vectors.
+template <int Rounds = 10>
+GRADCOMP_HOST_DEVICE constexpr philox_block philox4x32(philox_block ctr, philox_key key) noexcept {
+  using namespace philox_constants;
+  for (int r = 0; r < Rounds; ++r) {
+    std::uint64_t const p0 = static_cast<std::uint64_t>(m0) * ctr[0];
+    std::uint64_t const p1 = static_cast<std::uint64_t>(m1) * ctr[2];
+    ctr = philox_block{static_cast<std::uint32_t>(p1 >> 32) ^ ctr[1] ^ key[0],
+                       static_cast<std::uint32_t>(p1),
+                       static_cast<std::uint32_t>(p0 >> 32) ^ ctr[3] ^ key[1],
+                       static_cast<std::uint32_t>(p0)};
+    key[0] += w0;
+    key[1] += w1;
+  }
+  return ctr;
+}
+
+/// Where an element's randomness comes from: the seed shared by all ranks, the training step
+/// and the tensor. Together with the element index this fixes the draw.
+struct random_stream {
+  std::uint64_t seed = 0;
+  std::uint32_t step = 0;
+  std::uint32_t tensor = 0;
+
+  /// The Philox key of this stream.
+  GRADCOMP_HOST_DEVICE constexpr philox_key key() const noexcept {
+    return {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
+  }
+  /// The Philox counter of block `b`.
+  GRADCOMP_HOST_DEVICE constexpr philox_block counter(std::uint64_t b) const noexcept {
+    return {static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(b >> 32), step, tensor};
+  }
+  /// The 128 random bits of block `b`.
+  GRADCOMP_HOST_DEVICE constexpr philox_block block(std::uint64_t b) const noexcept {
+    return philox4x32<10>(counter(b), key());
+  }
+  /// Block holding element `i`'s draw.
+  GRADCOMP_HOST_DEVICE static constexpr std::uint64_t block_of(std::uint64_t i) noexcept {
+    return ((i >> 7) << 4) | (i & 15u);
+  }
+  /// Which of the eight 16-bit lanes of its block element `i` uses.
+  GRADCOMP_HOST_DEVICE static constexpr unsigned lane_of(std::uint64_t i) noexcept {
+    return static_cast<unsigned>((i >> 4) & 7u);
+  }
+  /// Extracts 16-bit lane `lane` of a block output.
+  GRADCOMP_HOST_DEVICE static constexpr std::uint32_t lane16(philox_block const& out,
+                                                             unsigned lane) noexcept {
+    return (out[lane >> 1] >> (16u * (lane & 1u))) & 0xffffu;
+  }
+  /// Element `i`'s uniform 16-bit draw (one Philox call; use the block form in loops).
+  GRADCOMP_HOST_DEVICE constexpr std::uint32_t draw16(std::uint64_t i) const noexcept {
+    return lane16(block(block_of(i)), lane_of(i));
+  }
+};
+
+/// Bernoulli decision of stochastic rounding: true with probability `frac` (in [0, 1]) up to
+/// the resolution of the 16-bit draw. The draw is centred, `(d + 0.5) / 65536`, so the error of
+/// the probability is at most 2^-17.
+GRADCOMP_HOST_DEVICE constexpr bool round_up(std::uint32_t draw16, float frac) noexcept {
+  return (static_cast<float>(draw16) + 0.5f) * (1.0f / 65536.0f) < frac;
+}
+
+GRADCOMP_NAMESPACE_END

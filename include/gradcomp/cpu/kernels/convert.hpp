@@ -1,0 +1,219 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Element-wise float32 <-> binary16 / bfloat16 conversion kernels (scalar, AVX2, AVX-512).
+/// All levels give bit-identical results: round to nearest even, NaN quieted with its payload
+/// truncated, overflow to infinity (see core/dtype.hpp).
+
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/dtype.hpp>
+#include <gradcomp/cpu/isa.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if GRADCOMP_X86_SIMD
+#  include <immintrin.h>
+#endif
+
+GRADCOMP_NAMESPACE_BEGIN
+namespace cpu::kernels {
+
+/// Which 16-bit format a conversion targets.
+enum class half_format { f16, bf16 };
+
+namespace scalar {
+
+template <half_format F>
+inline std::uint16_t narrow(float f) noexcept {
+  if constexpr (F == half_format::f16) {
+    return float_to_half_bits(f);
+  } else {
+    return float_to_bfloat16_bits(f);
+  }
+}
+
+template <half_format F>
+inline float widen(std::uint16_t b) noexcept {
+  if constexpr (F == half_format::f16) {
+    return half_bits_to_float(b);
+  } else {
+    return bfloat16_bits_to_float(b);
+  }
+}
+
+inline std::uint16_t load_u16(std::byte const* p) noexcept {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+inline void store_u16(std::byte* p, std::uint16_t v) noexcept { std::memcpy(p, &v, 2); }
+
+template <half_format F>
+inline void narrow(float const* x, std::byte* y, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) store_u16(y + 2 * i, narrow<F>(x[i]));
+}
+
+template <half_format F>
+inline void widen(std::byte const* x, float* y, std::size_t n, float alpha, bool add) noexcept {
+  if (add) {
+    for (std::size_t i = 0; i < n; ++i) y[i] = std::fma(alpha, widen<F>(load_u16(x + 2 * i)), y[i]);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) y[i] = widen<F>(load_u16(x + 2 * i));
+  }
+}
+
+}  // namespace scalar
+
+#if GRADCOMP_X86_SIMD
+GRADCOMP_SIMD_DIAGNOSTICS_PUSH
+namespace avx512 {
+
+GRADCOMP_TARGET_AVX512 inline __m256i bf16_round(__m512 v) noexcept {
+  __m512i const x = _mm512_castps_si512(v);
+  __m512i const lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  __m512i const rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  __m512i const quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+  __mmask16 const nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+
+template <half_format F>
+GRADCOMP_TARGET_AVX512 inline void narrow(float const* x, std::byte* y, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 const v = _mm512_loadu_ps(x + i);
+    __m256i r;
+    if constexpr (F == half_format::f16) {
+      r = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else {
+      r = bf16_round(v);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + 2 * i), r);
+  }
+  scalar::narrow<F>(x + i, y + 2 * i, n - i);
+}
+
+template <half_format F>
+GRADCOMP_TARGET_AVX512 inline __m512 widen16(__m256i h) noexcept {
+  if constexpr (F == half_format::f16) {
+    return _mm512_cvtph_ps(h);
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <half_format F>
+GRADCOMP_TARGET_AVX512 inline void widen(std::byte const* x, float* y, std::size_t n,
+                                         float alpha, bool add) noexcept {
+  std::size_t i = 0;
+  if (add) {
+    __m512 const a = _mm512_set1_ps(alpha);
+    for (; i + 16 <= n; i += 16) {
+      __m512 const v = widen16<F>(_mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + 2 * i)));
+      _mm512_storeu_ps(y + i, _mm512_fmadd_ps(a, v, _mm512_loadu_ps(y + i)));
+    }
+  } else {
+    for (; i + 16 <= n; i += 16) {
+      _mm512_storeu_ps(y + i,
+                       widen16<F>(_mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + 2 * i))));
+    }
+  }
+  scalar::widen<F>(x + 2 * i, y + i, n - i, alpha, add);
+}
+
+}  // namespace avx512
+
+namespace avx2 {
+
+GRADCOMP_TARGET_AVX2 inline __m128i bf16_round(__m256 v) noexcept {
+  __m256i const x = _mm256_castps_si256(v);
+  __m256i const lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  __m256i const rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  __m256i const quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+  __m256i const nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  __m256i const r = _mm256_blendv_epi8(rounded, quiet, nan);
+  // Pack 8 x u32 (values < 2^16) into 8 x u16.
+  __m128i const lo = _mm256_castsi256_si128(r);
+  __m128i const hi = _mm256_extracti128_si256(r, 1);
+  return _mm_packus_epi32(lo, hi);
+}
+
+template <half_format F>
+GRADCOMP_TARGET_AVX2 inline void narrow(float const* x, std::byte* y, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 const v = _mm256_loadu_ps(x + i);
+    __m128i r;
+    if constexpr (F == half_format::f16) {
+      r = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else {
+      r = bf16_round(v);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + 2 * i), r);
+  }
+  scalar::narrow<F>(x + i, y + 2 * i, n - i);
+}
+
+template <half_format F>
+GRADCOMP_TARGET_AVX2 inline __m256 widen8(__m128i h) noexcept {
+  if constexpr (F == half_format::f16) {
+    return _mm256_cvtph_ps(h);
+  } else {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <half_format F>
+GRADCOMP_TARGET_AVX2 inline void widen(std::byte const* x, float* y, std::size_t n,
+                                       float alpha, bool add) noexcept {
+  std::size_t i = 0;
+  if (add) {
+    __m256 const a = _mm256_set1_ps(alpha);
+    for (; i + 8 <= n; i += 8) {
+      __m256 const v = widen8<F>(_mm_loadu_si128(reinterpret_cast<__m128i const*>(x + 2 * i)));
+      _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, v, _mm256_loadu_ps(y + i)));
+    }
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(y + i, widen8<F>(_mm_loadu_si128(reinterpret_cast<__m128i const*>(x + 2 * i))));
+    }
+  }
+  scalar::widen<F>(x + 2 * i, y + i, n - i, alpha, add);
+}
+
+}  // namespace avx2
+GRADCOMP_SIMD_DIAGNOSTICS_POP
+#endif  // GRADCOMP_X86_SIMD
+
+/// Converts `n` floats to 16-bit format `F` at SIMD level `level`.
+template <half_format F>
+inline void narrow(float const* x, std::byte* y, std::size_t n, isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == isa::avx512) return avx512::narrow<F>(x, y, n);
+  if (level == isa::avx2) return avx2::narrow<F>(x, y, n);
+#endif
+  (void)level;
+  scalar::narrow<F>(x, y, n);
+}
+
+/// Widens `n` 16-bit values to float: `y = x` or, if `add`, `y = fma(alpha, x, y)`.
+template <half_format F>
+inline void widen(std::byte const* x, float* y, std::size_t n, float alpha, bool add,
+                  isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == isa::avx512) return avx512::widen<F>(x, y, n, alpha, add);
+  if (level == isa::avx2) return avx2::widen<F>(x, y, n, alpha, add);
+#endif
+  (void)level;
+  scalar::widen<F>(x, y, n, alpha, add);
+}
+
+}  // namespace cpu::kernels
+GRADCOMP_NAMESPACE_END

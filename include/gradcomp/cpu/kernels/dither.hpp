@@ -1,0 +1,463 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Kernels of the stochastic quantizers built on random dithering (QSGD, TernGrad, linear and
+/// natural dithering): canonical bucket norms, quantize-and-pack, unpack-and-scale.
+/// Scalar and AVX-512 levels produce identical bytes; the scalar code is the reference.
+///
+/// Per element, with L = s (linear) or 2^(s-1) (natural), `mult = L / (scale * pre)` and `pre`
+/// = 2^64 for buckets whose scale is below 2^-60 (else 1), both per bucket:
+///   u = (|x| * pre) * mult                      (float, rounded in that order)
+///   linear:  q = min(floor(u) + B(u - floor(u)), s)
+///   natural: u < 1: q = B(u);  else q = min(e + 1 + B(m), s) with u = (1 + m) 2^e
+/// where B(p) is `round_up(draw16(i), p)`. The code is q with a sign bit above it (set only
+/// for x < 0 and q > 0), `width = 1 + bit_width(s)` bits, packed LSB first.
+
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/philox.hpp>
+#include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/kernels/philox.hpp>
+
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if GRADCOMP_X86_SIMD
+#  include <immintrin.h>
+#endif
+
+GRADCOMP_NAMESPACE_BEGIN
+namespace cpu::kernels {
+
+/// Block length of the canonical norm summation (see `scalar::block_sumsq`).
+inline constexpr std::size_t norm_block = 4096;
+
+/// Per-bucket constants of the dither quantizer.
+struct dither_bucket {
+  float pre = 1.0f;   ///< exact power-of-two pre-scale (2^64 for tiny scales)
+  float mult = 0.0f;  ///< levels per unit of |x| * pre
+  float step = 0.0f;  ///< decoded value of level 1 (linear) or of level 2^0 (natural)
+};
+
+/// Shape of a dither code stream.
+struct dither_shape {
+  std::uint32_t s = 1;      ///< number of levels
+  unsigned width = 2;       ///< bits per code
+  bool natural = false;     ///< natural (powers of two) instead of linear levels
+};
+
+/// Levels L of a shape: s (linear) or 2^(s-1) (natural).
+inline float dither_levels(dither_shape const& sh) noexcept {
+  return sh.natural ? std::ldexp(1.0f, static_cast<int>(sh.s) - 1) : static_cast<float>(sh.s);
+}
+
+/// Bucket constants for a bucket of norm `scale` (finite, >= 0).
+inline dither_bucket make_dither_bucket(float scale, dither_shape const& sh) noexcept {
+  dither_bucket b;
+  float const levels = dither_levels(sh);
+  b.step = scale / levels;
+  if (scale == 0.0f) return b;
+  b.pre = scale < 0x1p-60f ? 0x1p64f : 1.0f;
+  b.mult = levels / (scale * b.pre);
+  return b;
+}
+
+namespace scalar {
+
+/// Canonical sum of squares of x[0, n) (n <= norm_block): 16 double lanes, lane l holding
+/// elements l, l + 16, ... in ascending order, then lanes added 0..15.
+inline double block_sumsq(float const* x, std::size_t n) noexcept {
+  double lane[16] = {};
+  for (std::size_t i = 0; i < n; ++i) {
+    double const v = x[i];
+    lane[i % 16] = std::fma(v, v, lane[i % 16]);
+  }
+  double s = 0.0;
+  for (double l : lane) s += l;
+  return s;
+}
+
+/// max |x| over x[0, n), or NaN if any element is NaN or infinite.
+inline float block_absmax(float const* x, std::size_t n) noexcept {
+  float m = 0.0f;
+  bool bad = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    float const a = std::fabs(x[i]);
+    bad |= !(a <= FLT_MAX);
+    m = a > m ? a : m;
+  }
+  return bad ? NAN : m;
+}
+
+/// Quantizes one element (see file comment) and returns its code.
+inline std::uint32_t dither_code(float x, dither_bucket const& b, dither_shape const& sh,
+                                 std::uint32_t draw) noexcept {
+  float const u = (std::fabs(x) * b.pre) * b.mult;
+  float const d = (static_cast<float>(draw) + 0.5f) * (1.0f / 65536.0f);
+  std::uint32_t q;
+  if (!sh.natural) {
+    float const fl = std::floor(u);
+    q = static_cast<std::uint32_t>(fl) + (d < u - fl ? 1u : 0u);
+  } else if (u < 1.0f) {
+    q = d < u ? 1u : 0u;
+  } else {
+    std::uint32_t const bits = std::bit_cast<std::uint32_t>(u);
+    float const frac = std::bit_cast<float>((bits & 0x7fffffu) | 0x3f800000u) - 1.0f;
+    q = (bits >> 23) - 126u + (d < frac ? 1u : 0u);  // e + 1 + B(m), e = exponent - 127
+  }
+  if (q > sh.s) q = sh.s;
+  std::uint32_t const neg = (x < 0.0f && q != 0) ? 1u : 0u;
+  return q | (neg << (sh.width - 1));
+}
+
+/// Decoded value of a code; `ok` is cleared for a code that is not canonical (q > s, or the
+/// sign bit set with q = 0).
+inline float dither_value(std::uint32_t code, float step, dither_shape const& sh, bool& ok) noexcept {
+  std::uint32_t const q = code & ((1u << (sh.width - 1)) - 1u);
+  std::uint32_t const neg = code >> (sh.width - 1);
+  ok &= q <= sh.s && !(neg && q == 0);
+  float level;
+  if (!sh.natural) {
+    level = static_cast<float>(q);
+  } else {
+    level = q == 0 ? 0.0f : std::bit_cast<float>((q + 126u) << 23);  // 2^(q-1)
+  }
+  float const v = level * step;
+  return neg ? -v : v;
+}
+
+/// Writes the `width`-bit code `c` of element `i` into a zero-initialised stream.
+inline void put_code(std::byte* codes, std::uint64_t i, unsigned width, std::uint32_t c) noexcept {
+  std::uint64_t const bit = i * width;
+  std::uint64_t const byte = bit / 8;
+  unsigned const shift = static_cast<unsigned>(bit % 8);
+  std::uint32_t const v = c << shift;  // at most 16 + 7 bits
+  for (unsigned k = 0; k < 3 && (k * 8) < shift + width; ++k) {
+    codes[byte + k] |= static_cast<std::byte>((v >> (8 * k)) & 0xffu);
+  }
+}
+
+/// Reads the `width`-bit code of element `i`.
+inline std::uint32_t get_code(std::byte const* codes, std::uint64_t i, unsigned width) noexcept {
+  std::uint64_t const bit = i * width;
+  std::uint64_t const byte = bit / 8;
+  unsigned const shift = static_cast<unsigned>(bit % 8);
+  std::uint32_t v = 0;
+  for (unsigned k = 0; k < 3 && (k * 8) < shift + width; ++k) {
+    v |= static_cast<std::uint32_t>(codes[byte + k]) << (8 * k);
+  }
+  return (v >> shift) & ((1u << width) - 1u);
+}
+
+}  // namespace scalar
+
+#if GRADCOMP_X86_SIMD
+GRADCOMP_SIMD_DIAGNOSTICS_PUSH
+namespace avx512 {
+
+GRADCOMP_TARGET_AVX512 inline double block_sumsq(float const* x, std::size_t n) noexcept {
+  __m512d lo = _mm512_setzero_pd();
+  __m512d hi = _mm512_setzero_pd();
+  std::size_t i = 0;
+  for (; i < n; i += 16) {
+    __mmask16 const live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
+    __m512 const v = _mm512_maskz_loadu_ps(live, x + i);
+    __m512d const a = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    __m512d const b = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    lo = _mm512_fmadd_pd(a, a, lo);
+    hi = _mm512_fmadd_pd(b, b, hi);
+  }
+  alignas(64) double lane[16];
+  _mm512_store_pd(lane, lo);
+  _mm512_store_pd(lane + 8, hi);
+  double s = 0.0;
+  for (double l : lane) s += l;
+  return s;
+}
+
+GRADCOMP_TARGET_AVX512 inline float block_absmax(float const* x, std::size_t n) noexcept {
+  __m512 m = _mm512_setzero_ps();
+  __m512 const big = _mm512_set1_ps(FLT_MAX);
+  __mmask16 bad = 0;
+  std::size_t i = 0;
+  for (; i < n; i += 16) {
+    __mmask16 const live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
+    __m512 const a = _mm512_abs_ps(_mm512_maskz_loadu_ps(live, x + i));
+    bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ);
+    m = _mm512_max_ps(m, a);
+  }
+  return bad ? NAN : _mm512_reduce_max_ps(m);
+}
+
+// Packs 16 codes of `width` bits (in 32-bit lanes) into 2 * width bytes at dst.
+template <unsigned W>
+GRADCOMP_TARGET_AVX512 inline void pack16(__m512i codes, std::byte* dst) noexcept {
+  if constexpr (W <= 8) {
+    __m128i const b = _mm512_cvtepi32_epi8(codes);
+    std::uint64_t const mask = 0x0101010101010101ull * ((1u << W) - 1u);
+    std::uint64_t const p0 = _pext_u64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(b)), mask);
+    std::uint64_t const p1 = _pext_u64(static_cast<std::uint64_t>(_mm_extract_epi64(b, 1)), mask);
+    std::memcpy(dst, &p0, W);
+    std::memcpy(dst + W, &p1, W);
+  } else {
+    __m256i const h = _mm512_cvtepi32_epi16(codes);
+    std::uint64_t const mask = 0x0001000100010001ull * ((1u << W) - 1u);
+    alignas(32) std::uint64_t q[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q), h);
+    unsigned __int128 const r0 = static_cast<unsigned __int128>(_pext_u64(q[0], mask)) |
+                                 (static_cast<unsigned __int128>(_pext_u64(q[1], mask)) << (4 * W));
+    unsigned __int128 const r1 = static_cast<unsigned __int128>(_pext_u64(q[2], mask)) |
+                                 (static_cast<unsigned __int128>(_pext_u64(q[3], mask)) << (4 * W));
+    std::memcpy(dst, &r0, W);
+    std::memcpy(dst + W, &r1, W);
+  }
+}
+
+// Unpacks 16 codes of `width` bits from 2 * width bytes at src.
+template <unsigned W>
+GRADCOMP_TARGET_AVX512 inline __m512i unpack16(std::byte const* src) noexcept {
+  if constexpr (W <= 8) {
+    std::uint64_t a = 0, b = 0;
+    std::memcpy(&a, src, W);
+    std::memcpy(&b, src + W, W);
+    std::uint64_t const mask = 0x0101010101010101ull * ((1u << W) - 1u);
+    __m128i const v = _mm_set_epi64x(static_cast<long long>(_pdep_u64(b, mask)),
+                                     static_cast<long long>(_pdep_u64(a, mask)));
+    return _mm512_cvtepu8_epi32(v);
+  } else {
+    unsigned __int128 r0 = 0, r1 = 0;
+    std::memcpy(&r0, src, W);
+    std::memcpy(&r1, src + W, W);
+    std::uint64_t const mask = 0x0001000100010001ull * ((1u << W) - 1u);
+    std::uint64_t const lowmask = 4 * W >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << (4 * W % 64)) - 1u;
+    std::uint64_t const c0 = _pdep_u64(static_cast<std::uint64_t>(r0) & lowmask, mask);
+    std::uint64_t const c1 = _pdep_u64(static_cast<std::uint64_t>(r0 >> (4 * W)), mask);
+    std::uint64_t const c2 = _pdep_u64(static_cast<std::uint64_t>(r1) & lowmask, mask);
+    std::uint64_t const c3 = _pdep_u64(static_cast<std::uint64_t>(r1 >> (4 * W)), mask);
+    __m256i const v = _mm256_set_epi64x(static_cast<long long>(c3), static_cast<long long>(c2),
+                                        static_cast<long long>(c1), static_cast<long long>(c0));
+    return _mm512_cvtepu16_epi32(v);
+  }
+}
+
+#define GRADCOMP_DITHER_WIDTH_CASES(F) \
+  F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11) F(12) F(13) F(14) F(15) F(16)
+
+GRADCOMP_TARGET_AVX512 inline void pack16(unsigned width, __m512i codes, std::byte* dst) noexcept {
+  switch (width) {
+#define GRADCOMP_CASE(W) \
+  case W: pack16<W>(codes, dst); return;
+    GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
+#undef GRADCOMP_CASE
+    default: return;
+  }
+}
+
+GRADCOMP_TARGET_AVX512 inline __m512i unpack16(unsigned width, std::byte const* src) noexcept {
+  switch (width) {
+#define GRADCOMP_CASE(W) \
+  case W: return unpack16<W>(src);
+    GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
+#undef GRADCOMP_CASE
+    default: return _mm512_setzero_si512();
+  }
+}
+
+// Codes of the 16 elements at x (lanes outside `live` give code 0).
+GRADCOMP_TARGET_AVX512 inline __m512i dither_codes16(__m512 xv, __m512 pre, __m512 mult,
+                                                     __m512i draws, dither_shape const& sh) noexcept {
+  __m512 const u = _mm512_mul_ps(_mm512_mul_ps(_mm512_abs_ps(xv), pre), mult);
+  __m512 const d = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(draws), _mm512_set1_ps(0.5f)),
+                                 _mm512_set1_ps(1.0f / 65536.0f));
+  __m512i q;
+  if (!sh.natural) {
+    __m512 const fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __mmask16 const up = _mm512_cmp_ps_mask(d, _mm512_sub_ps(u, fl), _CMP_LT_OQ);
+    q = _mm512_cvttps_epi32(fl);
+    q = _mm512_mask_add_epi32(q, up, q, _mm512_set1_epi32(1));
+  } else {
+    __mmask16 const small = _mm512_cmp_ps_mask(u, _mm512_set1_ps(1.0f), _CMP_LT_OQ);
+    __m512i const bits = _mm512_castps_si512(u);
+    __m512 const frac = _mm512_sub_ps(
+        _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffff)),
+                                            _mm512_set1_epi32(0x3f800000))),
+        _mm512_set1_ps(1.0f));
+    __m512 const p = _mm512_mask_blend_ps(small, frac, u);
+    __mmask16 const up = _mm512_cmp_ps_mask(d, p, _CMP_LT_OQ);
+    __m512i const base =
+        _mm512_maskz_sub_epi32(static_cast<__mmask16>(~small), _mm512_srli_epi32(bits, 23),
+                               _mm512_set1_epi32(126));
+    q = _mm512_mask_add_epi32(base, up, base, _mm512_set1_epi32(1));
+  }
+  q = _mm512_min_epu32(q, _mm512_set1_epi32(static_cast<int>(sh.s)));
+  __mmask16 const neg = _mm512_cmp_ps_mask(xv, _mm512_setzero_ps(), _CMP_LT_OQ) &
+                        _mm512_test_epi32_mask(q, q);
+  return _mm512_mask_or_epi32(q, neg, q, _mm512_set1_epi32(static_cast<int>(1u << (sh.width - 1))));
+}
+
+GRADCOMP_TARGET_AVX512 inline void dither_encode(float const* x, std::size_t begin, std::size_t end,
+                                                 std::size_t bucket_len, dither_bucket const* buckets,
+                                                 dither_shape const& sh, random_stream const& rs,
+                                                 std::byte* codes) noexcept {
+  for (std::size_t g0 = begin; g0 < end; g0 += 128) {
+    philox16 const g = philox_generate(rs, g0 / 128);
+    for (unsigned k = 0; k < 8; ++k) {
+      std::size_t const w0 = g0 + 16 * k;
+      if (w0 >= end) break;
+      std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
+      __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
+      std::size_t const b0 = w0 / bucket_len;
+      std::size_t const b1 = (w0 + valid - 1) / bucket_len;
+      __m512 pre, mult;
+      if (b0 == b1) {
+        pre = _mm512_set1_ps(buckets[b0].pre);
+        mult = _mm512_set1_ps(buckets[b0].mult);
+      } else {
+        alignas(64) float p[16], m[16];
+        for (unsigned l = 0; l < 16; ++l) {
+          std::size_t const b = l < valid ? (w0 + l) / bucket_len : b0;
+          p[l] = buckets[b].pre;
+          m[l] = buckets[b].mult;
+        }
+        pre = _mm512_load_ps(p);
+        mult = _mm512_load_ps(m);
+      }
+      __m512 const xv = _mm512_maskz_loadu_ps(live, x + w0);
+      __m512i const c =
+          _mm512_maskz_mov_epi32(live, dither_codes16(xv, pre, mult, philox_window(g, k), sh));
+      std::byte* dst = codes + (w0 / 16) * 2 * sh.width;
+      if (valid == 16) {
+        pack16(sh.width, c, dst);
+      } else {
+        std::byte tmp[32];
+        pack16(sh.width, c, tmp);
+        std::memcpy(dst, tmp, (valid * sh.width + 7) / 8);
+      }
+    }
+  }
+}
+
+GRADCOMP_TARGET_AVX512 inline bool dither_decode(std::byte const* codes, std::size_t begin,
+                                                 std::size_t end, std::size_t bucket_len,
+                                                 float const* steps, dither_shape const& sh,
+                                                 float* out, float alpha, bool add) noexcept {
+  __mmask16 bad = 0;
+  __m512i const qmask = _mm512_set1_epi32(static_cast<int>((1u << (sh.width - 1)) - 1u));
+  __m512i const smax = _mm512_set1_epi32(static_cast<int>(sh.s));
+  __m512 const a = _mm512_set1_ps(alpha);
+  for (std::size_t w0 = begin; w0 < end; w0 += 16) {
+    std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
+    __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
+    std::byte const* src = codes + (w0 / 16) * 2 * sh.width;
+    __m512i c;
+    if (valid == 16) {
+      c = unpack16(sh.width, src);
+    } else {
+      std::byte tmp[32] = {};
+      std::memcpy(tmp, src, (valid * sh.width + 7) / 8);
+      c = unpack16(sh.width, tmp);
+    }
+    c = _mm512_maskz_mov_epi32(live, c);
+    __m512i const q = _mm512_and_si512(c, qmask);
+    __mmask16 const neg = _mm512_test_epi32_mask(c, _mm512_set1_epi32(static_cast<int>(1u << (sh.width - 1))));
+    __mmask16 const zero = _mm512_testn_epi32_mask(q, q);
+    bad |= _mm512_cmp_epu32_mask(q, smax, _MM_CMPINT_NLE) | (neg & zero);
+    std::size_t const b0 = w0 / bucket_len;
+    std::size_t const b1 = (w0 + valid - 1) / bucket_len;
+    __m512 step;
+    if (b0 == b1) {
+      step = _mm512_set1_ps(steps[b0]);
+    } else {
+      alignas(64) float st[16];
+      for (unsigned l = 0; l < 16; ++l) st[l] = steps[l < valid ? (w0 + l) / bucket_len : b0];
+      step = _mm512_load_ps(st);
+    }
+    __m512 level_v;
+    if (!sh.natural) {
+      level_v = _mm512_cvtepi32_ps(q);
+    } else {
+      level_v = _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero),
+                                    _mm512_castsi512_ps(_mm512_slli_epi32(
+                                        _mm512_add_epi32(q, _mm512_set1_epi32(126)), 23)));
+    }
+    __m512 v = _mm512_mul_ps(level_v, step);
+    v = _mm512_mask_xor_ps(v, neg, v, _mm512_set1_ps(-0.0f));
+    if (add) v = _mm512_fmadd_ps(a, v, _mm512_maskz_loadu_ps(live, out + w0));
+    _mm512_mask_storeu_ps(out + w0, live, v);
+  }
+  return bad == 0;
+}
+
+}  // namespace avx512
+GRADCOMP_SIMD_DIAGNOSTICS_POP
+#endif  // GRADCOMP_X86_SIMD
+
+/// Canonical sum of squares of one norm block.
+inline double block_sumsq(float const* x, std::size_t n, isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == isa::avx512) return avx512::block_sumsq(x, n);
+#endif
+  (void)level;
+  return scalar::block_sumsq(x, n);
+}
+
+/// max |x| of one block, NaN if it holds a NaN or infinity.
+inline float block_absmax(float const* x, std::size_t n, isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == isa::avx512) return avx512::block_absmax(x, n);
+#endif
+  (void)level;
+  return scalar::block_absmax(x, n);
+}
+
+/// Quantizes elements [begin, end) of x (begin a multiple of 128; end a multiple of 128 or the
+/// tensor end) into the code stream `codes`. `buckets[k]` holds the constants of bucket k of
+/// length `bucket_len`. Code bytes of the range are overwritten (not OR-ed).
+inline void dither_encode(float const* x, std::size_t begin, std::size_t end,
+                          std::size_t bucket_len, dither_bucket const* buckets,
+                          dither_shape const& sh, random_stream const& rs, std::byte* codes,
+                          isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == isa::avx512) {
+    avx512::dither_encode(x, begin, end, bucket_len, buckets, sh, rs, codes);
+    return;
+  }
+#endif
+  (void)level;
+  std::size_t const first_byte = begin * sh.width / 8;
+  std::size_t const last_byte = (end * sh.width + 7) / 8;
+  std::memset(codes + first_byte, 0, last_byte - first_byte);
+  philox_group g;
+  for (std::size_t i = begin; i < end; ++i) {
+    if (i % 128 == 0 || i == begin) scalar::philox_fill(rs, i / 128, g);
+    std::uint32_t const c =
+        scalar::dither_code(x[i], buckets[i / bucket_len], sh, g.draw(static_cast<unsigned>(i % 128)));
+    scalar::put_code(codes, i, sh.width, c);
+  }
+}
+
+/// Decodes elements [begin, end) (begin a multiple of 16) into out (assign, or `out += alpha *
+/// value` when `add`). Returns false if a code is not canonical; out is then unspecified.
+inline bool dither_decode(std::byte const* codes, std::size_t begin, std::size_t end,
+                          std::size_t bucket_len, float const* steps, dither_shape const& sh,
+                          float* out, float alpha, bool add, isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == isa::avx512) {
+    return avx512::dither_decode(codes, begin, end, bucket_len, steps, sh, out, alpha, add);
+  }
+#endif
+  (void)level;
+  bool ok = true;
+  for (std::size_t i = begin; i < end; ++i) {
+    float const v = scalar::dither_value(scalar::get_code(codes, i, sh.width), steps[i / bucket_len], sh, ok);
+    out[i] = add ? std::fma(alpha, v, out[i]) : v;
+  }
+  return ok;
+}
+
+}  // namespace cpu::kernels
+GRADCOMP_NAMESPACE_END

@@ -1,0 +1,205 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Sign-packing kernels of the onebit codec (scalar, AVX2, AVX-512), bit-identical at every
+/// level. Packing: bit (i % 8) of byte (i / 8) is 1 iff x[i] < 0. Alongside, each kernel
+/// returns the sum of |x| over one summation block in the canonical order of
+/// `onebit_sum_order` so that the scale does not depend on the ISA, threads or backend.
+
+#include <gradcomp/config.hpp>
+#include <gradcomp/cpu/isa.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if GRADCOMP_X86_SIMD
+#  include <immintrin.h>
+#endif
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// The canonical order in which onebit (and any backend) sums |x| for its scale:
+/// blocks of `block` elements; in a block, lane l (0..15) sums elements l, l + 16, l + 32, ...
+/// in double, in ascending order; the block's sum adds lanes 0..15 in order; the total adds
+/// block sums in block order.
+struct onebit_sum_order {
+  static constexpr std::size_t block = 4096;
+  static constexpr std::size_t lanes = 16;
+};
+
+namespace cpu::kernels {
+
+namespace scalar {
+
+/// Packs the signs of `x[0, n)` (n <= onebit_sum_order::block, the block start a multiple of
+/// 8) into `bits` and returns the block's canonical sum of |x|.
+inline double onebit_pack_block(float const* x, std::size_t n, std::byte* bits) noexcept {
+  double lane[onebit_sum_order::lanes] = {};
+  for (std::size_t i = 0; i < n; i += 8) {
+    unsigned byte = 0;
+    for (std::size_t j = 0; j < 8 && i + j < n; ++j) {
+      float const v = x[i + j];
+      byte |= static_cast<unsigned>(v < 0.0f) << j;
+      lane[(i + j) % onebit_sum_order::lanes] += static_cast<double>(std::fabs(v));
+    }
+    bits[i / 8] = static_cast<std::byte>(byte);
+  }
+  double s = 0.0;
+  for (double l : lane) s += l;
+  return s;
+}
+
+/// Writes (or, if `add`, accumulates `alpha` times) ±scale for `n` elements from `bits`
+/// (element 0 at bit 0 of bits[0]).
+inline void onebit_unpack(std::byte const* bits, float scale, float* out, std::size_t n,
+                          float alpha, bool add) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    bool const neg = (static_cast<unsigned>(bits[i / 8]) >> (i % 8)) & 1u;
+    float const v = neg ? -scale : scale;
+    out[i] = add ? std::fma(alpha, v, out[i]) : v;
+  }
+}
+
+}  // namespace scalar
+
+#if GRADCOMP_X86_SIMD
+GRADCOMP_SIMD_DIAGNOSTICS_PUSH
+namespace avx512 {
+
+GRADCOMP_TARGET_AVX512 inline double onebit_pack_block(float const* x, std::size_t n,
+                                                       std::byte* bits) noexcept {
+  __m512d acc_lo = _mm512_setzero_pd();
+  __m512d acc_hi = _mm512_setzero_pd();
+  __m512 const zero = _mm512_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 const v = _mm512_loadu_ps(x + i);
+    std::uint16_t const m = static_cast<std::uint16_t>(_mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ));
+    std::memcpy(bits + i / 8, &m, 2);
+    __m512 const a = _mm512_abs_ps(v);
+    acc_lo = _mm512_add_pd(acc_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(a)));
+    acc_hi = _mm512_add_pd(acc_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
+  }
+  if (i < n) {
+    __mmask16 const live = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    __m512 const v = _mm512_maskz_loadu_ps(live, x + i);
+    std::uint16_t const m = static_cast<std::uint16_t>(_mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ));
+    std::size_t const nbytes = (n - i + 7) / 8;
+    std::memcpy(bits + i / 8, &m, nbytes);
+    __m512 const a = _mm512_abs_ps(v);
+    acc_lo = _mm512_add_pd(acc_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(a)));
+    acc_hi = _mm512_add_pd(acc_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
+  }
+  alignas(64) double lane[16];
+  _mm512_store_pd(lane, acc_lo);
+  _mm512_store_pd(lane + 8, acc_hi);
+  double s = 0.0;
+  for (double l : lane) s += l;
+  return s;
+}
+
+GRADCOMP_TARGET_AVX512 inline void onebit_unpack(std::byte const* bits, float scale, float* out,
+                                                 std::size_t n, float alpha, bool add) noexcept {
+  __m512 const pos = _mm512_set1_ps(scale);
+  __m512 const neg = _mm512_set1_ps(-scale);
+  __m512 const a = _mm512_set1_ps(alpha);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    std::uint16_t m;
+    std::memcpy(&m, bits + i / 8, 2);
+    __m512 const v = _mm512_mask_blend_ps(static_cast<__mmask16>(m), pos, neg);
+    _mm512_storeu_ps(out + i, add ? _mm512_fmadd_ps(a, v, _mm512_loadu_ps(out + i)) : v);
+  }
+  scalar::onebit_unpack(bits + i / 8, scale, out + i, n - i, alpha, add);
+}
+
+}  // namespace avx512
+
+namespace avx2 {
+
+GRADCOMP_TARGET_AVX2 inline double onebit_pack_block(float const* x, std::size_t n,
+                                                     std::byte* bits) noexcept {
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                    _mm256_setzero_pd()};
+  __m256 const zero = _mm256_setzero_ps();
+  __m256 const absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 const v0 = _mm256_loadu_ps(x + i);
+    __m256 const v1 = _mm256_loadu_ps(x + i + 8);
+    unsigned const m0 = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v0, zero, _CMP_LT_OQ)));
+    unsigned const m1 = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v1, zero, _CMP_LT_OQ)));
+    bits[i / 8] = static_cast<std::byte>(m0);
+    bits[i / 8 + 1] = static_cast<std::byte>(m1);
+    __m256 const a0 = _mm256_and_ps(v0, absmask);
+    __m256 const a1 = _mm256_and_ps(v1, absmask);
+    acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(a0)));
+    acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps(a0, 1)));
+    acc[2] = _mm256_add_pd(acc[2], _mm256_cvtps_pd(_mm256_castps256_ps128(a1)));
+    acc[3] = _mm256_add_pd(acc[3], _mm256_cvtps_pd(_mm256_extractf128_ps(a1, 1)));
+  }
+  alignas(32) double lane[16];
+  for (int k = 0; k < 4; ++k) _mm256_store_pd(lane + 4 * k, acc[k]);
+  // Tail (fewer than 16 elements): continue the same lanes in scalar code.
+  if (i < n) {
+    for (std::size_t b = i; b < n; b += 8) {
+      unsigned byte = 0;
+      for (std::size_t j = 0; j < 8 && b + j < n; ++j) {
+        float const v = x[b + j];
+        byte |= static_cast<unsigned>(v < 0.0f) << j;
+        lane[(b + j) % 16] += static_cast<double>(std::fabs(v));
+      }
+      bits[b / 8] = static_cast<std::byte>(byte);
+    }
+  }
+  double s = 0.0;
+  for (double l : lane) s += l;
+  return s;
+}
+
+GRADCOMP_TARGET_AVX2 inline void onebit_unpack(std::byte const* bits, float scale, float* out,
+                                               std::size_t n, float alpha, bool add) noexcept {
+  __m256 const pos = _mm256_set1_ps(scale);
+  __m256 const neg = _mm256_set1_ps(-scale);
+  __m256 const a = _mm256_set1_ps(alpha);
+  __m256i const sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i const b = _mm256_set1_epi32(static_cast<int>(bits[i / 8]));
+    __m256 const m = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(b, sel), sel));
+    __m256 const v = _mm256_blendv_ps(pos, neg, m);
+    _mm256_storeu_ps(out + i, add ? _mm256_fmadd_ps(a, v, _mm256_loadu_ps(out + i)) : v);
+  }
+  scalar::onebit_unpack(bits + i / 8, scale, out + i, n - i, alpha, add);
+}
+
+}  // namespace avx2
+GRADCOMP_SIMD_DIAGNOSTICS_POP
+#endif  // GRADCOMP_X86_SIMD
+
+/// Packs signs of one summation block and returns its canonical |x| sum.
+inline double onebit_pack_block(float const* x, std::size_t n, std::byte* bits, isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == isa::avx512) return avx512::onebit_pack_block(x, n, bits);
+  if (level == isa::avx2) return avx2::onebit_pack_block(x, n, bits);
+#endif
+  (void)level;
+  return scalar::onebit_pack_block(x, n, bits);
+}
+
+/// Expands sign bits into ±scale (see `scalar::onebit_unpack`).
+inline void onebit_unpack(std::byte const* bits, float scale, float* out, std::size_t n,
+                          float alpha, bool add, isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == isa::avx512) return avx512::onebit_unpack(bits, scale, out, n, alpha, add);
+  if (level == isa::avx2) return avx2::onebit_unpack(bits, scale, out, n, alpha, add);
+#endif
+  (void)level;
+  scalar::onebit_unpack(bits, scale, out, n, alpha, add);
+}
+
+}  // namespace cpu::kernels
+GRADCOMP_NAMESPACE_END
