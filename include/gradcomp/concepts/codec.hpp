@@ -41,6 +41,27 @@ constexpr char const* aggregation_name(aggregation_kind k) noexcept {
   return "unknown";
 }
 
+/// The operations of a codec without its static traits: what a run-time codec
+/// (`any_codec`) also provides, and all that error feedback needs.
+template <class C>
+concept codec_operations =
+    requires(C const& c, std::size_t n, tensor_view<float const> f32, tensor_view<half const> f16,
+             tensor_view<bfloat16 const> b16, std::span<std::byte> out,
+             std::span<std::byte const> packet, std::span<float> of32, std::span<half> of16,
+             std::span<bfloat16> ob16, codec_context const& ctx) {
+      { c.max_compressed_bytes(n) } -> std::same_as<std::size_t>;
+      { c.bits_per_element() } -> std::convertible_to<double>;
+      { c.compress(f32, out, ctx) } -> std::same_as<std::size_t>;
+      { c.compress(f16, out, ctx) } -> std::same_as<std::size_t>;
+      { c.compress(b16, out, ctx) } -> std::same_as<std::size_t>;
+      c.decompress(packet, of32, ctx);
+      c.decompress(packet, of16, ctx);
+      c.decompress(packet, ob16, ctx);
+      c.decompress_add(packet, of32, 1.0f, ctx);
+      c.decompress_add(packet, of16, 1.0f, ctx);
+      c.decompress_add(packet, ob16, 1.0f, ctx);
+    };
+
 /// A gradient compressor.
 ///
 /// Required of `C` (with `c` a `C const&`, `n` a `std::size_t`, `T` each `element` type):
@@ -58,26 +79,11 @@ constexpr char const* aggregation_name(aggregation_kind k) noexcept {
 /// - `c.decompress_add(std::span<std::byte const>, std::span<T>, float alpha,
 ///   codec_context const&)`: adds `alpha` times the decoded tensor.
 template <class C>
-concept codec =
-    std::derived_from<typename C::codec_concept, codec_tag> &&
-    requires(C const& c, std::size_t n, tensor_view<float const> f32, tensor_view<half const> f16,
-             tensor_view<bfloat16 const> b16, std::span<std::byte> out,
-             std::span<std::byte const> packet, std::span<float> of32, std::span<half> of16,
-             std::span<bfloat16> ob16, codec_context const& ctx) {
-      { C::id } -> std::convertible_to<codec_id>;
-      { C::aggregation } -> std::convertible_to<aggregation_kind>;
-      { C::unbiased } -> std::convertible_to<bool>;
-      { c.max_compressed_bytes(n) } -> std::same_as<std::size_t>;
-      { c.bits_per_element() } -> std::convertible_to<double>;
-      { c.compress(f32, out, ctx) } -> std::same_as<std::size_t>;
-      { c.compress(f16, out, ctx) } -> std::same_as<std::size_t>;
-      { c.compress(b16, out, ctx) } -> std::same_as<std::size_t>;
-      c.decompress(packet, of32, ctx);
-      c.decompress(packet, of16, ctx);
-      c.decompress(packet, ob16, ctx);
-      c.decompress_add(packet, of32, 1.0f, ctx);
-      c.decompress_add(packet, of16, 1.0f, ctx);
-      c.decompress_add(packet, ob16, 1.0f, ctx);
-    };
+concept codec = std::derived_from<typename C::codec_concept, codec_tag> && codec_operations<C> &&
+                requires {
+                  { C::id } -> std::convertible_to<codec_id>;
+                  { C::aggregation } -> std::convertible_to<aggregation_kind>;
+                  { C::unbiased } -> std::convertible_to<bool>;
+                };
 
 GRADCOMP_NAMESPACE_END

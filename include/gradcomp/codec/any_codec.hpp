@@ -1,0 +1,206 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Run-time codec choice: `any_codec` (type erasure over any `codec`), `make_codec` (from a
+/// text spec such as "qsgd:levels=15,bucket=256"), and `decompress_any` (decode a packet of
+/// whatever codec wrote it, from its header).
+
+#include <gradcomp/codec/cast.hpp>
+#include <gradcomp/codec/dithering.hpp>
+#include <gradcomp/codec/int8.hpp>
+#include <gradcomp/codec/natural.hpp>
+#include <gradcomp/codec/onebit.hpp>
+#include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/config.hpp>
+
+#include <charconv>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// A codec chosen at run time. Copyable (shares the immutable codec); satisfies
+/// `codec_operations`, so it composes with error feedback like a static codec.
+class any_codec {
+ public:
+  /// Wraps codec `c`.
+  template <codec C>
+  any_codec(C c) : impl_(std::make_shared<model<C>>(std::move(c))) {}  // NOLINT(implicit)
+
+  [[nodiscard]] codec_id id() const noexcept { return impl_->id(); }
+  [[nodiscard]] aggregation_kind aggregation() const noexcept { return impl_->aggregation(); }
+  [[nodiscard]] bool unbiased() const noexcept { return impl_->unbiased(); }
+  [[nodiscard]] char const* name() const noexcept { return codec_name(impl_->id()); }
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const { return impl_->max_bytes(n); }
+  [[nodiscard]] double bits_per_element() const { return impl_->bits(); }
+
+  template <element T>
+  std::size_t compress(tensor_view<T const> in, std::span<std::byte> out, codec_context const& ctx = {}) const {
+    return impl_->compress(in, out, ctx);
+  }
+  template <element T>
+  void decompress(std::span<std::byte const> packet, std::span<T> out, codec_context const& ctx = {}) const {
+    impl_->decode(packet, out, 1.0f, false, ctx);
+  }
+  template <element T>
+  void decompress_add(std::span<std::byte const> packet, std::span<T> out, float alpha = 1.0f,
+                      codec_context const& ctx = {}) const {
+    impl_->decode(packet, out, alpha, true, ctx);
+  }
+
+ private:
+  struct interface {
+    virtual ~interface() = default;
+    virtual codec_id id() const noexcept = 0;
+    virtual aggregation_kind aggregation() const noexcept = 0;
+    virtual bool unbiased() const noexcept = 0;
+    virtual std::size_t max_bytes(std::size_t) const = 0;
+    virtual double bits() const = 0;
+    virtual std::size_t compress(tensor_view<float const>, std::span<std::byte>, codec_context const&) const = 0;
+    virtual std::size_t compress(tensor_view<half const>, std::span<std::byte>, codec_context const&) const = 0;
+    virtual std::size_t compress(tensor_view<bfloat16 const>, std::span<std::byte>, codec_context const&) const = 0;
+    virtual void decode(std::span<std::byte const>, std::span<float>, float, bool, codec_context const&) const = 0;
+    virtual void decode(std::span<std::byte const>, std::span<half>, float, bool, codec_context const&) const = 0;
+    virtual void decode(std::span<std::byte const>, std::span<bfloat16>, float, bool, codec_context const&) const = 0;
+  };
+
+  template <class C>
+  struct model final : interface {
+    explicit model(C c) : c_(std::move(c)) {}
+    codec_id id() const noexcept override { return C::id; }
+    aggregation_kind aggregation() const noexcept override { return C::aggregation; }
+    bool unbiased() const noexcept override { return C::unbiased; }
+    std::size_t max_bytes(std::size_t n) const override { return c_.max_compressed_bytes(n); }
+    double bits() const override { return c_.bits_per_element(); }
+    std::size_t compress(tensor_view<float const> v, std::span<std::byte> o, codec_context const& x) const override { return c_.compress(v, o, x); }
+    std::size_t compress(tensor_view<half const> v, std::span<std::byte> o, codec_context const& x) const override { return c_.compress(v, o, x); }
+    std::size_t compress(tensor_view<bfloat16 const> v, std::span<std::byte> o, codec_context const& x) const override { return c_.compress(v, o, x); }
+    void decode(std::span<std::byte const> p, std::span<float> o, float a, bool add, codec_context const& x) const override { add ? c_.decompress_add(p, o, a, x) : c_.decompress(p, o, x); }
+    void decode(std::span<std::byte const> p, std::span<half> o, float a, bool add, codec_context const& x) const override { add ? c_.decompress_add(p, o, a, x) : c_.decompress(p, o, x); }
+    void decode(std::span<std::byte const> p, std::span<bfloat16> o, float a, bool add, codec_context const& x) const override { add ? c_.decompress_add(p, o, a, x) : c_.decompress(p, o, x); }
+    C c_;
+  };
+
+  std::shared_ptr<interface const> impl_;
+};
+
+namespace detail {
+
+inline std::uint32_t parse_u32(std::string_view key, std::string_view v) {
+  std::uint32_t out = 0;
+  auto const [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc{} || p != v.data() + v.size()) {
+    throw config_error("gradcomp: codec option '" + std::string(key) + "' needs an unsigned integer, got '" +
+                       std::string(v) + "'");
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// Builds a codec from a spec `name[:key=value[,key=value...]]`:
+/// `identity`, `fp16`, `bf16`, `int8:bucket=512,rounding=nearest|stochastic`,
+/// `onebit:scaling=mean_abs|none`, `qsgd:levels=7,bucket=512`, `terngrad:bucket=512`,
+/// `natural:bucket=512`, `dithering:levels=2,partition=linear|natural,norm=max|l2,bucket=512`.
+/// Unknown names, keys or values raise `config_error`.
+inline any_codec make_codec(std::string_view spec) {
+  std::string_view const name = spec.substr(0, spec.find(':'));
+  std::map<std::string, std::string, std::less<>> opts;
+  if (auto colon = spec.find(':'); colon != std::string_view::npos) {
+    std::string_view rest = spec.substr(colon + 1);
+    while (!rest.empty()) {
+      std::string_view item = rest.substr(0, rest.find(','));
+      rest = item.size() < rest.size() ? rest.substr(item.size() + 1) : std::string_view{};
+      auto const eq = item.find('=');
+      if (eq == std::string_view::npos || eq == 0) {
+        throw config_error("gradcomp: codec option '" + std::string(item) + "' is not key=value");
+      }
+      opts[std::string(item.substr(0, eq))] = std::string(item.substr(eq + 1));
+    }
+  }
+  auto take = [&](std::string_view key, std::string_view dflt) {
+    auto it = opts.find(key);
+    if (it == opts.end()) return std::string(dflt);
+    std::string v = it->second;
+    opts.erase(it);
+    return v;
+  };
+  auto num = [&](std::string_view key, std::uint32_t dflt) {
+    auto it = opts.find(key);
+    if (it == opts.end()) return dflt;
+    std::uint32_t const v = detail::parse_u32(key, it->second);
+    opts.erase(it);
+    return v;
+  };
+  auto finish = [&](any_codec c) {
+    if (!opts.empty()) {
+      throw config_error("gradcomp: codec '" + std::string(name) + "' has no option '" + opts.begin()->first + "'");
+    }
+    return c;
+  };
+  auto choose = [&](std::string_view key, std::string const& v, std::initializer_list<std::string_view> allowed) {
+    for (auto a : allowed) if (v == a) return;
+    std::string list;
+    for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    throw config_error("gradcomp: codec option '" + std::string(key) + "' must be one of " + list + ", got '" + v + "'");
+  };
+  if (name == "identity") return finish(identity_codec{});
+  if (name == "fp16") return finish(fp16_codec{});
+  if (name == "bf16") return finish(bf16_codec{});
+  if (name == "int8") {
+    std::uint32_t const b = num("bucket", 512);
+    std::string const r = take("rounding", "nearest");
+    choose("rounding", r, {"nearest", "stochastic"});
+    return finish(int8_codec(b, r == "nearest" ? int8_rounding::nearest : int8_rounding::stochastic));
+  }
+  if (name == "onebit") {
+    std::string const s = take("scaling", "mean_abs");
+    choose("scaling", s, {"mean_abs", "none"});
+    return finish(onebit_codec(s == "none" ? onebit_codec::scaling::none : onebit_codec::scaling::mean_abs));
+  }
+  if (name == "qsgd") {
+    std::uint32_t const l = num("levels", 7);
+    return finish(qsgd_codec(l, num("bucket", 512)));
+  }
+  if (name == "terngrad") return finish(terngrad_codec(num("bucket", 512)));
+  if (name == "natural") return finish(natural_codec(num("bucket", 512)));
+  if (name == "dithering") {
+    std::uint32_t const l = num("levels", 2);
+    std::string const part = take("partition", "linear");
+    choose("partition", part, {"linear", "natural"});
+    std::string const norm = take("norm", "max");
+    choose("norm", norm, {"max", "l2"});
+    std::uint32_t const b = num("bucket", 512);
+    return finish(dithering_codec(l, part == "natural" ? dither_partition::natural : dither_partition::linear,
+                                  norm == "l2" ? dither_norm::l2 : dither_norm::max, b));
+  }
+  throw config_error("gradcomp: unknown codec '" + std::string(name) +
+                     "' (expected identity, fp16, bf16, int8, onebit, qsgd, terngrad, natural or dithering)");
+}
+
+/// Decodes `packet` whatever codec wrote it (read from its header) into `out`, or adds `alpha`
+/// times it when `add`.
+template <element T>
+void decompress_any(std::span<std::byte const> packet, std::span<T> out, float alpha = 1.0f,
+                    bool add = false, codec_context const& ctx = {}) {
+  packet_header const h = read_header(packet);
+  auto run = [&](auto const& c) { add ? c.decompress_add(packet, out, alpha, ctx) : c.decompress(packet, out, ctx); };
+  switch (h.codec) {
+    case codec_id::identity: return run(identity_codec{});
+    case codec_id::fp16: return run(fp16_codec{});
+    case codec_id::bf16: return run(bf16_codec{});
+    case codec_id::int8: return run(int8_codec{});
+    case codec_id::onebit: return run(onebit_codec{});
+    case codec_id::qsgd: return run(qsgd_codec{});
+    case codec_id::terngrad: return run(terngrad_codec{});
+    case codec_id::natural: return run(natural_codec{});
+    case codec_id::dithering: return run(dithering_codec{});
+  }
+  throw format_error("gradcomp: packet has unknown codec id " + std::to_string(static_cast<unsigned>(h.codec)));
+}
+
+GRADCOMP_NAMESPACE_END

@@ -1,0 +1,69 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Configuration of the CUDA backend: the error type and checking helper every CUDA call goes
+/// through, and the switch between the two places the backend can run.
+///
+/// The backend's algorithms are written over Thrust execution policies. Which system Thrust's
+/// "device" is decides where they run:
+///
+/// - `THRUST_DEVICE_SYSTEM_CUDA` (the default): kernels on the GPU, pointers named `d_*` are
+///   device memory, work is ordered on the caller's `cudaStream_t`;
+/// - `THRUST_DEVICE_SYSTEM_CPP` (compile with `-DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP`):
+///   the same functors run sequentially on the calling host thread, "device" pointers are host
+///   pointers and streams are ignored. This is how the backend is checked on machines without a
+///   GPU (tests/cuda/host_backend.cu).
+///
+/// `GRADCOMP_CUDA_ON_GPU` is 1 in the first case and 0 in the second.
+
+#if !defined(__CUDACC__)
+#  error "gradcomp/cuda/*.cuh must be compiled as CUDA (nvcc or clang -x cuda); the CPU codecs are in gradcomp/codec/"
+#endif
+
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/error.hpp>
+
+#include <cuda_runtime.h>
+#include <thrust/execution_policy.h>
+
+#include <string>
+
+#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
+#  define GRADCOMP_CUDA_ON_GPU 1
+#else
+#  define GRADCOMP_CUDA_ON_GPU 0
+#endif
+
+GRADCOMP_NAMESPACE_BEGIN
+namespace cuda {
+
+/// A failed CUDA runtime call (or a failed kernel launch reported through Thrust). The message
+/// names the call, where it was made and the runtime's description of the error.
+class cuda_error : public error {
+ public:
+  cuda_error(cudaError_t code, std::string const& what) : error(what), code_(code) {}
+
+  /// The CUDA runtime's error code.
+  [[nodiscard]] cudaError_t code() const noexcept { return code_; }
+
+ private:
+  cudaError_t code_;
+};
+
+/// Throws `cuda_error` unless `status` is `cudaSuccess`. `what` names the failed call; `file`
+/// and `line` say where it was made. Clears the runtime's sticky last-error state for
+/// non-sticky errors so that a later check does not report the same failure again.
+inline void check(cudaError_t status, char const* what, char const* file, int line) {
+  if (status == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw cuda_error(status, std::string("gradcomp: CUDA call ") + what + " failed at " + file +
+                               ":" + std::to_string(line) + ": " + cudaGetErrorName(status) +
+                               " (" + cudaGetErrorString(status) + ")");
+}
+
+}  // namespace cuda
+GRADCOMP_NAMESPACE_END
+
+/// Evaluates a CUDA runtime call and throws `gradcomp::cuda::cuda_error` if it failed.
+#define GRADCOMP_CUDA_CHECK(call) ::gradcomp::cuda::check((call), #call, __FILE__, __LINE__)
