@@ -102,13 +102,11 @@ class natural_codec : public detail::codec_base<natural_codec> {
     }
     auto const* codes = reinterpret_cast<std::uint8_t const*>(payload + nb);
     std::atomic<bool> ok{true};
+    cpu::isa const level = cpu::effective_isa(ctx.isa);
     cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-      bool good = true;
-      for (std::size_t i = b; i < e; ++i) {
-        float const v = cpu::kernels::natural_value(codes[i], emax[i / blen], good);
-        out[i] = add ? std::fma(alpha, v, out[i]) : v;
+      if (!cpu::kernels::natural_decode(codes, b, e, blen, emax, out, alpha, add, level)) {
+        ok.store(false, std::memory_order_relaxed);
       }
-      if (!good) ok.store(false, std::memory_order_relaxed);
     });
     if (!ok.load()) {
       throw format_error("gradcomp: natural packet holds a code its bucket exponent cannot produce");

@@ -8,7 +8,8 @@
 ///
 /// int8, per bucket [lo, hi]: inv = f32(255 / (hi - lo)) (0 if hi == lo), bias = f32(-lo * inv)
 /// (both computed in double), v = fma(x, inv, bias); nearest: q = round-half-even(v),
-/// stochastic: q = floor(v) + B(v - floor(v)); q clamped to [0, 255]. Decode:
+/// stochastic: q = floor(v + r) with the dither offset r = (draw16 + 0.5) / 2^16; q clamped
+/// to [0, 255]. Decode:
 /// x̂ = fma(q, step, lo), step = f32((hi - lo) / 255).
 ///
 /// natural, per bucket with E = max biased exponent (< 254) and lo = max(1, E - 125): an
@@ -19,6 +20,7 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/philox.hpp>
 #include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/kernels/bucket.hpp>
 #include <gradcomp/cpu/kernels/philox.hpp>
 
 #include <bit>
@@ -86,7 +88,7 @@ inline std::uint8_t int8_code(float x, int8_bucket const& b, bool stochastic, st
   float const d = v - fl;
   float q;
   if (stochastic) {
-    q = fl + (((static_cast<float>(draw) + 0.5f) * (1.0f / 65536.0f)) < d ? 1.0f : 0.0f);
+    q = std::floor(v + std::fma(static_cast<float>(draw), 0x1p-16f, 0x1p-17f));
   } else {
     bool const odd = std::fmod(fl, 2.0f) != 0.0f;
     q = fl + ((d > 0.5f || (d == 0.5f && odd)) ? 1.0f : 0.0f);
@@ -151,23 +153,53 @@ GRADCOMP_TARGET_AVX512 inline __m512 draws_unit(__m512i draws) noexcept {
                        _mm512_set1_ps(1.0f / 65536.0f));
 }
 
+GRADCOMP_TARGET_AVX512 inline __m128i int8_codes16(__m512 x, __m512 inv, __m512 bias, bool stochastic,
+                                                  __m512 r) noexcept {
+  __m512 const v = _mm512_fmadd_ps(x, inv, bias);
+  __m512i q;
+  if (stochastic) {
+    q = _mm512_cvt_roundps_epi32(_mm512_add_ps(v, r), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  } else {
+    q = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  return _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512()));
+}
+
+GRADCOMP_TARGET_AVX512 inline __m512 offsets16(philox16 const& g, unsigned k) noexcept {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(philox_window(g, k)), _mm512_set1_ps(0x1p-16f),
+                         _mm512_set1_ps(0x1p-17f));
+}
+
 // int8 codes of [begin, end) (begin multiple of 128, end multiple of 128 or tensor end).
 GRADCOMP_TARGET_AVX512 inline void int8_encode(float const* x, std::size_t begin, std::size_t end,
                                                std::size_t bucket_len, int8_bucket const* buckets,
                                                bool stochastic, random_stream const& rs,
                                                std::uint8_t* codes) noexcept {
+  bucket_cursor cur(bucket_len, begin);
+  philox_schedule const ks = philox_prepare(rs);
+  __m512 const zero = _mm512_setzero_ps();
   for (std::size_t g0 = begin; g0 < end; g0 += 128) {
     philox16 g{};
-    if (stochastic) g = philox_generate(rs, g0 / 128);
+    if (stochastic) g = philox_generate(ks, g0 / 128);
+    if (g0 + 128 <= end && cur.advance(g0, 128)) {
+      __m512 const inv = _mm512_set1_ps(buckets[cur.index()].inv);
+      __m512 const bias = _mm512_set1_ps(buckets[cur.index()].bias);
+      for (unsigned k = 0; k < 8; ++k) {
+        __m128i const c = int8_codes16(_mm512_loadu_ps(x + g0 + 16 * k), inv, bias, stochastic,
+                                       stochastic ? offsets16(g, k) : zero);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + g0 + 16 * k), c);
+      }
+      continue;
+    }
     for (unsigned k = 0; k < 8; ++k) {
       std::size_t const w0 = g0 + 16 * k;
       if (w0 >= end) break;
       std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
       __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
-      std::size_t const b0 = w0 / bucket_len;
-      std::size_t const b1 = (w0 + valid - 1) / bucket_len;
+      bool const single = cur.advance(w0, valid);
+      std::size_t const b0 = cur.index();
       __m512 inv, bias;
-      if (b0 == b1) {
+      if (single) {
         inv = _mm512_set1_ps(buckets[b0].inv);
         bias = _mm512_set1_ps(buckets[b0].bias);
       } else {
@@ -180,17 +212,9 @@ GRADCOMP_TARGET_AVX512 inline void int8_encode(float const* x, std::size_t begin
         inv = _mm512_load_ps(a);
         bias = _mm512_load_ps(b);
       }
-      __m512 const v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(live, x + w0), inv, bias);
-      __m512 q;
-      if (stochastic) {
-        __m512 const fl = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-        __mmask16 const up = _mm512_cmp_ps_mask(draws_unit(philox_window(g, k)), _mm512_sub_ps(v, fl), _CMP_LT_OQ);
-        q = _mm512_mask_add_ps(fl, up, fl, _mm512_set1_ps(1.0f));
-      } else {
-        q = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      }
-      q = _mm512_min_ps(_mm512_max_ps(q, _mm512_setzero_ps()), _mm512_set1_ps(255.0f));
-      _mm_mask_storeu_epi8(codes + w0, live, _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q)));
+      __m128i const c = int8_codes16(_mm512_maskz_loadu_ps(live, x + w0), inv, bias, stochastic,
+                                     stochastic ? offsets16(g, k) : zero);
+      _mm_mask_storeu_epi8(codes + w0, live, c);
     }
   }
 }
@@ -200,13 +224,14 @@ GRADCOMP_TARGET_AVX512 inline void int8_decode(std::uint8_t const* codes, std::s
                                                float const* los, float const* steps, float* out,
                                                float alpha, bool add) noexcept {
   __m512 const a = _mm512_set1_ps(alpha);
+  bucket_cursor cur(bucket_len, begin);
   for (std::size_t w0 = begin; w0 < end; w0 += 16) {
     std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
     __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
-    std::size_t const b0 = w0 / bucket_len;
-    std::size_t const b1 = (w0 + valid - 1) / bucket_len;
+    bool const single = cur.advance(w0, valid);
+    std::size_t const b0 = cur.index();
     __m512 lo, st;
-    if (b0 == b1) {
+    if (single) {
       lo = _mm512_set1_ps(los[b0]);
       st = _mm512_set1_ps(steps[b0]);
     } else {
@@ -229,17 +254,19 @@ GRADCOMP_TARGET_AVX512 inline void int8_decode(std::uint8_t const* codes, std::s
 GRADCOMP_TARGET_AVX512 inline void natural_encode(float const* x, std::size_t begin, std::size_t end,
                                                   std::size_t bucket_len, std::uint8_t const* emax,
                                                   random_stream const& rs, std::uint8_t* codes) noexcept {
+  bucket_cursor cur(bucket_len, begin);
+  philox_schedule const ks = philox_prepare(rs);
   for (std::size_t g0 = begin; g0 < end; g0 += 128) {
-    philox16 const g = philox_generate(rs, g0 / 128);
+    philox16 const g = philox_generate(ks, g0 / 128);
     for (unsigned k = 0; k < 8; ++k) {
       std::size_t const w0 = g0 + 16 * k;
       if (w0 >= end) break;
       std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
       __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
-      std::size_t const b0 = w0 / bucket_len;
-      std::size_t const b1 = (w0 + valid - 1) / bucket_len;
+      bool const single = cur.advance(w0, valid);
+      std::size_t const b0 = cur.index();
       __m512i em;
-      if (b0 == b1) {
+      if (single) {
         em = _mm512_set1_epi32(emax[b0]);
       } else {
         alignas(64) std::int32_t e_[16];
@@ -272,6 +299,41 @@ GRADCOMP_TARGET_AVX512 inline void natural_encode(float const* x, std::size_t be
       _mm_mask_storeu_epi8(codes + w0, live, _mm512_cvtepi32_epi8(kk));
     }
   }
+}
+
+GRADCOMP_TARGET_AVX512 inline bool natural_decode(std::uint8_t const* codes, std::size_t begin,
+                                                  std::size_t end, std::size_t bucket_len,
+                                                  std::uint8_t const* emax, float* out, float alpha,
+                                                  bool add) noexcept {
+  __m512 const a = _mm512_set1_ps(alpha);
+  __mmask16 bad = 0;
+  bucket_cursor cur(bucket_len, begin);
+  for (std::size_t w0 = begin; w0 < end; w0 += 16) {
+    std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
+    __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
+    bool const single = cur.advance(w0, valid);
+    std::size_t const b0 = cur.index();
+    __m512i em;
+    if (single) {
+      em = _mm512_set1_epi32(emax[b0]);
+    } else {
+      alignas(64) std::int32_t e_[16];
+      for (unsigned l = 0; l < 16; ++l) e_[l] = emax[l < valid ? (w0 + l) / bucket_len : b0];
+      em = _mm512_load_si512(e_);
+    }
+    __m512i const c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, codes + w0));
+    __m512i const k = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
+    __m512i const neg = _mm512_srli_epi32(c, 7);
+    __mmask16 const zero = _mm512_testn_epi32_mask(k, k);
+    __m512i const kmax = _mm512_min_epi32(_mm512_add_epi32(em, _mm512_set1_epi32(1)), _mm512_set1_epi32(127));
+    bad |= (zero & _mm512_test_epi32_mask(neg, neg)) | _mm512_cmp_epi32_mask(k, kmax, _MM_CMPINT_NLE);
+    __m512i const e = _mm512_sub_epi32(_mm512_add_epi32(em, _mm512_set1_epi32(2)), k);
+    __m512i const bits = _mm512_or_si512(_mm512_slli_epi32(neg, 31), _mm512_slli_epi32(e, 23));
+    __m512 v = _mm512_castsi512_ps(_mm512_maskz_mov_epi32(static_cast<__mmask16>(~zero), bits));
+    if (add) v = _mm512_fmadd_ps(a, v, _mm512_maskz_loadu_ps(live, out + w0));
+    _mm512_mask_storeu_ps(out + w0, live, v);
+  }
+  return (bad & 0xffff) == 0;
 }
 
 }  // namespace avx512
@@ -354,6 +416,23 @@ inline float natural_value(std::uint8_t c, unsigned emax, bool& ok) noexcept {
   }
   ok &= k <= kmax;
   return std::bit_cast<float>((neg << 31) | ((emax + 2 - k) << 23));
+}
+
+/// Decodes natural-compression bytes [begin, end) (begin a multiple of 16); false if a byte is
+/// not one the encoder can produce (out is then unspecified).
+inline bool natural_decode(std::uint8_t const* codes, std::size_t begin, std::size_t end,
+                           std::size_t bucket_len, std::uint8_t const* emax, float* out,
+                           float alpha, bool add, isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == isa::avx512) return avx512::natural_decode(codes, begin, end, bucket_len, emax, out, alpha, add);
+#endif
+  (void)level;
+  bool ok = true;
+  for (std::size_t i = begin; i < end; ++i) {
+    float const v = natural_value(codes[i], emax[i / bucket_len], ok);
+    out[i] = add ? std::fma(alpha, v, out[i]) : v;
+  }
+  return ok;
 }
 
 }  // namespace cpu::kernels

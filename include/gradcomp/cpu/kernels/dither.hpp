@@ -7,16 +7,19 @@
 /// Scalar and AVX-512 levels produce identical bytes; the scalar code is the reference.
 ///
 /// Per element, with L = s (linear) or 2^(s-1) (natural), `mult = L / (scale * pre)` and `pre`
-/// = 2^64 for buckets whose scale is below 2^-60 (else 1), both per bucket:
-///   u = (|x| * pre) * mult                      (float, rounded in that order)
-///   linear:  q = min(floor(u) + B(u - floor(u)), s)
-///   natural: u < 1: q = B(u);  else q = min(e + 1 + B(m), s) with u = (1 + m) 2^e
-/// where B(p) is `round_up(draw16(i), p)`. The code is q with a sign bit above it (set only
+/// = 2^64 for buckets whose scale is below 2^-60 (else 1), both per bucket, a = |x| * pre
+/// (exact) and the dither offset r = (draw16(i) + 0.5) / 2^16 in (0, 1):
+///   linear:  q = min(floor(fma(a, mult, r)), s)            (one rounding)
+///   natural: u = a * mult; u < 1: q = [u + r >= 1];
+///            else, u = (1 + m) 2^e: q = min(e + 1 + [m + r >= 1], s)
+/// Since r is uniform, P(round up) equals the fractional part (up to the 2^-17 resolution of r
+/// and one float rounding), so E[level] = u. The code is q with a sign bit above it (set only
 /// for x < 0 and q > 0), `width = 1 + bit_width(s)` bits, packed LSB first.
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/philox.hpp>
 #include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/kernels/bucket.hpp>
 #include <gradcomp/cpu/kernels/philox.hpp>
 
 #include <bit>
@@ -93,21 +96,27 @@ inline float block_absmax(float const* x, std::size_t n) noexcept {
   return bad ? NAN : m;
 }
 
+/// The dither offset (draw + 0.5) / 2^16 of a 16-bit draw (exact).
+inline float dither_offset(std::uint32_t draw) noexcept {
+  return std::fma(static_cast<float>(draw), 0x1p-16f, 0x1p-17f);
+}
+
 /// Quantizes one element (see file comment) and returns its code.
 inline std::uint32_t dither_code(float x, dither_bucket const& b, dither_shape const& sh,
                                  std::uint32_t draw) noexcept {
-  float const u = (std::fabs(x) * b.pre) * b.mult;
-  float const d = (static_cast<float>(draw) + 0.5f) * (1.0f / 65536.0f);
+  float const r = dither_offset(draw);
+  float const a = std::fabs(x) * b.pre;
   std::uint32_t q;
   if (!sh.natural) {
-    float const fl = std::floor(u);
-    q = static_cast<std::uint32_t>(fl) + (d < u - fl ? 1u : 0u);
-  } else if (u < 1.0f) {
-    q = d < u ? 1u : 0u;
+    q = static_cast<std::uint32_t>(std::fma(a, b.mult, r));
   } else {
+    float const u = a * b.mult;
     std::uint32_t const bits = std::bit_cast<std::uint32_t>(u);
-    float const frac = std::bit_cast<float>((bits & 0x7fffffu) | 0x3f800000u) - 1.0f;
-    q = (bits >> 23) - 126u + (d < frac ? 1u : 0u);  // e + 1 + B(m), e = exponent - 127
+    bool const small = u < 1.0f;
+    float const m = std::bit_cast<float>((bits & 0x7fffffu) | 0x3f800000u) - 1.0f;
+    float const p = small ? u : m;
+    std::uint32_t const base = small ? 0u : (bits >> 23) - 126u;  // e + 1, e = exponent - 127
+    q = base + (p + r >= 1.0f ? 1u : 0u);
   }
   if (q > sh.s) q = sh.s;
   std::uint32_t const neg = (x < 0.0f && q != 0) ? 1u : 0u;
@@ -267,53 +276,119 @@ GRADCOMP_TARGET_AVX512 inline __m512i unpack16(unsigned width, std::byte const* 
   }
 }
 
-// Codes of the 16 elements at x (lanes outside `live` give code 0).
-GRADCOMP_TARGET_AVX512 inline __m512i dither_codes16(__m512 xv, __m512 pre, __m512 mult,
-                                                     __m512i draws, dither_shape const& sh) noexcept {
-  __m512 const u = _mm512_mul_ps(_mm512_mul_ps(_mm512_abs_ps(xv), pre), mult);
-  __m512 const d = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(draws), _mm512_set1_ps(0.5f)),
-                                 _mm512_set1_ps(1.0f / 65536.0f));
+// Packs with full-width stores that may write up to 16 bytes past the 2 * W bytes of the
+// window; only for windows whose following bytes are rewritten later by the same thread.
+template <unsigned W>
+GRADCOMP_TARGET_AVX512 inline void pack16_overlapping(__m512i codes, std::byte* dst) noexcept {
+  if constexpr (W <= 8) {
+    __m128i const b = _mm512_cvtepi32_epi8(codes);
+    std::uint64_t const mask = 0x0101010101010101ull * ((1u << W) - 1u);
+    std::uint64_t const p0 = _pext_u64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(b)), mask);
+    std::uint64_t const p1 = _pext_u64(static_cast<std::uint64_t>(_mm_extract_epi64(b, 1)), mask);
+    std::memcpy(dst, &p0, 8);
+    std::memcpy(dst + W, &p1, 8);
+  } else {
+    pack16<W>(codes, dst);
+  }
+}
+
+// Unpacks with full-width loads that may read up to 16 bytes past the window.
+template <unsigned W>
+GRADCOMP_TARGET_AVX512 inline __m512i unpack16_overlapping(std::byte const* src) noexcept {
+  if constexpr (W <= 8) {
+    std::uint64_t a, b;
+    std::memcpy(&a, src, 8);
+    std::memcpy(&b, src + W, 8);
+    std::uint64_t const mask = 0x0101010101010101ull * ((1u << W) - 1u);
+    __m128i const v = _mm_set_epi64x(static_cast<long long>(_pdep_u64(b, mask)),
+                                     static_cast<long long>(_pdep_u64(a, mask)));
+    return _mm512_cvtepu8_epi32(v);
+  } else {
+    return unpack16<W>(src);
+  }
+}
+
+// The 16 dither offsets (draw + 0.5) / 2^16 of window k of a group.
+GRADCOMP_TARGET_AVX512 inline __m512 dither_offsets(philox16 const& g, unsigned k) noexcept {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(philox_window(g, k)), _mm512_set1_ps(0x1p-16f),
+                         _mm512_set1_ps(0x1p-17f));
+}
+
+// Codes of 16 elements (see the file comment for the math).
+GRADCOMP_TARGET_AVX512 inline __m512i dither_codes16(__m512 xv, __m512 pre, __m512 mult, __m512 r,
+                                                     dither_shape const& sh) noexcept {
+  __m512 const a = _mm512_mul_ps(_mm512_abs_ps(xv), pre);
   __m512i q;
   if (!sh.natural) {
-    __m512 const fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    __mmask16 const up = _mm512_cmp_ps_mask(d, _mm512_sub_ps(u, fl), _CMP_LT_OQ);
-    q = _mm512_cvttps_epi32(fl);
-    q = _mm512_mask_add_epi32(q, up, q, _mm512_set1_epi32(1));
+    q = _mm512_cvttps_epi32(_mm512_fmadd_ps(a, mult, r));
   } else {
+    __m512 const u = _mm512_mul_ps(a, mult);
     __mmask16 const small = _mm512_cmp_ps_mask(u, _mm512_set1_ps(1.0f), _CMP_LT_OQ);
     __m512i const bits = _mm512_castps_si512(u);
-    __m512 const frac = _mm512_sub_ps(
-        _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffff)),
-                                            _mm512_set1_epi32(0x3f800000))),
+    __m512 const m = _mm512_sub_ps(
+        _mm512_castsi512_ps(_mm512_ternarylogic_epi32(bits, _mm512_set1_epi32(0x7fffff),
+                                                      _mm512_set1_epi32(0x3f800000), 0xEA)),
         _mm512_set1_ps(1.0f));
-    __m512 const p = _mm512_mask_blend_ps(small, frac, u);
-    __mmask16 const up = _mm512_cmp_ps_mask(d, p, _CMP_LT_OQ);
-    __m512i const base =
-        _mm512_maskz_sub_epi32(static_cast<__mmask16>(~small), _mm512_srli_epi32(bits, 23),
-                               _mm512_set1_epi32(126));
+    __m512 const p = _mm512_mask_blend_ps(small, m, u);
+    __mmask16 const up = _mm512_cmp_ps_mask(_mm512_add_ps(p, r), _mm512_set1_ps(1.0f), _CMP_GE_OQ);
+    __m512i const base = _mm512_maskz_sub_epi32(static_cast<__mmask16>(~small),
+                                                _mm512_srli_epi32(bits, 23), _mm512_set1_epi32(126));
     q = _mm512_mask_add_epi32(base, up, base, _mm512_set1_epi32(1));
   }
   q = _mm512_min_epu32(q, _mm512_set1_epi32(static_cast<int>(sh.s)));
-  __mmask16 const neg = _mm512_cmp_ps_mask(xv, _mm512_setzero_ps(), _CMP_LT_OQ) &
-                        _mm512_test_epi32_mask(q, q);
+  __mmask16 const neg = _mm512_mask_test_epi32_mask(
+      _mm512_cmp_ps_mask(xv, _mm512_setzero_ps(), _CMP_LT_OQ), q, q);
   return _mm512_mask_or_epi32(q, neg, q, _mm512_set1_epi32(static_cast<int>(1u << (sh.width - 1))));
+}
+
+// Encodes one full 128-element group lying in a single bucket, using overlapping stores.
+template <unsigned W>
+GRADCOMP_TARGET_AVX512 inline void dither_group_fast(float const* x, dither_bucket const& bk,
+                                                     dither_shape const& sh, philox16 const& g,
+                                                     std::byte* dst) noexcept {
+  __m512 const pre = _mm512_set1_ps(bk.pre);
+  __m512 const mult = _mm512_set1_ps(bk.mult);
+  for (unsigned k = 0; k < 8; ++k) {
+    __m512i const c = dither_codes16(_mm512_loadu_ps(x + 16 * k), pre, mult, dither_offsets(g, k), sh);
+    pack16_overlapping<W>(c, dst + 2 * W * k);
+  }
+}
+
+GRADCOMP_TARGET_AVX512 inline void dither_group_fast(unsigned width, float const* x,
+                                                     dither_bucket const& bk, dither_shape const& sh,
+                                                     philox16 const& g, std::byte* dst) noexcept {
+  switch (width) {
+#define GRADCOMP_CASE(W) \
+  case W: dither_group_fast<W>(x, bk, sh, g, dst); return;
+    GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
+#undef GRADCOMP_CASE
+    default: return;
+  }
 }
 
 GRADCOMP_TARGET_AVX512 inline void dither_encode(float const* x, std::size_t begin, std::size_t end,
                                                  std::size_t bucket_len, dither_bucket const* buckets,
                                                  dither_shape const& sh, random_stream const& rs,
                                                  std::byte* codes) noexcept {
+  bucket_cursor cur(bucket_len, begin);
+  philox_schedule const ks = philox_prepare(rs);
   for (std::size_t g0 = begin; g0 < end; g0 += 128) {
-    philox16 const g = philox_generate(rs, g0 / 128);
+    philox16 const g = philox_generate(ks, g0 / 128);
+    // Fast path: a full group inside one bucket, not the last group of this range (its
+    // overlapping stores spill into the next group, which this thread writes afterwards).
+    if (g0 + 256 <= end && cur.advance(g0, 128)) {
+      dither_group_fast(sh.width, x + g0, buckets[cur.index()], sh, g, codes + (g0 / 16) * 2 * sh.width);
+      continue;
+    }
     for (unsigned k = 0; k < 8; ++k) {
       std::size_t const w0 = g0 + 16 * k;
       if (w0 >= end) break;
       std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
       __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
-      std::size_t const b0 = w0 / bucket_len;
-      std::size_t const b1 = (w0 + valid - 1) / bucket_len;
+      bool const single = cur.advance(w0, valid);
+      std::size_t const b0 = cur.index();
       __m512 pre, mult;
-      if (b0 == b1) {
+      if (single) {
         pre = _mm512_set1_ps(buckets[b0].pre);
         mult = _mm512_set1_ps(buckets[b0].mult);
       } else {
@@ -327,8 +402,7 @@ GRADCOMP_TARGET_AVX512 inline void dither_encode(float const* x, std::size_t beg
         mult = _mm512_load_ps(m);
       }
       __m512 const xv = _mm512_maskz_loadu_ps(live, x + w0);
-      __m512i const c =
-          _mm512_maskz_mov_epi32(live, dither_codes16(xv, pre, mult, philox_window(g, k), sh));
+      __m512i const c = _mm512_maskz_mov_epi32(live, dither_codes16(xv, pre, mult, dither_offsets(g, k), sh));
       std::byte* dst = codes + (w0 / 16) * 2 * sh.width;
       if (valid == 16) {
         pack16(sh.width, c, dst);
@@ -341,15 +415,68 @@ GRADCOMP_TARGET_AVX512 inline void dither_encode(float const* x, std::size_t beg
   }
 }
 
+// Decoded values of 16 codes; accumulates non-canonical lanes into `bad`.
+GRADCOMP_TARGET_AVX512 inline __m512 dither_values16(__m512i c, __m512 step, dither_shape const& sh,
+                                                     __mmask16& bad) noexcept {
+  __m512i const q = _mm512_and_si512(c, _mm512_set1_epi32(static_cast<int>((1u << (sh.width - 1)) - 1u)));
+  __mmask16 const neg = _mm512_test_epi32_mask(c, _mm512_set1_epi32(static_cast<int>(1u << (sh.width - 1))));
+  __mmask16 const zero = _mm512_testn_epi32_mask(q, q);
+  bad |= _mm512_cmp_epu32_mask(q, _mm512_set1_epi32(static_cast<int>(sh.s)), _MM_CMPINT_NLE) | (neg & zero);
+  __m512 level_v;
+  if (!sh.natural) {
+    level_v = _mm512_cvtepi32_ps(q);
+  } else {
+    level_v = _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero),
+                                  _mm512_castsi512_ps(_mm512_slli_epi32(
+                                      _mm512_add_epi32(q, _mm512_set1_epi32(126)), 23)));
+  }
+  __m512 const v = _mm512_mul_ps(level_v, step);
+  return _mm512_mask_xor_ps(v, neg, v, _mm512_set1_ps(-0.0f));
+}
+
+template <unsigned W>
+GRADCOMP_TARGET_AVX512 inline __mmask16 dither_decode_group_fast(std::byte const* src, float step_s,
+                                                                 dither_shape const& sh, float* out,
+                                                                 float alpha, bool add) noexcept {
+  __mmask16 bad = 0;
+  __m512 const step = _mm512_set1_ps(step_s);
+  __m512 const a = _mm512_set1_ps(alpha);
+  for (unsigned k = 0; k < 8; ++k) {
+    __m512 v = dither_values16(unpack16_overlapping<W>(src + 2 * W * k), step, sh, bad);
+    if (add) v = _mm512_fmadd_ps(a, v, _mm512_loadu_ps(out + 16 * k));
+    _mm512_storeu_ps(out + 16 * k, v);
+  }
+  return bad;
+}
+
+GRADCOMP_TARGET_AVX512 inline __mmask16 dither_decode_group_fast(unsigned width, std::byte const* src,
+                                                                 float step, dither_shape const& sh,
+                                                                 float* out, float alpha, bool add) noexcept {
+  switch (width) {
+#define GRADCOMP_CASE(W) \
+  case W: return dither_decode_group_fast<W>(src, step, sh, out, alpha, add);
+    GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
+#undef GRADCOMP_CASE
+    default: return 0xffff;
+  }
+}
+
 GRADCOMP_TARGET_AVX512 inline bool dither_decode(std::byte const* codes, std::size_t begin,
                                                  std::size_t end, std::size_t bucket_len,
                                                  float const* steps, dither_shape const& sh,
                                                  float* out, float alpha, bool add) noexcept {
   __mmask16 bad = 0;
-  __m512i const qmask = _mm512_set1_epi32(static_cast<int>((1u << (sh.width - 1)) - 1u));
-  __m512i const smax = _mm512_set1_epi32(static_cast<int>(sh.s));
   __m512 const a = _mm512_set1_ps(alpha);
-  for (std::size_t w0 = begin; w0 < end; w0 += 16) {
+  bucket_cursor cur(bucket_len, begin);
+  std::size_t w0 = begin;
+  // Fast path: whole 128-element groups in one bucket with a full group after them (the
+  // overlapping loads stay inside the code stream).
+  while (w0 % 128 == 0 && w0 + 256 <= end && cur.advance(w0, 128)) {
+    bad |= dither_decode_group_fast(sh.width, codes + (w0 / 16) * 2 * sh.width, steps[cur.index()],
+                                    sh, out + w0, alpha, add);
+    w0 += 128;
+  }
+  for (; w0 < end; w0 += 16) {
     std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
     __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
     std::byte const* src = codes + (w0 / 16) * 2 * sh.width;
@@ -362,30 +489,17 @@ GRADCOMP_TARGET_AVX512 inline bool dither_decode(std::byte const* codes, std::si
       c = unpack16(sh.width, tmp);
     }
     c = _mm512_maskz_mov_epi32(live, c);
-    __m512i const q = _mm512_and_si512(c, qmask);
-    __mmask16 const neg = _mm512_test_epi32_mask(c, _mm512_set1_epi32(static_cast<int>(1u << (sh.width - 1))));
-    __mmask16 const zero = _mm512_testn_epi32_mask(q, q);
-    bad |= _mm512_cmp_epu32_mask(q, smax, _MM_CMPINT_NLE) | (neg & zero);
-    std::size_t const b0 = w0 / bucket_len;
-    std::size_t const b1 = (w0 + valid - 1) / bucket_len;
+    bool const single = cur.advance(w0, valid);
+    std::size_t const b0 = cur.index();
     __m512 step;
-    if (b0 == b1) {
+    if (single) {
       step = _mm512_set1_ps(steps[b0]);
     } else {
       alignas(64) float st[16];
       for (unsigned l = 0; l < 16; ++l) st[l] = steps[l < valid ? (w0 + l) / bucket_len : b0];
       step = _mm512_load_ps(st);
     }
-    __m512 level_v;
-    if (!sh.natural) {
-      level_v = _mm512_cvtepi32_ps(q);
-    } else {
-      level_v = _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero),
-                                    _mm512_castsi512_ps(_mm512_slli_epi32(
-                                        _mm512_add_epi32(q, _mm512_set1_epi32(126)), 23)));
-    }
-    __m512 v = _mm512_mul_ps(level_v, step);
-    v = _mm512_mask_xor_ps(v, neg, v, _mm512_set1_ps(-0.0f));
+    __m512 v = dither_values16(c, step, sh, bad);
     if (add) v = _mm512_fmadd_ps(a, v, _mm512_maskz_loadu_ps(live, out + w0));
     _mm512_mask_storeu_ps(out + w0, live, v);
   }

@@ -49,41 +49,70 @@ struct philox16 {
   __m512i w0, w1, w2, w3;
 };
 
-GRADCOMP_TARGET_AVX512 inline void mulhilo(__m512i a, __m512i m, __m512i& hi, __m512i& lo) noexcept {
-  __m512i const pe = _mm512_mul_epu32(a, m);                         // even lanes, 64-bit
-  __m512i const po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);  // odd lanes, 64-bit
-  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
-  lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+/// Broadcast Philox round keys of one stream (computed once per kernel call).
+struct philox_schedule {
+  __m512i k0[10];
+  __m512i k1[10];
+  std::uint64_t counter_hi_step_tensor[3];
+};
+
+GRADCOMP_TARGET_AVX512 inline philox_schedule philox_prepare(random_stream const& rs) noexcept {
+  philox_schedule s;
+  philox_key k = rs.key();
+  for (int r = 0; r < 10; ++r) {
+    s.k0[r] = _mm512_set1_epi64(k[0]);
+    s.k1[r] = _mm512_set1_epi64(k[1]);
+    k[0] += philox_constants::w0;
+    k[1] += philox_constants::w1;
+  }
+  s.counter_hi_step_tensor[0] = 0;
+  s.counter_hi_step_tensor[1] = rs.step;
+  s.counter_hi_step_tensor[2] = rs.tensor;
+  return s;
+}
+
+// Philox4x32-10 on 16 blocks held as two chains of 8, each block word in the low half of a
+// 64-bit lane. High halves hold garbage that never reaches a result (_mm512_mul_epu32 reads
+// only the low 32 bits; the outputs keep only the low halves).
+GRADCOMP_TARGET_AVX512 inline philox16 philox_generate(philox_schedule const& ks,
+                                                       std::uint64_t group) noexcept {
+  std::uint64_t const first = group * 16;  // a multiple of 16: first + l never carries
+  __m512i const lanes = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  __m512i const lo = _mm512_set1_epi64(static_cast<std::uint32_t>(first));
+  __m512i a0 = _mm512_add_epi64(lo, lanes);
+  __m512i b0 = _mm512_add_epi64(a0, _mm512_set1_epi64(8));
+  __m512i a1 = _mm512_set1_epi64(static_cast<std::uint32_t>(first >> 32));
+  __m512i b1 = a1;
+  __m512i a2 = _mm512_set1_epi64(static_cast<long long>(ks.counter_hi_step_tensor[1]));
+  __m512i b2 = a2;
+  __m512i a3 = _mm512_set1_epi64(static_cast<long long>(ks.counter_hi_step_tensor[2]));
+  __m512i b3 = a3;
+  __m512i const mul0 = _mm512_set1_epi64(philox_constants::m0);
+  __m512i const mul1 = _mm512_set1_epi64(philox_constants::m1);
+#pragma GCC unroll 10
+  for (int r = 0; r < 10; ++r) {
+    __m512i const pa0 = _mm512_mul_epu32(a0, mul0);
+    __m512i const pb0 = _mm512_mul_epu32(b0, mul0);
+    __m512i const pa1 = _mm512_mul_epu32(a2, mul1);
+    __m512i const pb1 = _mm512_mul_epu32(b2, mul1);
+    // High product words to the low halves with a shuffle (another port than the multiply).
+    a0 = _mm512_ternarylogic_epi64(_mm512_shuffle_epi32(pa1, _MM_PERM_DDBB), a1, ks.k0[r], 0x96);
+    b0 = _mm512_ternarylogic_epi64(_mm512_shuffle_epi32(pb1, _MM_PERM_DDBB), b1, ks.k0[r], 0x96);
+    a2 = _mm512_ternarylogic_epi64(_mm512_shuffle_epi32(pa0, _MM_PERM_DDBB), a3, ks.k1[r], 0x96);
+    b2 = _mm512_ternarylogic_epi64(_mm512_shuffle_epi32(pb0, _MM_PERM_DDBB), b3, ks.k1[r], 0x96);
+    a1 = pa1;
+    b1 = pb1;
+    a3 = pa0;
+    b3 = pb0;
+  }
+  __m512i const even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  return {_mm512_permutex2var_epi32(a0, even, b0), _mm512_permutex2var_epi32(a1, even, b1),
+          _mm512_permutex2var_epi32(a2, even, b2), _mm512_permutex2var_epi32(a3, even, b3)};
 }
 
 GRADCOMP_TARGET_AVX512 inline philox16 philox_generate(random_stream const& rs,
                                                        std::uint64_t group) noexcept {
-  using namespace philox_constants;
-  std::uint64_t const first = group * 16;
-  __m512i const lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  // Blocks first..first+15 never straddle a 2^32 boundary in the low word because first is a
-  // multiple of 16.
-  __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first))), lanes);
-  __m512i c1 = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first >> 32)));
-  __m512i c2 = _mm512_set1_epi32(static_cast<int>(rs.step));
-  __m512i c3 = _mm512_set1_epi32(static_cast<int>(rs.tensor));
-  philox_key k = rs.key();
-  __m512i const mul0 = _mm512_set1_epi32(static_cast<int>(m0));
-  __m512i const mul1 = _mm512_set1_epi32(static_cast<int>(m1));
-  for (int r = 0; r < 10; ++r) {
-    __m512i hi0, lo0, hi1, lo1;
-    mulhilo(c0, mul0, hi0, lo0);
-    mulhilo(c2, mul1, hi1, lo1);
-    __m512i const k0 = _mm512_set1_epi32(static_cast<int>(k[0]));
-    __m512i const k1 = _mm512_set1_epi32(static_cast<int>(k[1]));
-    c0 = _mm512_ternarylogic_epi32(hi1, c1, k0, 0x96);  // hi1 ^ c1 ^ k0
-    c2 = _mm512_ternarylogic_epi32(hi0, c3, k1, 0x96);  // hi0 ^ c3 ^ k1
-    c1 = lo1;
-    c3 = lo0;
-    k[0] += w0;
-    k[1] += w1;
-  }
-  return {c0, c1, c2, c3};
+  return philox_generate(philox_prepare(rs), group);
 }
 
 /// The 16 draws of window `k` (0..7) of a group, as 32-bit lanes.
