@@ -1,0 +1,276 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+//
+// gradcomp_bench_codecs: compress, decompress and decompress_add of every CPU codec on float32
+// N(0, 1) input, next to memory baselines measured by the same program on the same buffers.
+//
+// Benchmarks are named OP/SPEC/n:N/threads:T, where OP is compress, decompress,
+// decompress_add or baseline, SPEC a `gradcomp::make_codec` spec (or read, write, update for the
+// baselines), N the element count and T the pool size (1, or hardware_concurrency()).
+//
+// Throughput is input bytes (n * 4) per second for every operation, decompression included, so
+// numbers of one codec compare directly. Counters:
+//   GB/s       n * 4 / the median time of one call (the same median the ratios use);
+//   base_GB/s  the matching baseline (read for compress, write for decompress, update for
+//              decompress_add), one call after every codec call, same pool and buffers;
+//   ratio      median baseline time / median codec time: 1.0 = the codec runs at the speed
+//              of the memory pass it cannot avoid;
+//   B/elem     packet bytes (32-byte header included) per element.
+// Each benchmark runs 3 repetitions of at least 0.3 s; use the `median` aggregate.
+//
+// Extra options (before Google Benchmark's own, which all work):
+//   --sizes=16,20,24   log2 of the element counts to run (default 16,20,24)
+//   --threads=1,all    pool sizes to run ("all" = hardware_concurrency(); default 1,all)
+
+#include "common.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace gb = gradcomp_bench;
+namespace gc = gradcomp;
+
+/// Every codec configuration measured, as `make_codec` specs.
+constexpr char const* codec_specs[] = {
+    "identity",
+    "fp16",
+    "bf16",
+    "int8:bucket=512,rounding=nearest",
+    "int8:bucket=512,rounding=stochastic",
+    "onebit:scaling=mean_abs",
+    "onebit:scaling=none",
+    "qsgd:levels=7,bucket=512",
+    "qsgd:levels=127,bucket=512",
+    "terngrad:bucket=512",
+    "natural:bucket=512",
+    "dithering:levels=2,partition=linear,norm=max,bucket=512",
+    "dithering:levels=8,partition=natural,norm=max,bucket=512",
+    "dithering:levels=2,partition=linear,norm=l2,bucket=512",
+};
+
+enum class op { compress, decompress, decompress_add };
+
+constexpr char const* op_name(op o) noexcept {
+  switch (o) {
+    case op::compress: return "compress";
+    case op::decompress: return "decompress";
+    case op::decompress_add: return "decompress_add";
+  }
+  return "?";
+}
+
+constexpr gb::baseline baseline_of(op o) noexcept {
+  switch (o) {
+    case op::compress: return gb::baseline::read;
+    case op::decompress: return gb::baseline::write;
+    case op::decompress_add: return gb::baseline::update;
+  }
+  return gb::baseline::read;
+}
+
+// Buffers shared by all benchmarks of one size: the decoded output and the packet buffer (large
+// enough for any codec's packet, identity being the largest).
+struct size_buffers {
+  gb::buffer<float> out;
+  gb::buffer<std::byte> packet;
+};
+
+size_buffers& buffers_for(std::size_t n) {
+  static std::map<std::size_t, size_buffers> cache;
+  auto it = cache.find(n);
+  if (it == cache.end()) {
+    it = cache.emplace(n, size_buffers{gb::buffer<float>(n), gb::buffer<std::byte>(4 * n + 4096)})
+             .first;
+  }
+  return it->second;
+}
+
+// The packet of `spec` for the Gaussian input of n elements, made once.
+std::vector<std::byte> const& packet_for(std::string const& spec, std::size_t n) {
+  static std::map<std::pair<std::string, std::size_t>, std::vector<std::byte>> cache;
+  auto key = std::make_pair(spec, n);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    gc::any_codec const codec = gc::make_codec(spec);
+    std::vector<std::byte> p(codec.max_compressed_bytes(n));
+    std::size_t const bytes =
+        codec.compress(gc::tensor_view<float const>(gb::gaussian(n).span()), p, gb::context(1));
+    p.resize(bytes);
+    it = cache.emplace(std::move(key), std::move(p)).first;
+  }
+  return it->second;
+}
+
+void set_throughput(benchmark::State& state, std::size_t n, std::vector<double>& times) {
+  double const t = gb::median(times);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>(n * sizeof(float)));
+  state.counters["GB/s"] = t > 0 ? static_cast<double>(n * sizeof(float)) / t / 1e9 : 0.0;
+}
+
+void bm_codec(benchmark::State& state, std::string const& spec, op o, std::size_t n,
+              unsigned threads) {
+  gc::any_codec const codec = gc::make_codec(spec);
+  gc::codec_context const ctx = gb::context(threads);
+  size_buffers& bufs = buffers_for(n);
+  std::vector<std::byte> const& packet = packet_for(spec, n);
+  gc::tensor_view<float const> const input(gb::gaussian(n).span());
+  std::span<std::byte const> const in_packet(packet);
+  std::span<std::byte> const out_packet = bufs.packet.span();
+  std::span<float> const out = bufs.out.span();
+
+  auto call = [&] {
+    switch (o) {
+      case op::compress: return codec.compress(input, out_packet, ctx);
+      case op::decompress: codec.decompress(in_packet, out, ctx); break;
+      case op::decompress_add: codec.decompress_add(in_packet, out, 1.0f, ctx); break;
+    }
+    return packet.size();
+  };
+
+  std::size_t bytes = 0;
+  try {
+    bytes = call();  // warm-up: first touch of code and data, pool threads awake
+  } catch (std::exception const& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  // Each codec call is followed (untimed) by one call of its baseline on the same pool and
+  // buffers, so both medians come from the same moments of a machine whose load may drift.
+  gb::baseline const base = baseline_of(o);
+  float const* bx = gb::gaussian(n).data();
+  float* by = bufs.out.data();
+  std::vector<double> times, base_times;
+  times.reserve(4096);
+  base_times.reserve(4096);
+  for (auto _ : state) {
+    double const t0 = gb::now_seconds();
+    bytes = call();
+    times.push_back(gb::now_seconds() - t0);
+    benchmark::DoNotOptimize(bytes);
+    benchmark::ClobberMemory();
+    state.PauseTiming();
+    double const t1 = gb::now_seconds();
+    benchmark::DoNotOptimize(gb::run_baseline(base, bx, by, n, ctx));
+    base_times.push_back(gb::now_seconds() - t1);
+    benchmark::ClobberMemory();
+    state.ResumeTiming();
+  }
+  set_throughput(state, n, times);
+  double const t_codec = gb::median(times);
+  double const t_base = gb::median(base_times);
+  state.counters["base_GB/s"] =
+      t_base > 0 ? static_cast<double>(n * sizeof(float)) / t_base / 1e9 : 0.0;
+  state.counters["ratio"] = t_codec > 0 ? t_base / t_codec : 0.0;
+  state.counters["B/elem"] = static_cast<double>(bytes) / static_cast<double>(n);
+}
+
+void bm_baseline(benchmark::State& state, gb::baseline b, std::size_t n, unsigned threads) {
+  gc::codec_context const ctx = gb::context(threads);
+  float const* x = gb::gaussian(n).data();
+  float* y = buffers_for(n).out.data();
+  benchmark::DoNotOptimize(gb::run_baseline(b, x, y, n, ctx));
+  std::vector<double> times;
+  times.reserve(4096);
+  for (auto _ : state) {
+    double const t0 = gb::now_seconds();
+    benchmark::DoNotOptimize(gb::run_baseline(b, x, y, n, ctx));
+    times.push_back(gb::now_seconds() - t0);
+    benchmark::ClobberMemory();
+  }
+  set_throughput(state, n, times);
+}
+
+// Parses "--name=a,b,c" from argv (removing it); returns the items, or `fallback`.
+std::vector<std::string> take_list(int& argc, char** argv, std::string_view name,
+                                   std::vector<std::string> fallback) {
+  std::string const prefix = "--" + std::string(name) + "=";
+  for (int i = 1; i < argc; ++i) {
+    std::string_view const a = argv[i];
+    if (a.substr(0, prefix.size()) != prefix) continue;
+    std::vector<std::string> items;
+    std::string_view rest = a.substr(prefix.size());
+    while (!rest.empty()) {
+      std::size_t const comma = rest.find(',');
+      items.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    }
+    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+    --argc;
+    return items;
+  }
+  return fallback;
+}
+
+template <class Fn>
+void add(std::string const& name, Fn&& fn) {
+  benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))
+      ->MinTime(0.3)
+      ->Repetitions(3)
+      ->ReportAggregatesOnly(true)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::size_t> sizes;
+  for (std::string const& s : take_list(argc, argv, "sizes", {"16", "20", "24"})) {
+    int const log2n = std::atoi(s.c_str());
+    if (log2n < 4 || log2n > 30) {
+      std::fprintf(stderr, "gradcomp_bench_codecs: --sizes takes log2 element counts in 4..30\n");
+      return 2;
+    }
+    sizes.push_back(std::size_t{1} << log2n);
+  }
+  std::vector<unsigned> thread_counts;
+  for (std::string const& s : take_list(argc, argv, "threads", {"1", "all"})) {
+    unsigned const t = s == "all" ? gb::all_threads() : static_cast<unsigned>(std::atoi(s.c_str()));
+    if (t == 0) {
+      std::fprintf(stderr, "gradcomp_bench_codecs: --threads takes positive counts or 'all'\n");
+      return 2;
+    }
+    if (std::find(thread_counts.begin(), thread_counts.end(), t) == thread_counts.end()) {
+      thread_counts.push_back(t);
+    }
+  }
+
+  for (std::size_t n : sizes) {
+    for (unsigned t : thread_counts) {
+      std::string const tail = "/n:" + std::to_string(n) + "/threads:" + std::to_string(t);
+      for (gb::baseline b : {gb::baseline::read, gb::baseline::write, gb::baseline::update}) {
+        add(std::string("baseline/") + gb::baseline_name(b) + tail,
+            [b, n, t](benchmark::State& s) { bm_baseline(s, b, n, t); });
+      }
+      for (char const* spec : codec_specs) {
+        for (op o : {op::compress, op::decompress, op::decompress_add}) {
+          std::string const s = spec;
+          add(std::string(op_name(o)) + "/" + s + tail,
+              [s, o, n, t](benchmark::State& st) { bm_codec(st, s, o, n, t); });
+        }
+      }
+    }
+  }
+
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  benchmark::AddCustomContext("gradcomp_version", std::to_string(GRADCOMP_VERSION_MAJOR) + "." +
+                                                      std::to_string(GRADCOMP_VERSION_MINOR) + "." +
+                                                      std::to_string(GRADCOMP_VERSION_PATCH));
+  benchmark::AddCustomContext("gradcomp_isa", gc::cpu::isa_name(gc::cpu::machine_isa()));
+  benchmark::AddCustomContext("all_threads", std::to_string(gb::all_threads()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,301 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Shared harness of gradcomp's benchmark programs: page-aligned, pre-faulted buffers, the
+/// Gaussian inputs (fixed seed), one thread pool per thread count, a clock and a median, and the
+/// memory baselines the codecs are measured against:
+///
+/// - `baseline::read`: sum of n floats (what a compressor must at least do: read its input);
+/// - `baseline::write`: fill n floats with a constant (what a decompressor must at least do);
+/// - `baseline::update`: y += c over n floats (what `decompress_add` must at least do).
+///
+/// The baselines are vectorised by hand (AVX-512 / AVX2 chosen at run time, like the library's
+/// kernels, so the program itself needs no `-m` flags) and run on the same pool with the same
+/// chunking (`cpu::for_each_chunk`) as the codecs, so "all threads" means the same for both.
+
+#include <gradcomp/config.hpp>
+#include <gradcomp/gradcomp.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <random>
+#include <span>
+#include <thread>
+#include <vector>
+
+#if GRADCOMP_X86_SIMD
+#  include <immintrin.h>
+#endif
+
+namespace gradcomp_bench {
+
+namespace gc = gradcomp;
+
+/// A heap array of trivially copyable `T`, aligned to 4 KiB and touched once, so that no page
+/// fault lands inside a timed region.
+template <class T>
+class buffer {
+ public:
+  buffer() = default;
+  explicit buffer(std::size_t n) : n_(n) {
+    std::size_t const bytes = std::max<std::size_t>(64, (n * sizeof(T) + 4095) / 4096 * 4096);
+    data_.reset(static_cast<T*>(std::aligned_alloc(4096, bytes)));
+    if (!data_) throw std::bad_alloc();
+    std::memset(static_cast<void*>(data_.get()), 0, bytes);
+  }
+  [[nodiscard]] T* data() noexcept { return data_.get(); }
+  [[nodiscard]] T const* data() const noexcept { return data_.get(); }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  [[nodiscard]] std::span<T> span() noexcept { return {data_.get(), n_}; }
+  [[nodiscard]] std::span<T const> span() const noexcept { return {data_.get(), n_}; }
+
+ private:
+  struct free_deleter {
+    void operator()(T* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<T, free_deleter> data_;
+  std::size_t n_ = 0;
+};
+
+/// Seed of every benchmark input.
+inline constexpr std::uint64_t input_seed = 0x9e3779b97f4a7c15ull;
+
+/// n floats drawn from N(0, 1) with `input_seed`; generated once per n and kept.
+inline buffer<float> const& gaussian(std::size_t n) {
+  static std::mutex m;
+  static std::map<std::size_t, buffer<float>> cache;
+  std::lock_guard lock(m);
+  auto it = cache.find(n);
+  if (it == cache.end()) {
+    buffer<float> b(n);
+    std::mt19937_64 rng(input_seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (std::size_t i = 0; i < n; ++i) b.data()[i] = dist(rng);
+    it = cache.emplace(n, std::move(b)).first;
+  }
+  return it->second;
+}
+
+/// Threads of "all threads" runs: `std::thread::hardware_concurrency()` (at least 1).
+inline unsigned all_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+/// A `gradcomp::cpu::thread_pool` of `threads` threads, created once and kept.
+inline gc::cpu::thread_pool& pool(unsigned threads) {
+  static std::mutex m;
+  static std::map<unsigned, std::unique_ptr<gc::cpu::thread_pool>> pools;
+  std::lock_guard lock(m);
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<gc::cpu::thread_pool>(threads);
+  return *p;
+}
+
+/// The codec context of a benchmark: fixed seed and step, the pool of `threads`, the library's
+/// default parallel threshold (so small tensors stay on one thread, as they would in use).
+inline gc::codec_context context(unsigned threads) {
+  gc::codec_context ctx;
+  ctx.seed = 20261122;
+  ctx.step = 3;
+  ctx.pool = &pool(threads);
+  return ctx;
+}
+
+/// Seconds since an arbitrary epoch (steady clock).
+inline double now_seconds() noexcept {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// Median of `v` (which it reorders); 0 for an empty vector.
+inline double median(std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  std::size_t const mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  double const hi = v[mid];
+  if (v.size() % 2 == 1) return hi;
+  double const lo = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+  return 0.5 * (lo + hi);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory baselines. Each has a scalar, an AVX2 and an AVX-512 body; four independent
+// accumulators (or stores) per iteration keep the loop bound by memory, not by latency.
+// ---------------------------------------------------------------------------------------------
+namespace kernels {
+
+inline float read_scalar(float const* x, std::size_t n) noexcept {
+  float a[8] = {};
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (std::size_t k = 0; k < 8; ++k) a[k] += x[i + k];
+  }
+  for (; i < n; ++i) a[0] += x[i];
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+inline void write_scalar(float* y, std::size_t n, float c) noexcept {
+  for (std::size_t i = 0; i < n; ++i) y[i] = c;
+}
+
+inline void update_scalar(float* y, std::size_t n, float c) noexcept {
+  for (std::size_t i = 0; i < n; ++i) y[i] += c;
+}
+
+#if GRADCOMP_X86_SIMD
+GRADCOMP_SIMD_DIAGNOSTICS_PUSH
+GRADCOMP_TARGET_AVX512 inline float read_avx512(float const* x, std::size_t n) noexcept {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(x + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(x + i + 48));
+  }
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  return s + read_scalar(x + i, n - i);
+}
+
+GRADCOMP_TARGET_AVX512 inline void write_avx512(float* y, std::size_t n, float c) noexcept {
+  __m512 const v = _mm512_set1_ps(c);
+  std::size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    _mm512_storeu_ps(y + i, v);
+    _mm512_storeu_ps(y + i + 16, v);
+    _mm512_storeu_ps(y + i + 32, v);
+    _mm512_storeu_ps(y + i + 48, v);
+  }
+  write_scalar(y + i, n - i, c);
+}
+
+GRADCOMP_TARGET_AVX512 inline void update_avx512(float* y, std::size_t n, float c) noexcept {
+  __m512 const v = _mm512_set1_ps(c);
+  std::size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), v));
+    _mm512_storeu_ps(y + i + 16, _mm512_add_ps(_mm512_loadu_ps(y + i + 16), v));
+    _mm512_storeu_ps(y + i + 32, _mm512_add_ps(_mm512_loadu_ps(y + i + 32), v));
+    _mm512_storeu_ps(y + i + 48, _mm512_add_ps(_mm512_loadu_ps(y + i + 48), v));
+  }
+  update_scalar(y + i, n - i, c);
+}
+
+GRADCOMP_TARGET_AVX2 inline float read_avx2(float const* x, std::size_t n) noexcept {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+  }
+  alignas(32) float lane[8];
+  _mm256_store_ps(lane, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  return read_scalar(lane, 8) + read_scalar(x + i, n - i);
+}
+
+GRADCOMP_TARGET_AVX2 inline void write_avx2(float* y, std::size_t n, float c) noexcept {
+  __m256 const v = _mm256_set1_ps(c);
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    _mm256_storeu_ps(y + i, v);
+    _mm256_storeu_ps(y + i + 8, v);
+    _mm256_storeu_ps(y + i + 16, v);
+    _mm256_storeu_ps(y + i + 24, v);
+  }
+  write_scalar(y + i, n - i, c);
+}
+
+GRADCOMP_TARGET_AVX2 inline void update_avx2(float* y, std::size_t n, float c) noexcept {
+  __m256 const v = _mm256_set1_ps(c);
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), v));
+    _mm256_storeu_ps(y + i + 8, _mm256_add_ps(_mm256_loadu_ps(y + i + 8), v));
+    _mm256_storeu_ps(y + i + 16, _mm256_add_ps(_mm256_loadu_ps(y + i + 16), v));
+    _mm256_storeu_ps(y + i + 24, _mm256_add_ps(_mm256_loadu_ps(y + i + 24), v));
+  }
+  update_scalar(y + i, n - i, c);
+}
+GRADCOMP_SIMD_DIAGNOSTICS_POP
+#endif  // GRADCOMP_X86_SIMD
+
+inline float read(float const* x, std::size_t n, gc::cpu::isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == gc::cpu::isa::avx512) return read_avx512(x, n);
+  if (level == gc::cpu::isa::avx2) return read_avx2(x, n);
+#endif
+  (void)level;
+  return read_scalar(x, n);
+}
+
+inline void write(float* y, std::size_t n, float c, gc::cpu::isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == gc::cpu::isa::avx512) return write_avx512(y, n, c);
+  if (level == gc::cpu::isa::avx2) return write_avx2(y, n, c);
+#endif
+  (void)level;
+  write_scalar(y, n, c);
+}
+
+inline void update(float* y, std::size_t n, float c, gc::cpu::isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == gc::cpu::isa::avx512) return update_avx512(y, n, c);
+  if (level == gc::cpu::isa::avx2) return update_avx2(y, n, c);
+#endif
+  (void)level;
+  update_scalar(y, n, c);
+}
+
+}  // namespace kernels
+
+/// The three baselines.
+enum class baseline { read, write, update };
+
+/// Name of a baseline as it appears in benchmark names ("read", "write", "update").
+constexpr char const* baseline_name(baseline b) noexcept {
+  switch (b) {
+    case baseline::read: return "read";
+    case baseline::write: return "write";
+    case baseline::update: return "update";
+  }
+  return "?";
+}
+
+/// Runs baseline `b` over `[0, n)` once, on the context's pool and chunking (16-element
+/// alignment, the library's chunk length and parallel threshold). `x` is read by `read`; `y`
+/// is written by `write` and `update`. Returns the sum for `read` (0 otherwise).
+inline float run_baseline(baseline b, float const* x, float* y, std::size_t n,
+                          gc::codec_context const& ctx) {
+  gc::cpu::isa const level = gc::cpu::effective_isa(ctx.isa);
+  if (b != baseline::read) {
+    float const c = b == baseline::write ? 0.5f : 1.0e-3f;
+    gc::cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t lo, std::size_t hi) {
+      if (b == baseline::write) {
+        kernels::write(y + lo, hi - lo, c, level);
+      } else {
+        kernels::update(y + lo, hi - lo, c, level);
+      }
+    });
+    return 0.0f;
+  }
+  // One partial sum per chunk, combined in chunk order (the codecs' own reduction pattern).
+  std::vector<float> part(gc::cpu::chunk_count(n, 16));
+  gc::cpu::for_each_chunk(n, 16, ctx, [&](std::size_t c, std::size_t lo, std::size_t hi) {
+    part[c] = kernels::read(x + lo, hi - lo, level);
+  });
+  float s = 0.0f;
+  for (float p : part) s += p;
+  return s;
+}
+
+}  // namespace gradcomp_bench

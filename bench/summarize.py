@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The gradcomp authors
+# SPDX-License-Identifier: Apache-2.0
+"""Turns the JSON of gradcomp_bench_codecs into markdown tables (standard library only).
+
+    bench/summarize.py RESULTS.json [--sizes 24] [--threads 1] [--target 0.8]
+
+Prints, from the `median` aggregate of each benchmark (the median over repetitions of each
+repetition's median call time):
+
+1. codec | n | threads | compress GB/s | ratio to read | decompress GB/s | ratio to write | B/elem
+2. the same for decompress_add against the update (y += c) baseline;
+3. the baselines themselves;
+4. which codecs reach `--target` times the baseline at the largest size on one thread.
+
+GB/s is input bytes (n * 4) per second for every operation, decompression included.
+"""
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+
+def parse_name(name):
+    """'compress/qsgd:levels=7/n:1024/threads:1/...' -> ('compress', 'qsgd:levels=7', 1024, 1)."""
+    parts = name.split("/")
+    if len(parts) < 4 or not parts[2].startswith("n:") or not parts[3].startswith("threads:"):
+        return None
+    return parts[0], parts[1], int(parts[2][2:]), int(parts[3][8:])
+
+
+def size_label(n):
+    if n > 0 and n & (n - 1) == 0:
+        return "2^%d" % (n.bit_length() - 1)
+    return str(n)
+
+
+def fmt(value, digits=2):
+    if value is None:
+        return "—"
+    if value >= 100:
+        return "%.0f" % value
+    if value >= 10:
+        return "%.1f" % value
+    return "%.*f" % (digits, value)
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    rows = {}  # (op, spec, n, threads) -> benchmark entry
+    order = []  # specs in the order the program ran them
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        key = parse_name(b.get("run_name", b["name"]))
+        if key is None:
+            continue
+        if b.get("error_occurred"):
+            b = dict(b, error=b.get("error_message", "error"))
+        # Keep the median aggregate when present; a run without repetitions has only iterations.
+        if key in rows and rows[key].get("run_type") == "aggregate":
+            continue
+        rows[key] = b
+        if key[0] != "baseline" and key[1] not in order:
+            order.append(key[1])
+    return data.get("context", {}), rows, order
+
+
+def counter(rows, key, name):
+    b = rows.get(key)
+    if b is None or "error" in b:
+        return None
+    return b.get(name)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json", help="output of gradcomp_bench_codecs --benchmark_out=FILE")
+    ap.add_argument("--sizes", type=int, nargs="*", help="log2 sizes to show (default: all)")
+    ap.add_argument("--threads", type=int, nargs="*", help="thread counts to show (default: all)")
+    ap.add_argument("--target", type=float, default=0.8, help="ratio target (default 0.8)")
+    args = ap.parse_args()
+
+    context, rows, order = load(args.json)
+    sizes = sorted({k[2] for k in rows})
+    threads = sorted({k[3] for k in rows})
+    if args.sizes:
+        sizes = [n for n in sizes if n.bit_length() - 1 in args.sizes]
+    if args.threads:
+        threads = [t for t in threads if t in args.threads]
+    if not sizes or not threads:
+        sys.exit("summarize.py: no benchmark rows match")
+
+    out = []
+    host = context.get("host_name", "?")
+    cpus = context.get("num_cpus", "?")
+    load_avg = context.get("load_avg")
+    load_txt = ", load average at start " + " ".join("%.2f" % x for x in load_avg) if load_avg else ""
+    out.append("<!-- %s, %s CPUs%s, %s, gradcomp %s, isa %s -->"
+               % (host, cpus, load_txt, context.get("date", "?"),
+                  context.get("gradcomp_version", "?"), context.get("gradcomp_isa", "?")))
+    out.append("")
+
+    out.append("| codec | n | threads | compress GB/s | ratio to read | decompress GB/s "
+               "| ratio to write | B/elem |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for spec in order:
+        for n in sizes:
+            for t in threads:
+                c, d = ("compress", spec, n, t), ("decompress", spec, n, t)
+                if c not in rows and d not in rows:
+                    continue
+                out.append("| %s | %s | %d | %s | %s | %s | %s | %s |" % (
+                    spec, size_label(n), t,
+                    fmt(counter(rows, c, "GB/s")), fmt(counter(rows, c, "ratio")),
+                    fmt(counter(rows, d, "GB/s")), fmt(counter(rows, d, "ratio")),
+                    fmt(counter(rows, c, "B/elem"), 3)))
+    out.append("")
+
+    out.append("| codec | n | threads | decompress_add GB/s | ratio to update |")
+    out.append("|---|---:|---:|---:|---:|")
+    for spec in order:
+        for n in sizes:
+            for t in threads:
+                a = ("decompress_add", spec, n, t)
+                if a in rows:
+                    out.append("| %s | %s | %d | %s | %s |" % (
+                        spec, size_label(n), t, fmt(counter(rows, a, "GB/s")),
+                        fmt(counter(rows, a, "ratio"))))
+    out.append("")
+
+    out.append("| baseline | n | threads | GB/s |")
+    out.append("|---|---:|---:|---:|")
+    for kind in ("read", "write", "update"):
+        for n in sizes:
+            for t in threads:
+                key = ("baseline", kind, n, t)
+                if key in rows:
+                    out.append("| %s | %s | %d | %s |" % (kind, size_label(n), t,
+                                                          fmt(counter(rows, key, "GB/s"))))
+    out.append("")
+
+    n = max(sizes)
+    t = min(threads)
+    meets, misses = [], []
+    for spec in order:
+        rc = counter(rows, ("compress", spec, n, t), "ratio")
+        rd = counter(rows, ("decompress", spec, n, t), "ratio")
+        if rc is None or rd is None:
+            continue
+        ok = rc >= args.target and rd >= args.target
+        (meets if ok else misses).append("%s (%.2f / %.2f)" % (spec, rc, rd))
+    out.append("Target at n = %s, %d thread(s): compress >= %.2f x read and decompress >= %.2f x "
+               "write (ratios compress / decompress)." % (size_label(n), t, args.target, args.target))
+    out.append("")
+    out.append("- meet it: " + (", ".join(meets) if meets else "none"))
+    out.append("- miss it: " + (", ".join(misses) if misses else "none"))
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
