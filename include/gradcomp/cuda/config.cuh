@@ -18,7 +18,7 @@
 /// `GRADCOMP_CUDA_ON_GPU` is 1 in the first case and 0 in the second.
 
 #if !defined(__CUDACC__)
-#  error "gradcomp/cuda/*.cuh must be compiled as CUDA (nvcc or clang -x cuda); the CPU codecs are in gradcomp/codec/"
+#  error "gradcomp/cuda/*.cuh need a CUDA compiler; the CPU codecs are in gradcomp/codec/"
 #endif
 
 #include <gradcomp/config.hpp>
@@ -34,6 +34,33 @@
 #else
 #  define GRADCOMP_CUDA_ON_GPU 0
 #endif
+
+/// `#pragma unroll` for a loop in a host/device function: applied in device compilation,
+/// left out of the host pass (where the host compiler would warn about an unknown pragma).
+#if defined(__CUDA_ARCH__)
+#  define GRADCOMP_CUDA_UNROLL _Pragma("unroll")
+#else
+#  define GRADCOMP_CUDA_UNROLL
+#endif
+
+// Everything that depends on the Thrust device system lives in an inline namespace named after
+// it, so a program that links a CPP-system translation unit with a CUDA one (a test next to the
+// real thing) gets two distinct sets of symbols instead of an ODR violation. Code names the
+// entities as gradcomp::cuda::... either way.
+#if GRADCOMP_CUDA_ON_GPU
+#  define GRADCOMP_CUDA_SYSTEM_NAMESPACE system_cuda
+#else
+#  define GRADCOMP_CUDA_SYSTEM_NAMESPACE system_cpp
+#endif
+/// Opens `gradcomp::cuda` (and its inline, device-system-specific namespace).
+#define GRADCOMP_CUDA_NAMESPACE_BEGIN \
+  GRADCOMP_NAMESPACE_BEGIN            \
+  namespace cuda {                    \
+  inline namespace GRADCOMP_CUDA_SYSTEM_NAMESPACE {
+#define GRADCOMP_CUDA_NAMESPACE_END \
+  }                                 \
+  }                                 \
+  GRADCOMP_NAMESPACE_END
 
 GRADCOMP_NAMESPACE_BEGIN
 namespace cuda {
@@ -57,9 +84,9 @@ class cuda_error : public error {
 inline void check(cudaError_t status, char const* what, char const* file, int line) {
   if (status == cudaSuccess) return;
   (void)cudaGetLastError();
-  throw cuda_error(status, std::string("gradcomp: CUDA call ") + what + " failed at " + file +
-                               ":" + std::to_string(line) + ": " + cudaGetErrorName(status) +
-                               " (" + cudaGetErrorString(status) + ")");
+  throw cuda_error(status, std::string("gradcomp: CUDA call ") + what + " failed at " + file + ":" +
+                               std::to_string(line) + ": " + cudaGetErrorName(status) + " (" +
+                               cudaGetErrorString(status) + ")");
 }
 
 }  // namespace cuda

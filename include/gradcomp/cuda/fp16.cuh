@@ -27,8 +27,7 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
-GRADCOMP_NAMESPACE_BEGIN
-namespace cuda {
+GRADCOMP_CUDA_NAMESPACE_BEGIN
 
 namespace ops {
 
@@ -83,8 +82,8 @@ struct decode_fn {
 /// Writes the fp16 packet of `x[0, n)` with header `header` to `out` (header + 2n bytes) on
 /// the Thrust policy `exec`; asynchronous wherever `exec` is.
 template <class Policy>
-void fp16_encode(Policy&& exec, detail::header_image const& header, float const* x,
-                 std::size_t n, std::byte* out) {
+void fp16_encode(Policy&& exec, detail::header_image const& header, float const* x, std::size_t n,
+                 std::byte* out) {
   std::size_t const items = n > header_bytes ? n : header_bytes;
   thrust::for_each_n(exec, thrust::counting_iterator<std::size_t>(0), items,
                      fp16_detail::encode_fn{header, x, n, out});
@@ -92,8 +91,8 @@ void fp16_encode(Policy&& exec, detail::header_image const& header, float const*
 
 /// Decodes `n` elements of the fp16 payload `payload` into `out` (or adds `alpha` times them).
 template <class Policy>
-void fp16_decode(Policy&& exec, std::byte const* payload, std::size_t n, float* out,
-                 float alpha, bool add) {
+void fp16_decode(Policy&& exec, std::byte const* payload, std::size_t n, float* out, float alpha,
+                 bool add) {
   thrust::for_each_n(exec, thrust::counting_iterator<std::size_t>(0), n,
                      fp16_detail::decode_fn{payload, out, alpha, add});
 }
@@ -130,16 +129,16 @@ class fp16_codec {
 
   /// The header of the `packet_bytes`-byte packet at `d_packet` after the checks the CPU codec
   /// makes (throws `format_error`); `n` must match its element count (else `config_error`).
-  static packet_header inspect(std::byte const* d_packet, std::size_t packet_bytes,
-                               std::size_t n, cudaStream_t stream = nullptr) {
+  static packet_header inspect(std::byte const* d_packet, std::size_t packet_bytes, std::size_t n,
+                               cudaStream_t stream = nullptr) {
     detail::packet_probe const p = detail::probe_packet(d_packet, packet_bytes, stream);
     return detail::checked_header<host_codec>(p, packet_bytes, n);
   }
 
   /// Decodes the packet into `d_out[0, n)`. Throws like the CPU codec for a malformed packet
   /// or a count that is not `n`; nothing is written then.
-  void decompress(std::byte const* d_packet, std::size_t packet_bytes, float* d_out,
-                  std::size_t n, cudaStream_t stream = nullptr) const {
+  void decompress(std::byte const* d_packet, std::size_t packet_bytes, float* d_out, std::size_t n,
+                  cudaStream_t stream = nullptr) const {
     decode(d_packet, packet_bytes, d_out, n, 1.0f, false, stream);
   }
 
@@ -159,5 +158,4 @@ class fp16_codec {
   }
 };
 
-}  // namespace cuda
-GRADCOMP_NAMESPACE_END
+GRADCOMP_CUDA_NAMESPACE_END

@@ -38,8 +38,7 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
-GRADCOMP_NAMESPACE_BEGIN
-namespace cuda {
+GRADCOMP_CUDA_NAMESPACE_BEGIN
 
 namespace ops {
 
@@ -53,6 +52,33 @@ static_assert(onebit_lanes == 16 && onebit_block % onebit_lanes == 0,
 /// Number of summation blocks for `n` elements.
 GRADCOMP_HOST_DEVICE constexpr std::size_t onebit_blocks(std::size_t n) noexcept {
   return (n + onebit_block - 1) / onebit_block;
+}
+
+/// `x < 0` for a float, from its bits: negative, not zero, not NaN. Unlike a float compare it
+/// also holds for negative subnormals in code built with flush-to-zero (`-ftz=true`,
+/// `--use_fast_math`), where the compare would see -0.
+GRADCOMP_HOST_DEVICE constexpr bool is_negative(float v) noexcept {
+  std::uint32_t const u = gradcomp::detail::bit_cast<std::uint32_t>(v);
+  std::uint32_t const a = u & 0x7fffffffu;
+  return (u >> 31) != 0 && a != 0 && a <= 0x7f800000u;
+}
+
+/// |v| as a double, exactly, also for subnormal `v` under flush-to-zero (where the float to
+/// double conversion would give 0).
+GRADCOMP_HOST_DEVICE constexpr double abs_as_double(float v) noexcept {
+  std::uint32_t const a = gradcomp::detail::bit_cast<std::uint32_t>(v) & 0x7fffffffu;
+  if (a < 0x00800000u) return static_cast<double>(a) * 0x1p-149;  // zero or subnormal: a 2^-149
+  return static_cast<double>(gradcomp::detail::bit_cast<float>(a));
+}
+
+/// `static_cast<float>(q)` for a non-negative `q`, rounding to nearest even, also where the
+/// result is a float subnormal under flush-to-zero. Such a result is k 2^-149 with k the
+/// integer nearest q 2^149 (ties to even); k = 2^23 is FLT_MIN, whose bits are also k.
+GRADCOMP_HOST_DEVICE inline float to_float_nearest(double q) noexcept {
+  if (q < 0x1p-126) {
+    return gradcomp::detail::bit_cast<float>(static_cast<std::uint32_t>(rint(q * 0x1p149)));
+  }
+  return static_cast<float>(q);
 }
 
 /// Pass 1 for item `item` = 2 * block + half: packs the signs of the elements in lanes
@@ -70,17 +96,17 @@ GRADCOMP_HOST_DEVICE inline void onebit_pack_half_block(float const* x, std::siz
   for (; first < end && first < n; first += onebit_lanes) {
     std::size_t const live = n - first < 8 ? n - first : 8;
     unsigned byte = 0;
-#pragma unroll
+    GRADCOMP_CUDA_UNROLL
     for (std::size_t k = 0; k < 8; ++k) {
       if (k < live) {
         float const v = x[first + k];
-        byte |= static_cast<unsigned>(v < 0.0f) << k;
-        acc[k] += static_cast<double>(fabsf(v));
+        byte |= static_cast<unsigned>(is_negative(v)) << k;
+        acc[k] += abs_as_double(v);
       }
     }
     bits[first / 8] = static_cast<std::byte>(byte);
   }
-#pragma unroll
+  GRADCOMP_CUDA_UNROLL
   for (std::size_t k = 0; k < 8; ++k) lane_sums[block * onebit_lanes + 8 * half + k] = acc[k];
 }
 
@@ -104,8 +130,10 @@ GRADCOMP_HOST_DEVICE inline double onebit_total(double const* block_sums,
 /// (`scaling::mean_abs`), 1 for variant 1 (`scaling::none`).
 GRADCOMP_HOST_DEVICE inline float onebit_scale(double total, std::size_t n,
                                                std::uint8_t variant) noexcept {
-  if (variant != static_cast<std::uint8_t>(onebit_codec::scaling::mean_abs)) return 1.0f;
-  return n == 0 ? 0.0f : static_cast<float>(total / static_cast<double>(n));
+  if (variant != static_cast<std::uint8_t>(gradcomp::onebit_codec::scaling::mean_abs)) {
+    return 1.0f;
+  }
+  return n == 0 ? 0.0f : to_float_nearest(total / static_cast<double>(n));
 }
 
 /// Writes the first 8 payload bytes: f32 scale, u32 reserved 0.
@@ -119,8 +147,10 @@ GRADCOMP_HOST_DEVICE inline void onebit_store_prefix(std::byte* payload, float s
 GRADCOMP_HOST_DEVICE inline void onebit_decode_element(std::byte const* bits, float scale,
                                                        float* out, std::size_t i, float alpha,
                                                        bool add) noexcept {
-  bool const neg = ((static_cast<unsigned>(bits[i / 8]) >> (i % 8)) & 1u) != 0;
-  float const v = neg ? -scale : scale;
+  // The sign is set on the bits: a float negation would flush a subnormal scale under -ftz.
+  std::uint32_t const neg = (static_cast<std::uint32_t>(bits[i / 8]) >> (i % 8)) & 1u;
+  float const v = gradcomp::detail::bit_cast<float>(
+      gradcomp::detail::bit_cast<std::uint32_t>(scale) ^ (neg << 31));
   out[i] = add ? fmaf(alpha, v, out[i]) : v;
 }
 
@@ -279,19 +309,18 @@ class onebit_codec {
     }
     if (temp_bytes < need) {
       throw config_error("gradcomp: cuda onebit compress of " + std::to_string(n) +
-                         " elements needs " + std::to_string(need) +
-                         " workspace bytes, got " + std::to_string(temp_bytes));
+                         " elements needs " + std::to_string(need) + " workspace bytes, got " +
+                         std::to_string(temp_bytes));
     }
     auto const addr = reinterpret_cast<std::uintptr_t>(d_temp);
-    auto* const base = reinterpret_cast<double*>((addr + alignof(double) - 1) /
-                                                 alignof(double) * alignof(double));
+    auto* const base =
+        reinterpret_cast<double*>((addr + alignof(double) - 1) / alignof(double) * alignof(double));
     algo::onebit_workspace const ws = algo::onebit_workspace::at(base, n);
 
     packet_header const h = host_.header_for(n, dtype::f32);
     detail::header_image const img = detail::make_header_image(h);
-    detail::translate_thrust_errors([&] {
-      algo::onebit_encode(detail::policy(stream), img, h.variant, d_in, n, d_out, ws);
-    });
+    detail::translate_thrust_errors(
+        [&] { algo::onebit_encode(detail::policy(stream), img, h.variant, d_in, n, d_out, ws); });
     double total = 0.0;
     detail::copy_to_host(&total, ws.total, sizeof total, stream);
     detail::synchronize(stream);
@@ -318,8 +347,8 @@ class onebit_codec {
 
   /// The header of the `packet_bytes`-byte packet at `d_packet` after the checks the CPU codec
   /// makes (throws `format_error`); `n` must match its element count (else `config_error`).
-  static packet_header inspect(std::byte const* d_packet, std::size_t packet_bytes,
-                               std::size_t n, cudaStream_t stream = nullptr) {
+  static packet_header inspect(std::byte const* d_packet, std::size_t packet_bytes, std::size_t n,
+                               cudaStream_t stream = nullptr) {
     detail::packet_probe const p = detail::probe_packet(d_packet, packet_bytes, stream);
     packet_header const h = detail::checked_header<host_codec>(p, packet_bytes, n);
     (void)checked_scale(h, p);
@@ -328,8 +357,8 @@ class onebit_codec {
 
   /// Decodes the packet into `d_out[0, n)`. Throws like the CPU codec for a malformed packet
   /// (bad header, scale, reserved word or padding bits) or a count that is not `n`.
-  void decompress(std::byte const* d_packet, std::size_t packet_bytes, float* d_out,
-                  std::size_t n, cudaStream_t stream = nullptr) const {
+  void decompress(std::byte const* d_packet, std::size_t packet_bytes, float* d_out, std::size_t n,
+                  cudaStream_t stream = nullptr) const {
     decode(d_packet, packet_bytes, d_out, n, 1.0f, false, stream);
   }
 
@@ -378,5 +407,4 @@ class onebit_codec {
   host_codec host_;
 };
 
-}  // namespace cuda
-GRADCOMP_NAMESPACE_END
+GRADCOMP_CUDA_NAMESPACE_END

@@ -17,8 +17,8 @@
 #include <span>
 #include <string>
 
-GRADCOMP_NAMESPACE_BEGIN
-namespace cuda::detail {
+GRADCOMP_CUDA_NAMESPACE_BEGIN
+namespace detail {
 
 // Byte-wise little-endian stores and loads: no alignment assumptions, same result on any host
 // byte order, and no library calls, so they run unchanged in kernels.
@@ -130,5 +130,5 @@ packet_header checked_header(packet_probe const& p, std::size_t packet_bytes, st
   return h;
 }
 
-}  // namespace cuda::detail
-GRADCOMP_NAMESPACE_END
+}  // namespace detail
+GRADCOMP_CUDA_NAMESPACE_END

@@ -20,8 +20,8 @@
 #  include <thrust/system/cuda/execution_policy.h>
 #endif
 
-GRADCOMP_NAMESPACE_BEGIN
-namespace cuda::detail {
+GRADCOMP_CUDA_NAMESPACE_BEGIN
+namespace detail {
 
 /// The Thrust execution policy the codecs run on: asynchronous on `stream` when on the GPU,
 /// Thrust's sequential host system otherwise.
@@ -96,5 +96,5 @@ class scratch {
 #endif
 };
 
-}  // namespace cuda::detail
-GRADCOMP_NAMESPACE_END
+}  // namespace detail
+GRADCOMP_CUDA_NAMESPACE_END
