@@ -18,15 +18,25 @@
 
 #include <gradcomp/config.hpp>
 
-#include <array>
 #include <cstdint>
 
 GRADCOMP_NAMESPACE_BEGIN
 
-/// A Philox4x32 counter or output: four 32-bit words.
-using philox_block = std::array<std::uint32_t, 4>;
+/// A Philox4x32 counter or output: four 32-bit words. A plain aggregate (not `std::array`) so
+/// that it is usable in device code: `philox_block{w0, w1, w2, w3}`.
+struct philox_block {
+  std::uint32_t w[4];
+  GRADCOMP_HOST_DEVICE constexpr std::uint32_t& operator[](unsigned i) noexcept { return w[i]; }
+  GRADCOMP_HOST_DEVICE constexpr std::uint32_t operator[](unsigned i) const noexcept { return w[i]; }
+  friend constexpr bool operator==(philox_block const&, philox_block const&) = default;
+};
 /// A Philox4x32 key: two 32-bit words.
-using philox_key = std::array<std::uint32_t, 2>;
+struct philox_key {
+  std::uint32_t w[2];
+  GRADCOMP_HOST_DEVICE constexpr std::uint32_t& operator[](unsigned i) noexcept { return w[i]; }
+  GRADCOMP_HOST_DEVICE constexpr std::uint32_t operator[](unsigned i) const noexcept { return w[i]; }
+  friend constexpr bool operator==(philox_key const&, philox_key const&) = default;
+};
 
 namespace philox_constants {
 inline constexpr std::uint32_t m0 = 0xD2511F53u;  ///< round multiplier for word 0
