@@ -8,8 +8,13 @@
 
 #include <gradcomp/config.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+
+#if GRADCOMP_X86_SIMD
+#  include <cpuid.h>
+#endif
 
 GRADCOMP_NAMESPACE_BEGIN
 namespace cpu {
@@ -33,21 +38,46 @@ constexpr char const* isa_name(isa i) noexcept {
   return "unknown";
 }
 
-/// The best level this machine supports, capped by the environment variable `GRADCOMP_ISA`
-/// (`scalar`, `avx2` or `avx512`) when set. Detected once.
+namespace detail {
+
+#if GRADCOMP_X86_SIMD
+// Reads XCR0 (which register states the OS saves); only called when OSXSAVE is set.
+__attribute__((target("xsave"))) inline std::uint64_t read_xcr0() noexcept {
+  std::uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<std::uint64_t>(hi) << 32) | lo;
+}
+
+// CPUID feature bits plus OS support for the register state, for each level.
+inline isa detect_isa() noexcept {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return isa::scalar;
+  __cpuid_count(1, 0, a, b, c, d);
+  bool const fma = (c >> 12) & 1u, osxsave = (c >> 27) & 1u, avx = (c >> 28) & 1u,
+             f16c = (c >> 29) & 1u;
+  if (!(osxsave && avx)) return isa::scalar;
+  std::uint64_t const xcr0 = read_xcr0();
+  bool const ymm_state = (xcr0 & 0x6u) == 0x6u;     // SSE and AVX state
+  bool const zmm_state = (xcr0 & 0xe6u) == 0xe6u;   // plus opmask and both ZMM halves
+  __cpuid_count(7, 0, a, b, c, d);
+  bool const avx2 = (b >> 5) & 1u, bmi2 = (b >> 8) & 1u, f = (b >> 16) & 1u, dq = (b >> 17) & 1u,
+             bw = (b >> 30) & 1u, vl = (b >> 31) & 1u;
+  if (!(ymm_state && avx2 && fma && f16c && bmi2)) return isa::scalar;
+  if (zmm_state && f && dq && bw && vl) return isa::avx512;
+  return isa::avx2;
+}
+#endif
+
+}  // namespace detail
+
+/// The best level this machine supports (CPUID features and OS register-state support),
+/// capped by the environment variable `GRADCOMP_ISA` (`scalar`, `avx2` or `avx512`) when set.
+/// Detected once.
 inline isa machine_isa() noexcept {
   static isa const detected = [] {
     isa found = isa::scalar;
 #if GRADCOMP_X86_SIMD
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2")) {
-      found = isa::avx2;
-      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
-        found = isa::avx512;
-      }
-    }
+    found = detail::detect_isa();
 #endif
     if (char const* env = std::getenv("GRADCOMP_ISA")) {
       isa cap = found;

@@ -56,7 +56,18 @@ class thread_pool {
   void run(std::size_t tasks, Fn&& fn) {
     if (tasks == 0) return;
     if (tasks == 1 || size_ == 1 || in_task_) {
-      for (std::size_t t = 0; t < tasks; ++t) fn(t);
+      bool const outer = !in_task_;
+      in_task_ = true;
+      std::exception_ptr first;
+      for (std::size_t t = 0; t < tasks; ++t) {
+        try {
+          fn(t);
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+      }
+      if (outer) in_task_ = false;
+      if (first) std::rethrow_exception(first);
       return;
     }
     std::unique_lock job_lock(job_mutex_);  // one job at a time per pool

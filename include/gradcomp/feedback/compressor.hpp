@@ -7,7 +7,7 @@
 /// the compression factor); the residual carries over, so no gradient mass is lost.
 ///
 /// Saved state format (little-endian): "GCEF", u8 version 1, u8 feedback_id, u16 0,
-/// u32 tensor count, then per tensor (ascending id): u32 id, u64 n, n x f32.
+/// u32 tensor count, u32 0, then per tensor (ascending id): u32 id, u64 n, n x f32.
 
 #include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
@@ -53,7 +53,13 @@ class compressor {
   /// keyed by `g.id()`; on an exception it is left unchanged.
   template <element T>
   std::size_t compress(tensor_view<T const> g, std::span<std::byte> out, codec_context const& ctx = {}) {
-    return feedback_.compress(codec_, states_[g.id()], g, out, ctx);
+    if (auto it = states_.find(g.id()); it != states_.end()) {
+      return feedback_.compress(codec_, it->second, g, out, ctx);
+    }
+    state_type fresh;  // enters the map only once a step has succeeded
+    std::size_t const bytes = feedback_.compress(codec_, fresh, g, out, ctx);
+    states_.emplace(g.id(), std::move(fresh));
+    return bytes;
   }
 
   /// Decodes a packet (any sender) into `out`.

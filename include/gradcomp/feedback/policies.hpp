@@ -30,16 +30,16 @@ namespace detail {
 
 /// One float buffer plus scratch space of the same size.
 struct float_state {
-  std::vector<float> data;     ///< the policy's state (residual or estimate)
+  std::vector<float> data;     ///< the policy's state (residual or estimate); empty = all zero
   std::vector<float> scratch;  ///< working buffer, not part of the state
 
   [[nodiscard]] std::span<float const> values() const noexcept { return data; }
   void assign(std::span<float const> v) { data.assign(v.begin(), v.end()); }
 
-  // Prepares for a tensor of n elements (a fresh state starts at zero).
+  // Checks the size against an existing state and sizes the scratch buffer. Never changes
+  // `data`: a fresh state stays empty (meaning zero) until a step has succeeded.
   void prepare(std::size_t n, char const* who) {
-    if (data.empty()) data.assign(n, 0.0f);
-    if (data.size() != n) {
+    if (!data.empty() && data.size() != n) {
       throw config_error(std::string("gradcomp: ") + who + " state holds " +
                          std::to_string(data.size()) + " elements but the gradient has " +
                          std::to_string(n) + " (one state per tensor id)");
@@ -48,18 +48,27 @@ struct float_state {
   }
 };
 
-// scratch = data + sign * g, checking finiteness; throws numeric_error before any change.
+// scratch = data + sign * g (data empty = zero), checking finiteness; throws numeric_error
+// before any change to data.
 template <element T>
 void combine_checked(float_state& s, tensor_view<T const> g, float sign, char const* who) {
   std::size_t const n = g.size();
-  float const* d = s.data.data();
   float* out = s.scratch.data();
   T const* x = g.data();
   bool bad = false;
-  for (std::size_t i = 0; i < n; ++i) {
-    float const v = d[i] + sign * to_float(x[i]);
-    out[i] = v;
-    bad |= !(std::fabs(v) <= 3.4028234663852886e38f);
+  if (s.data.empty()) {
+    for (std::size_t i = 0; i < n; ++i) {
+      float const v = sign * to_float(x[i]);
+      out[i] = v;
+      bad |= !(std::fabs(v) <= 3.4028234663852886e38f);
+    }
+  } else {
+    float const* d = s.data.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      float const v = d[i] + sign * to_float(x[i]);
+      out[i] = v;
+      bad |= !(std::fabs(v) <= 3.4028234663852886e38f);
+    }
   }
   if (bad) {
     for (std::size_t i = 0; i < n; ++i) {
@@ -133,6 +142,7 @@ struct ef21_feedback {
     detail::combine_checked(s, g, -1.0f, "ef21_feedback");
     for (float& v : s.scratch) v = -v;
     std::size_t const bytes = c.compress(tensor_view<float const>(s.scratch, g.id()), out, ctx);
+    if (s.data.empty()) s.data.assign(g.size(), 0.0f);
     c.decompress_add(std::span<std::byte const>(out.first(bytes)), std::span<float>(s.data), 1.0f, ctx);
     return bytes;
   }
