@@ -41,4 +41,9 @@ function(gradcomp_add_header_check target)
 
   add_library(${target} OBJECT ${sources})
   target_link_libraries(${target} PRIVATE ${arg_LINK})
+  # Whether a header compiles does not depend on the GPU: PTX for one architecture is enough,
+  # and skipping the SASS step saves about a third of each nvcc run.
+  if(arg_LANGUAGE STREQUAL "CUDA" AND CMAKE_CUDA_ARCHITECTURES MATCHES "^([0-9]+)")
+    set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${CMAKE_MATCH_1}-virtual")
+  endif()
 endfunction()
