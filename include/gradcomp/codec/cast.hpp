@@ -25,7 +25,7 @@ void widen_any(dtype w, std::byte const* src, T* dst, std::size_t n, float alpha
     switch (w) {
       case dtype::f32:
         if (!add) {
-          std::memcpy(dst, src, n * 4);
+          if (n != 0) std::memcpy(dst, src, n * 4);
         } else {
           for (std::size_t i = 0; i < n; ++i) dst[i] = std::fma(alpha, load_f32(src + 4 * i), dst[i]);
         }
@@ -39,7 +39,7 @@ void widen_any(dtype w, std::byte const* src, T* dst, std::size_t n, float alpha
     }
   } else {
     if (!add && w == dtype_of<T>) {
-      std::memcpy(static_cast<void*>(dst), src, n * 2);
+      if (n != 0) std::memcpy(static_cast<void*>(dst), src, n * 2);
       return;
     }
     float buf[1024];
@@ -84,7 +84,7 @@ class identity_codec : public detail::codec_base<identity_codec> {
   template <element T>
   void encode_typed(T const* x, std::size_t n, std::byte* payload, packet_header const&,
                     codec_context const&) const noexcept {
-    std::memcpy(payload, static_cast<void const*>(x), n * sizeof(T));
+    if (n != 0) std::memcpy(payload, static_cast<void const*>(x), n * sizeof(T));
   }
   template <element T>
   static void decode_typed(packet_header const& h, std::byte const* payload, T* out, float alpha,
@@ -131,7 +131,7 @@ class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
   void encode_typed(T const* x, std::size_t n, std::byte* payload, packet_header const&,
                     codec_context const& ctx) const {
     if constexpr (dtype_of<T> == Wire) {
-      std::memcpy(payload, static_cast<void const*>(x), 2 * n);
+      if (n != 0) std::memcpy(payload, static_cast<void const*>(x), 2 * n);
     } else if constexpr (std::same_as<T, float>) {
       cpu::isa const level = cpu::effective_isa(ctx.isa);
       cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {

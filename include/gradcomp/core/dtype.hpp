@@ -80,7 +80,8 @@ GRADCOMP_HOST_DEVICE constexpr std::uint16_t float_to_half_bits(float f) noexcep
   return static_cast<std::uint16_t>(sign | q);
 }
 
-/// Converts binary16 bits to binary32 (exact).
+/// Converts binary16 bits to binary32 (exact for numbers; a NaN comes back quiet with its
+/// payload, as F16C and CUDA conversions do).
 GRADCOMP_HOST_DEVICE constexpr float half_bits_to_float(std::uint16_t h) noexcept {
   std::uint32_t const sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   std::uint32_t const e = (h >> 10) & 0x1fu;
@@ -90,7 +91,8 @@ GRADCOMP_HOST_DEVICE constexpr float half_bits_to_float(std::uint16_t h) noexcep
     float const v = static_cast<float>(m) * 5.9604644775390625e-8f;  // m * 2^-24, exact
     return detail::bit_cast<float>(sign | detail::bit_cast<std::uint32_t>(v));
   }
-  if (e == 31) return detail::bit_cast<float>(sign | 0x7f800000u | (m << 13));
+  // Infinity, or a NaN made quiet (as hardware conversions do), payload kept.
+  if (e == 31) return detail::bit_cast<float>(sign | 0x7f800000u | (m << 13) | (m != 0 ? 0x400000u : 0u));
   return detail::bit_cast<float>(sign | ((e + 112u) << 23) | (m << 13));
 }
 

@@ -184,7 +184,8 @@ class codec_base {
       std::vector<float> tmp(out.size());
       Self::decode(h, payload, tmp.data(), 1.0f, false, ctx);
       for (std::size_t i = 0; i < out.size(); ++i) {
-        out[i] = Add ? from_float<T>(to_float(out[i]) + alpha * tmp[i]) : from_float<T>(tmp[i]);
+        out[i] = Add ? from_float<T>(std::fma(alpha, tmp[i], to_float(out[i])))
+                     : from_float<T>(tmp[i]);
       }
     }
   }
