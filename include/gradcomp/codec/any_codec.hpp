@@ -112,14 +112,19 @@ inline any_codec make_codec(std::string_view spec) {
   std::map<std::string, std::string, std::less<>> opts;
   if (auto colon = spec.find(':'); colon != std::string_view::npos) {
     std::string_view rest = spec.substr(colon + 1);
-    while (!rest.empty()) {
+    if (rest.empty()) throw config_error("gradcomp: codec spec '" + std::string(spec) + "' ends with ':'");
+    while (true) {
       std::string_view item = rest.substr(0, rest.find(','));
-      rest = item.size() < rest.size() ? rest.substr(item.size() + 1) : std::string_view{};
+      bool const last = item.size() == rest.size();
+      rest = last ? std::string_view{} : rest.substr(item.size() + 1);
       auto const eq = item.find('=');
       if (eq == std::string_view::npos || eq == 0) {
         throw config_error("gradcomp: codec option '" + std::string(item) + "' is not key=value");
       }
-      opts[std::string(item.substr(0, eq))] = std::string(item.substr(eq + 1));
+      if (!opts.emplace(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1))).second) {
+        throw config_error("gradcomp: codec option '" + std::string(item.substr(0, eq)) + "' given twice");
+      }
+      if (last) break;
     }
   }
   auto take = [&](std::string_view key, std::string_view dflt) {

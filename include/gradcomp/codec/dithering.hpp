@@ -188,7 +188,7 @@ inline void dither_decode(codec_id id, dither_config const& cfg, packet_header c
   std::vector<float> steps(nb);
   for (std::size_t k = 0; k < nb; ++k) {
     float const scale = load_f32(payload + 4 * k);
-    if (!(scale >= 0.0f && scale <= FLT_MAX)) {
+    if (!(scale >= 0.0f && scale <= FLT_MAX) || std::signbit(scale)) {
       throw format_error(std::string("gradcomp: ") + codec_name(id) + " packet has bucket scale " +
                          std::to_string(scale) + " at bucket " + std::to_string(k) +
                          " (expected a finite value >= 0)");

@@ -91,7 +91,7 @@ class onebit_codec : public detail::codec_base<onebit_codec> {
   static void decode(packet_header const& h, std::byte const* payload, float* out, float alpha,
                      bool add, codec_context const& ctx) {
     float const scale = detail::load_f32(payload);
-    if (!std::isfinite(scale) || scale < 0.0f) {
+    if (!std::isfinite(scale) || std::signbit(scale)) {
       throw format_error("gradcomp: onebit packet has scale " + std::to_string(scale) +
                          " (expected a finite value >= 0)");
     }
