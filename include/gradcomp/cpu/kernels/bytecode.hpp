@@ -4,7 +4,7 @@
 /// @file
 /// Kernels of the one-byte-per-element codecs: int8 min-max quantization (nearest or
 /// stochastic rounding) and natural compression (stochastic rounding to a power of two).
-/// Scalar is the reference; AVX-512 gives identical bytes.
+/// Scalar is the reference; AVX2 and AVX-512 give identical bytes.
 ///
 /// int8, per bucket [lo, hi]: inv = f32(255 / (hi - lo)) (0 if hi == lo), bias = f32(-lo * inv)
 /// (both computed in double), v = fma(x, inv, bias); nearest: q = round-half-even(v),
@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #if GRADCOMP_X86_SIMD
 #  include <immintrin.h>
@@ -56,6 +57,18 @@ inline int8_bucket make_int8_bucket(float lo, float hi) noexcept {
 /// Decoding step of a bucket with range [lo, hi].
 inline float int8_step(float lo, float hi) noexcept {
   return static_cast<float>((static_cast<double>(hi) - static_cast<double>(lo)) / 255.0);
+}
+
+/// The sign-faithful zero of a min/max that came out as 0: `scalar::block_minmax` keeps the
+/// first element equal to its result (`init` counting as element -1), which for a zero result
+/// fixes its sign (+0 and -0 compare equal). The SIMD levels reduce in another order and take
+/// the zero from here.
+inline float first_zero(float init, float const* x, std::size_t n) noexcept {
+  if (init == 0.0f) return init;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (x[i] == 0.0f) return x[i];
+  }
+  return init;
 }
 
 namespace scalar {
@@ -93,7 +106,7 @@ inline std::uint8_t int8_code(float x, int8_bucket const& b, bool stochastic, st
     bool const odd = std::fmod(fl, 2.0f) != 0.0f;
     q = fl + ((d > 0.5f || (d == 0.5f && odd)) ? 1.0f : 0.0f);
   }
-  q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);
+  q = q >= 0.0f ? (q > 255.0f ? 255.0f : q) : 0.0f;  // NaN (from an infinite inv) -> 0
   return static_cast<std::uint8_t>(q);
 }
 
@@ -121,6 +134,7 @@ GRADCOMP_SIMD_DIAGNOSTICS_PUSH
 namespace avx512 {
 
 GRADCOMP_TARGET_AVX512 inline bool block_minmax(float const* x, std::size_t n, float& lo, float& hi) noexcept {
+  float const lo0 = lo, hi0 = hi;
   __m512 mn = _mm512_set1_ps(lo);
   __m512 mx = _mm512_set1_ps(hi);
   __m512 const big = _mm512_set1_ps(FLT_MAX);
@@ -129,11 +143,14 @@ GRADCOMP_TARGET_AVX512 inline bool block_minmax(float const* x, std::size_t n, f
     __mmask16 const live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
     __m512 const v = _mm512_maskz_loadu_ps(live, x + i);
     bad |= _mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(v), big, _CMP_NLE_UQ);
-    mn = _mm512_mask_min_ps(mn, live, mn, v);
-    mx = _mm512_mask_max_ps(mx, live, mx, v);
+    // min(v, m) = v < m ? v : m, as the scalar loop (a NaN element never enters).
+    mn = _mm512_mask_min_ps(mn, live, v, mn);
+    mx = _mm512_mask_max_ps(mx, live, v, mx);
   }
-  lo = _mm512_reduce_min_ps(mn);
-  hi = _mm512_reduce_max_ps(mx);
+  float const l = _mm512_reduce_min_ps(mn);
+  float const h = _mm512_reduce_max_ps(mx);
+  lo = l == 0.0f ? first_zero(lo0, x, n) : l;
+  hi = h == 0.0f ? first_zero(hi0, x, n) : h;
   return bad == 0;
 }
 
@@ -156,11 +173,16 @@ GRADCOMP_TARGET_AVX512 inline __m512 draws_unit(__m512i draws) noexcept {
 GRADCOMP_TARGET_AVX512 inline __m128i int8_codes16(__m512 x, __m512 inv, __m512 bias, bool stochastic,
                                                   __m512 r) noexcept {
   __m512 const v = _mm512_fmadd_ps(x, inv, bias);
+  // min(255, .) keeps +inf (from an infinite inv) in range and passes NaN on, which converts
+  // to INT_MIN and so clamps to 0, as the scalar code does.
+  __m512 const top = _mm512_set1_ps(255.0f);
   __m512i q;
   if (stochastic) {
-    q = _mm512_cvt_roundps_epi32(_mm512_add_ps(v, r), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    q = _mm512_cvt_roundps_epi32(_mm512_min_ps(top, _mm512_add_ps(v, r)),
+                                 _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   } else {
-    q = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm512_cvt_roundps_epi32(_mm512_min_ps(top, v),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
   return _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512()));
 }
@@ -337,6 +359,366 @@ GRADCOMP_TARGET_AVX512 inline bool natural_decode(std::uint8_t const* codes, std
 }
 
 }  // namespace avx512
+
+namespace avx2 {
+
+// 16 int32 lanes (c0: 0..7, c1: 8..15), each in [0, 255], as 16 bytes in order.
+GRADCOMP_TARGET_AVX2 inline __m128i bytes16(__m256i c0, __m256i c1) noexcept {
+  __m256i const h = _mm256_permute4x64_epi64(_mm256_packus_epi32(c0, c1), _MM_SHUFFLE(3, 1, 2, 0));
+  return _mm_packus_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+GRADCOMP_TARGET_AVX2 inline float hmin8(__m256 v) noexcept {
+  __m128 h = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_min_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_min_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+
+GRADCOMP_TARGET_AVX2 inline float hmax8(__m256 v) noexcept {
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+
+GRADCOMP_TARGET_AVX2 inline bool block_minmax(float const* x, std::size_t n, float& lo,
+                                              float& hi) noexcept {
+  float const lo0 = lo, hi0 = hi;
+  __m256 const absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 const big = _mm256_set1_ps(FLT_MAX);
+  __m256 mn0 = _mm256_set1_ps(lo), mn1 = mn0;
+  __m256 mx0 = _mm256_set1_ps(hi), mx1 = mx0;
+  __m256 bad = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 const v0 = _mm256_loadu_ps(x + i);
+    __m256 const v1 = _mm256_loadu_ps(x + i + 8);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v0, absmask), big, _CMP_NLE_UQ));
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v1, absmask), big, _CMP_NLE_UQ));
+    // min(v, m) = v < m ? v : m, as the scalar loop (a NaN element never enters).
+    mn0 = _mm256_min_ps(v0, mn0);
+    mn1 = _mm256_min_ps(v1, mn1);
+    mx0 = _mm256_max_ps(v0, mx0);
+    mx1 = _mm256_max_ps(v1, mx1);
+  }
+  float l = hmin8(_mm256_min_ps(mn0, mn1));
+  float h = hmax8(_mm256_max_ps(mx0, mx1));
+  bool const ok = scalar::block_minmax(x + i, n - i, l, h) && _mm256_movemask_ps(bad) == 0;
+  lo = l == 0.0f ? first_zero(lo0, x, n) : l;
+  hi = h == 0.0f ? first_zero(hi0, x, n) : h;
+  return ok;
+}
+
+GRADCOMP_TARGET_AVX2 inline unsigned block_max_exponent(float const* x, std::size_t n) noexcept {
+  __m256i m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
+  __m256i const ef = _mm256_set1_epi32(0xff);
+  for (std::size_t i = 0; i < n; i += 16) {
+    __m256i v0, v1;
+    if (n - i >= 16) {
+      v0 = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + i));
+      v1 = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + i + 8));
+    } else {  // missing lanes read as 0 (exponent 0)
+      v0 = _mm256_castps_si256(_mm256_maskload_ps(x + i, live_mask8(n - i, 0)));
+      v1 = _mm256_castps_si256(_mm256_maskload_ps(x + i + 8, live_mask8(n - i, 8)));
+    }
+    m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_srli_epi32(v0, 23), ef));
+    m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_srli_epi32(v1, 23), ef));
+  }
+  __m256i const m = _mm256_max_epu32(m0, m1);
+  __m128i r = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  r = _mm_max_epu32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(1, 0, 3, 2)));
+  r = _mm_max_epu32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+  return static_cast<unsigned>(_mm_cvtsi128_si32(r));
+}
+
+// The 8 dither offsets (draw + 0.5) / 2^16 of lanes 8h..8h+7 of window k (exact).
+GRADCOMP_TARGET_AVX2 inline __m256 offsets8(philox16 const& g, unsigned k, unsigned h) noexcept {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(philox_window(g, k, h)), _mm256_set1_ps(0x1p-16f),
+                         _mm256_set1_ps(0x1p-17f));
+}
+
+// int8 codes of 8 elements as int32 lanes in [0, 255]. The rounding modes are explicit (never
+// the MXCSR one); min(255, .) keeps +inf in range and passes NaN on, which converts to
+// INT_MIN and so clamps to 0, as the scalar code does.
+GRADCOMP_TARGET_AVX2 inline __m256i int8_codes8(__m256 x, __m256 inv, __m256 bias, bool stochastic,
+                                                __m256 r) noexcept {
+  __m256 const v = _mm256_fmadd_ps(x, inv, bias);
+  __m256 const top = _mm256_set1_ps(255.0f);
+  __m256 q;
+  if (stochastic) {
+    q = _mm256_round_ps(_mm256_min_ps(top, _mm256_add_ps(v, r)),
+                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  } else {
+    q = _mm256_round_ps(_mm256_min_ps(top, v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  return _mm256_max_epi32(_mm256_cvttps_epi32(q), _mm256_setzero_si256());
+}
+
+// int8 codes of [begin, end) (begin multiple of 128, end multiple of 128 or tensor end).
+GRADCOMP_TARGET_AVX2 inline void int8_encode(float const* x, std::size_t begin, std::size_t end,
+                                             std::size_t bucket_len, int8_bucket const* buckets,
+                                             bool stochastic, random_stream const& rs,
+                                             std::uint8_t* codes) noexcept {
+  bucket_cursor cur(bucket_len, begin);
+  philox_schedule const ks = philox_prepare(rs);
+  __m256 const zero = _mm256_setzero_ps();
+  for (std::size_t g0 = begin; g0 < end; g0 += 128) {
+    philox16 g{};
+    if (stochastic) g = philox_generate(ks, g0 / 128);
+    if (g0 + 128 <= end && cur.advance(g0, 128)) {
+      __m256 const inv = _mm256_set1_ps(buckets[cur.index()].inv);
+      __m256 const bias = _mm256_set1_ps(buckets[cur.index()].bias);
+      for (unsigned k = 0; k < 8; ++k) {
+        float const* xs = x + g0 + 16 * k;
+        __m256i const c0 = int8_codes8(_mm256_loadu_ps(xs), inv, bias, stochastic,
+                                       stochastic ? offsets8(g, k, 0) : zero);
+        __m256i const c1 = int8_codes8(_mm256_loadu_ps(xs + 8), inv, bias, stochastic,
+                                       stochastic ? offsets8(g, k, 1) : zero);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + g0 + 16 * k), bytes16(c0, c1));
+      }
+      continue;
+    }
+    for (unsigned k = 0; k < 8; ++k) {
+      std::size_t const w0 = g0 + 16 * k;
+      if (w0 >= end) break;
+      std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
+      bool const single = cur.advance(w0, valid);
+      std::size_t const b0 = cur.index();
+      __m256 inv0, inv1, bias0, bias1;
+      if (single) {
+        inv0 = inv1 = _mm256_set1_ps(buckets[b0].inv);
+        bias0 = bias1 = _mm256_set1_ps(buckets[b0].bias);
+      } else {
+        alignas(32) float a[16], b[16];
+        for (unsigned l = 0; l < 16; ++l) {
+          std::size_t const bk = l < valid ? (w0 + l) / bucket_len : b0;
+          a[l] = buckets[bk].inv;
+          b[l] = buckets[bk].bias;
+        }
+        inv0 = _mm256_load_ps(a);
+        inv1 = _mm256_load_ps(a + 8);
+        bias0 = _mm256_load_ps(b);
+        bias1 = _mm256_load_ps(b + 8);
+      }
+      __m256 const x0 = _mm256_maskload_ps(x + w0, live_mask8(valid, 0));
+      __m256 const x1 = _mm256_maskload_ps(x + w0 + 8, live_mask8(valid, 8));
+      __m256i const c0 =
+          int8_codes8(x0, inv0, bias0, stochastic, stochastic ? offsets8(g, k, 0) : zero);
+      __m256i const c1 =
+          int8_codes8(x1, inv1, bias1, stochastic, stochastic ? offsets8(g, k, 1) : zero);
+      __m128i const c = bytes16(c0, c1);
+      if (valid == 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + w0), c);
+      } else {
+        alignas(16) std::uint8_t tmp[16];
+        _mm_store_si128(reinterpret_cast<__m128i*>(tmp), c);
+        std::memcpy(codes + w0, tmp, valid);
+      }
+    }
+  }
+}
+
+GRADCOMP_TARGET_AVX2 inline void int8_decode(std::uint8_t const* codes, std::size_t begin,
+                                             std::size_t end, std::size_t bucket_len,
+                                             float const* los, float const* steps, float* out,
+                                             float alpha, bool add) noexcept {
+  __m256 const a = _mm256_set1_ps(alpha);
+  bucket_cursor cur(bucket_len, begin);
+  for (std::size_t w0 = begin; w0 < end; w0 += 16) {
+    std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
+    bool const single = cur.advance(w0, valid);
+    std::size_t const b0 = cur.index();
+    __m256 lo0, lo1, st0, st1;
+    if (single) {
+      lo0 = lo1 = _mm256_set1_ps(los[b0]);
+      st0 = st1 = _mm256_set1_ps(steps[b0]);
+    } else {
+      alignas(32) float l_[16], s_[16];
+      for (unsigned l = 0; l < 16; ++l) {
+        std::size_t const bk = l < valid ? (w0 + l) / bucket_len : b0;
+        l_[l] = los[bk];
+        s_[l] = steps[bk];
+      }
+      lo0 = _mm256_load_ps(l_);
+      lo1 = _mm256_load_ps(l_ + 8);
+      st0 = _mm256_load_ps(s_);
+      st1 = _mm256_load_ps(s_ + 8);
+    }
+    __m128i c;
+    if (valid == 16) {
+      c = _mm_loadu_si128(reinterpret_cast<__m128i const*>(codes + w0));
+    } else {
+      alignas(16) std::uint8_t tmp[16] = {};
+      std::memcpy(tmp, codes + w0, valid);
+      c = _mm_load_si128(reinterpret_cast<__m128i const*>(tmp));
+    }
+    __m256 const q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c));
+    __m256 const q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(c, c)));
+    __m256 v0 = _mm256_fmadd_ps(q0, st0, lo0);
+    __m256 v1 = _mm256_fmadd_ps(q1, st1, lo1);
+    if (valid == 16) {
+      if (add) {
+        v0 = _mm256_fmadd_ps(a, v0, _mm256_loadu_ps(out + w0));
+        v1 = _mm256_fmadd_ps(a, v1, _mm256_loadu_ps(out + w0 + 8));
+      }
+      _mm256_storeu_ps(out + w0, v0);
+      _mm256_storeu_ps(out + w0 + 8, v1);
+    } else {
+      __m256i const live0 = live_mask8(valid, 0);
+      __m256i const live1 = live_mask8(valid, 8);
+      if (add) {
+        v0 = _mm256_fmadd_ps(a, v0, _mm256_maskload_ps(out + w0, live0));
+        v1 = _mm256_fmadd_ps(a, v1, _mm256_maskload_ps(out + w0 + 8, live1));
+      }
+      _mm256_maskstore_ps(out + w0, live0, v0);
+      _mm256_maskstore_ps(out + w0 + 8, live1, v1);
+    }
+  }
+}
+
+// Natural-compression bytes of 8 elements (as int32 lanes in [0, 255]); see the file comment.
+GRADCOMP_TARGET_AVX2 inline __m256i natural_codes8(__m256i bits, __m256i em, __m256 d) noexcept {
+  // lo = max(1, E - 125)
+  __m256i const lo =
+      _mm256_max_epi32(_mm256_sub_epi32(em, _mm256_set1_epi32(125)), _mm256_set1_epi32(1));
+  __m256i const a = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+  __m256i const e = _mm256_srli_epi32(a, 23);
+  __m256 const frac = _mm256_sub_ps(
+      _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi32(0x7fffff)),
+                                          _mm256_set1_epi32(0x3f800000))),
+      _mm256_set1_ps(1.0f));
+  __m256 const p = _mm256_mul_ps(
+      _mm256_castsi256_ps(a),
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), lo), 23)));
+  __m256i const below = _mm256_cmpgt_epi32(lo, e);  // e < lo
+  __m256 const t = _mm256_blendv_ps(frac, p, _mm256_castsi256_ps(below));
+  __m256i const up = _mm256_castps_si256(_mm256_cmp_ps(d, t, _CMP_LT_OQ));  // 0 or -1
+  __m256i const two = _mm256_add_epi32(em, _mm256_set1_epi32(2));
+  __m256i const kn = _mm256_add_epi32(_mm256_sub_epi32(two, e), up);  // E + 2 - (e + up)
+  __m256i const kl = _mm256_and_si256(up, _mm256_sub_epi32(two, lo));
+  __m256i k = _mm256_blendv_epi8(kn, kl, below);
+  __m256i const sign = _mm256_and_si256(_mm256_srai_epi32(bits, 31), _mm256_set1_epi32(0x80));
+  k = _mm256_or_si256(k, _mm256_andnot_si256(_mm256_cmpeq_epi32(k, _mm256_setzero_si256()), sign));
+  return _mm256_and_si256(k, _mm256_set1_epi32(0xff));  // the byte, as the scalar cast keeps
+}
+
+GRADCOMP_TARGET_AVX2 inline __m256 draws_unit(__m256i draws) noexcept {
+  return _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(draws), _mm256_set1_ps(0.5f)),
+                       _mm256_set1_ps(1.0f / 65536.0f));
+}
+
+GRADCOMP_TARGET_AVX2 inline void natural_encode(float const* x, std::size_t begin, std::size_t end,
+                                                std::size_t bucket_len, std::uint8_t const* emax,
+                                                random_stream const& rs,
+                                                std::uint8_t* codes) noexcept {
+  bucket_cursor cur(bucket_len, begin);
+  philox_schedule const ks = philox_prepare(rs);
+  for (std::size_t g0 = begin; g0 < end; g0 += 128) {
+    philox16 const g = philox_generate(ks, g0 / 128);
+    for (unsigned k = 0; k < 8; ++k) {
+      std::size_t const w0 = g0 + 16 * k;
+      if (w0 >= end) break;
+      std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
+      bool const single = cur.advance(w0, valid);
+      std::size_t const b0 = cur.index();
+      __m256i em0, em1;
+      if (single) {
+        em0 = em1 = _mm256_set1_epi32(emax[b0]);
+      } else {
+        alignas(32) std::int32_t e_[16];
+        for (unsigned l = 0; l < 16; ++l) e_[l] = emax[l < valid ? (w0 + l) / bucket_len : b0];
+        em0 = _mm256_load_si256(reinterpret_cast<__m256i const*>(e_));
+        em1 = _mm256_load_si256(reinterpret_cast<__m256i const*>(e_ + 8));
+      }
+      __m256i bits0, bits1;
+      if (valid == 16) {
+        bits0 = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + w0));
+        bits1 = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + w0 + 8));
+      } else {
+        bits0 = _mm256_castps_si256(_mm256_maskload_ps(x + w0, live_mask8(valid, 0)));
+        bits1 = _mm256_castps_si256(_mm256_maskload_ps(x + w0 + 8, live_mask8(valid, 8)));
+      }
+      __m256i const c0 = natural_codes8(bits0, em0, draws_unit(philox_window(g, k, 0)));
+      __m256i const c1 = natural_codes8(bits1, em1, draws_unit(philox_window(g, k, 1)));
+      __m128i const c = bytes16(c0, c1);
+      if (valid == 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + w0), c);
+      } else {
+        alignas(16) std::uint8_t tmp[16];
+        _mm_store_si128(reinterpret_cast<__m128i*>(tmp), c);
+        std::memcpy(codes + w0, tmp, valid);
+      }
+    }
+  }
+}
+
+// Decoded values of 8 natural-compression bytes; accumulates bytes the encoder cannot produce.
+GRADCOMP_TARGET_AVX2 inline __m256 natural_values8(__m256i c, __m256i em, __m256i& bad) noexcept {
+  __m256i const k = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
+  __m256i const neg = _mm256_srli_epi32(c, 7);
+  __m256i const zero = _mm256_cmpeq_epi32(k, _mm256_setzero_si256());
+  __m256i const kmax =
+      _mm256_min_epi32(_mm256_add_epi32(em, _mm256_set1_epi32(1)), _mm256_set1_epi32(127));
+  bad = _mm256_or_si256(bad, _mm256_and_si256(zero, _mm256_cmpeq_epi32(neg, _mm256_set1_epi32(1))));
+  bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(k, kmax));
+  __m256i const e = _mm256_sub_epi32(_mm256_add_epi32(em, _mm256_set1_epi32(2)), k);
+  __m256i const bits = _mm256_or_si256(_mm256_slli_epi32(neg, 31), _mm256_slli_epi32(e, 23));
+  return _mm256_castsi256_ps(_mm256_andnot_si256(zero, bits));
+}
+
+GRADCOMP_TARGET_AVX2 inline bool natural_decode(std::uint8_t const* codes, std::size_t begin,
+                                                std::size_t end, std::size_t bucket_len,
+                                                std::uint8_t const* emax, float* out, float alpha,
+                                                bool add) noexcept {
+  __m256 const a = _mm256_set1_ps(alpha);
+  __m256i bad = _mm256_setzero_si256();
+  bucket_cursor cur(bucket_len, begin);
+  for (std::size_t w0 = begin; w0 < end; w0 += 16) {
+    std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
+    bool const single = cur.advance(w0, valid);
+    std::size_t const b0 = cur.index();
+    __m256i em0, em1;
+    if (single) {
+      em0 = em1 = _mm256_set1_epi32(emax[b0]);
+    } else {
+      alignas(32) std::int32_t e_[16];
+      for (unsigned l = 0; l < 16; ++l) e_[l] = emax[l < valid ? (w0 + l) / bucket_len : b0];
+      em0 = _mm256_load_si256(reinterpret_cast<__m256i const*>(e_));
+      em1 = _mm256_load_si256(reinterpret_cast<__m256i const*>(e_ + 8));
+    }
+    __m128i c;
+    if (valid == 16) {
+      c = _mm_loadu_si128(reinterpret_cast<__m128i const*>(codes + w0));
+    } else {
+      alignas(16) std::uint8_t tmp[16] = {};  // dead lanes decode as code 0 (valid, value 0)
+      std::memcpy(tmp, codes + w0, valid);
+      c = _mm_load_si128(reinterpret_cast<__m128i const*>(tmp));
+    }
+    __m256 v0 = natural_values8(_mm256_cvtepu8_epi32(c), em0, bad);
+    __m256 v1 = natural_values8(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(c, c)), em1, bad);
+    if (valid == 16) {
+      if (add) {
+        v0 = _mm256_fmadd_ps(a, v0, _mm256_loadu_ps(out + w0));
+        v1 = _mm256_fmadd_ps(a, v1, _mm256_loadu_ps(out + w0 + 8));
+      }
+      _mm256_storeu_ps(out + w0, v0);
+      _mm256_storeu_ps(out + w0 + 8, v1);
+    } else {
+      __m256i const live0 = live_mask8(valid, 0);
+      __m256i const live1 = live_mask8(valid, 8);
+      if (add) {
+        v0 = _mm256_fmadd_ps(a, v0, _mm256_maskload_ps(out + w0, live0));
+        v1 = _mm256_fmadd_ps(a, v1, _mm256_maskload_ps(out + w0 + 8, live1));
+      }
+      _mm256_maskstore_ps(out + w0, live0, v0);
+      _mm256_maskstore_ps(out + w0 + 8, live1, v1);
+    }
+  }
+  return _mm256_testz_si256(bad, bad) != 0;
+}
+
+}  // namespace avx2
 GRADCOMP_SIMD_DIAGNOSTICS_POP
 #endif  // GRADCOMP_X86_SIMD
 
@@ -344,6 +726,7 @@ GRADCOMP_SIMD_DIAGNOSTICS_POP
 inline bool block_minmax(float const* x, std::size_t n, float& lo, float& hi, isa level) noexcept {
 #if GRADCOMP_X86_SIMD
   if (level == isa::avx512) return avx512::block_minmax(x, n, lo, hi);
+  if (level == isa::avx2) return avx2::block_minmax(x, n, lo, hi);
 #endif
   (void)level;
   return scalar::block_minmax(x, n, lo, hi);
@@ -353,6 +736,7 @@ inline bool block_minmax(float const* x, std::size_t n, float& lo, float& hi, is
 inline unsigned block_max_exponent(float const* x, std::size_t n, isa level) noexcept {
 #if GRADCOMP_X86_SIMD
   if (level == isa::avx512) return avx512::block_max_exponent(x, n);
+  if (level == isa::avx2) return avx2::block_max_exponent(x, n);
 #endif
   (void)level;
   return scalar::block_max_exponent(x, n);
@@ -364,6 +748,8 @@ inline void int8_encode(float const* x, std::size_t begin, std::size_t end, std:
                         std::uint8_t* codes, isa level) noexcept {
 #if GRADCOMP_X86_SIMD
   if (level == isa::avx512) return avx512::int8_encode(x, begin, end, bucket_len, buckets, stochastic, rs, codes);
+  if (level == isa::avx2)
+    return avx2::int8_encode(x, begin, end, bucket_len, buckets, stochastic, rs, codes);
 #endif
   (void)level;
   philox_group g;
@@ -380,6 +766,8 @@ inline void int8_decode(std::uint8_t const* codes, std::size_t begin, std::size_
                         float alpha, bool add, isa level) noexcept {
 #if GRADCOMP_X86_SIMD
   if (level == isa::avx512) return avx512::int8_decode(codes, begin, end, bucket_len, los, steps, out, alpha, add);
+  if (level == isa::avx2)
+    return avx2::int8_decode(codes, begin, end, bucket_len, los, steps, out, alpha, add);
 #endif
   (void)level;
   for (std::size_t i = begin; i < end; ++i) {
@@ -395,6 +783,7 @@ inline void natural_encode(float const* x, std::size_t begin, std::size_t end, s
                            isa level) noexcept {
 #if GRADCOMP_X86_SIMD
   if (level == isa::avx512) return avx512::natural_encode(x, begin, end, bucket_len, emax, rs, codes);
+  if (level == isa::avx2) return avx2::natural_encode(x, begin, end, bucket_len, emax, rs, codes);
 #endif
   (void)level;
   philox_group g;
@@ -425,6 +814,8 @@ inline bool natural_decode(std::uint8_t const* codes, std::size_t begin, std::si
                            float alpha, bool add, isa level) noexcept {
 #if GRADCOMP_X86_SIMD
   if (level == isa::avx512) return avx512::natural_decode(codes, begin, end, bucket_len, emax, out, alpha, add);
+  if (level == isa::avx2)
+    return avx2::natural_decode(codes, begin, end, bucket_len, emax, out, alpha, add);
 #endif
   (void)level;
   bool ok = true;

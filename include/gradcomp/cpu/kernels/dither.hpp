@@ -4,7 +4,7 @@
 /// @file
 /// Kernels of the stochastic quantizers built on random dithering (QSGD, TernGrad, linear and
 /// natural dithering): canonical bucket norms, quantize-and-pack, unpack-and-scale.
-/// Scalar and AVX-512 levels produce identical bytes; the scalar code is the reference.
+/// Scalar, AVX2 and AVX-512 levels produce identical bytes; the scalar code is the reference.
 ///
 /// Per element, with L = s (linear) or 2^(s-1) (natural), `mult = L / (scale * pre)` and `pre`
 /// = 2^64 for buckets whose scale is below 2^-60 (else 1), both per bucket, a = |x| * pre
@@ -166,6 +166,40 @@ inline std::uint32_t get_code(std::byte const* codes, std::uint64_t i, unsigned 
 
 #if GRADCOMP_X86_SIMD
 GRADCOMP_SIMD_DIAGNOSTICS_PUSH
+namespace bitpack {
+
+// The two 4W-bit runs a (codes 0..3 or 8..11) and b (4..7 or 12..15) of a W-bit code window,
+// 8 < W <= 16, as the 8W-bit little-endian value of the W bytes at dst (no 128-bit integers:
+// ISO C++ has none).
+template <unsigned W>
+inline void store_runs(std::uint64_t a, std::uint64_t b, std::byte* dst) noexcept {
+  constexpr unsigned h = 4 * W;
+  std::uint64_t lo = a, hi = b;
+  if constexpr (h < 64) {
+    lo = a | (b << h);
+    hi = b >> (64 - h);
+  }
+  std::memcpy(dst, &lo, 8);
+  std::memcpy(dst + 8, &hi, W - 8);
+}
+
+// Inverse of store_runs: the two 4W-bit runs of the W bytes at src.
+template <unsigned W>
+inline void load_runs(std::byte const* src, std::uint64_t& a, std::uint64_t& b) noexcept {
+  constexpr unsigned h = 4 * W;
+  std::uint64_t lo = 0, hi = 0;
+  std::memcpy(&lo, src, 8);
+  std::memcpy(&hi, src + 8, W - 8);
+  a = lo;
+  b = hi;
+  if constexpr (h < 64) {
+    a = lo & ((std::uint64_t{1} << h) - 1u);
+    b = (lo >> h) | (hi << (64 - h));
+  }
+}
+
+}  // namespace bitpack
+
 namespace avx512 {
 
 GRADCOMP_TARGET_AVX512 inline double block_sumsq(float const* x, std::size_t n) noexcept {
@@ -217,12 +251,8 @@ GRADCOMP_TARGET_AVX512 inline void pack16(__m512i codes, std::byte* dst) noexcep
     std::uint64_t const mask = 0x0001000100010001ull * ((1u << W) - 1u);
     alignas(32) std::uint64_t q[4];
     _mm256_store_si256(reinterpret_cast<__m256i*>(q), h);
-    unsigned __int128 const r0 = static_cast<unsigned __int128>(_pext_u64(q[0], mask)) |
-                                 (static_cast<unsigned __int128>(_pext_u64(q[1], mask)) << (4 * W));
-    unsigned __int128 const r1 = static_cast<unsigned __int128>(_pext_u64(q[2], mask)) |
-                                 (static_cast<unsigned __int128>(_pext_u64(q[3], mask)) << (4 * W));
-    std::memcpy(dst, &r0, W);
-    std::memcpy(dst + W, &r1, W);
+    bitpack::store_runs<W>(_pext_u64(q[0], mask), _pext_u64(q[1], mask), dst);
+    bitpack::store_runs<W>(_pext_u64(q[2], mask), _pext_u64(q[3], mask), dst + W);
   }
 }
 
@@ -238,15 +268,14 @@ GRADCOMP_TARGET_AVX512 inline __m512i unpack16(std::byte const* src) noexcept {
                                      static_cast<long long>(_pdep_u64(a, mask)));
     return _mm512_cvtepu8_epi32(v);
   } else {
-    unsigned __int128 r0 = 0, r1 = 0;
-    std::memcpy(&r0, src, W);
-    std::memcpy(&r1, src + W, W);
+    std::uint64_t r0, r1, r2, r3;
+    bitpack::load_runs<W>(src, r0, r1);
+    bitpack::load_runs<W>(src + W, r2, r3);
     std::uint64_t const mask = 0x0001000100010001ull * ((1u << W) - 1u);
-    std::uint64_t const lowmask = 4 * W >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << (4 * W % 64)) - 1u;
-    std::uint64_t const c0 = _pdep_u64(static_cast<std::uint64_t>(r0) & lowmask, mask);
-    std::uint64_t const c1 = _pdep_u64(static_cast<std::uint64_t>(r0 >> (4 * W)), mask);
-    std::uint64_t const c2 = _pdep_u64(static_cast<std::uint64_t>(r1) & lowmask, mask);
-    std::uint64_t const c3 = _pdep_u64(static_cast<std::uint64_t>(r1 >> (4 * W)), mask);
+    std::uint64_t const c0 = _pdep_u64(r0, mask);
+    std::uint64_t const c1 = _pdep_u64(r1, mask);
+    std::uint64_t const c2 = _pdep_u64(r2, mask);
+    std::uint64_t const c3 = _pdep_u64(r3, mask);
     __m256i const v = _mm256_set_epi64x(static_cast<long long>(c3), static_cast<long long>(c2),
                                         static_cast<long long>(c1), static_cast<long long>(c0));
     return _mm512_cvtepu16_epi32(v);
@@ -507,6 +536,391 @@ GRADCOMP_TARGET_AVX512 inline bool dither_decode(std::byte const* codes, std::si
 }
 
 }  // namespace avx512
+
+namespace avx2 {
+
+GRADCOMP_TARGET_AVX2 inline double block_sumsq(float const* x, std::size_t n) noexcept {
+  // accJ holds lanes 4J..4J+3 of the canonical 16 lanes.
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  __m256d acc2 = _mm256_setzero_pd(), acc3 = _mm256_setzero_pd();
+  std::size_t i = 0;
+  for (; i < n; i += 16) {
+    __m256 v0, v1;
+    if (n - i >= 16) {
+      v0 = _mm256_loadu_ps(x + i);
+      v1 = _mm256_loadu_ps(x + i + 8);
+    } else {  // missing lanes read as 0: fma(0, 0, acc) = acc, acc being >= +0
+      v0 = _mm256_maskload_ps(x + i, live_mask8(n - i, 0));
+      v1 = _mm256_maskload_ps(x + i + 8, live_mask8(n - i, 8));
+    }
+    __m256d const a = _mm256_cvtps_pd(_mm256_castps256_ps128(v0));
+    __m256d const b = _mm256_cvtps_pd(_mm256_extractf128_ps(v0, 1));
+    __m256d const c = _mm256_cvtps_pd(_mm256_castps256_ps128(v1));
+    __m256d const d = _mm256_cvtps_pd(_mm256_extractf128_ps(v1, 1));
+    acc0 = _mm256_fmadd_pd(a, a, acc0);
+    acc1 = _mm256_fmadd_pd(b, b, acc1);
+    acc2 = _mm256_fmadd_pd(c, c, acc2);
+    acc3 = _mm256_fmadd_pd(d, d, acc3);
+  }
+  alignas(32) double lane[16];
+  _mm256_store_pd(lane, acc0);
+  _mm256_store_pd(lane + 4, acc1);
+  _mm256_store_pd(lane + 8, acc2);
+  _mm256_store_pd(lane + 12, acc3);
+  double s = 0.0;
+  for (double l : lane) s += l;
+  return s;
+}
+
+GRADCOMP_TARGET_AVX2 inline float block_absmax(float const* x, std::size_t n) noexcept {
+  __m256 const absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 const big = _mm256_set1_ps(FLT_MAX);
+  __m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
+  __m256 bad = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i < n; i += 16) {
+    __m256 v0, v1;
+    if (n - i >= 16) {
+      v0 = _mm256_loadu_ps(x + i);
+      v1 = _mm256_loadu_ps(x + i + 8);
+    } else {  // missing lanes read as 0, which changes no maximum of |x|
+      v0 = _mm256_maskload_ps(x + i, live_mask8(n - i, 0));
+      v1 = _mm256_maskload_ps(x + i + 8, live_mask8(n - i, 8));
+    }
+    __m256 const a0 = _mm256_and_ps(v0, absmask);
+    __m256 const a1 = _mm256_and_ps(v1, absmask);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(a0, big, _CMP_NLE_UQ));
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(a1, big, _CMP_NLE_UQ));
+    m0 = _mm256_max_ps(m0, a0);
+    m1 = _mm256_max_ps(m1, a1);
+  }
+  if (_mm256_movemask_ps(bad) != 0) return NAN;
+  __m256 m = _mm256_max_ps(m0, m1);
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+
+// Packs 16 codes of W bits (lanes 0..7 in c0, 8..15 in c1, each below 2^W) into 2W bytes.
+// With `overlap`, W <= 8 uses 8-byte stores that may write up to 8 - W bytes past the window
+// (only for windows whose following bytes the same thread rewrites afterwards).
+template <unsigned W, bool overlap = false>
+GRADCOMP_TARGET_AVX2 inline void pack16(__m256i c0, __m256i c1, std::byte* dst) noexcept {
+  // 16 x u16 in order: packus interleaves the 128-bit halves, the permute restores the order.
+  __m256i const h = _mm256_permute4x64_epi64(_mm256_packus_epi32(c0, c1), _MM_SHUFFLE(3, 1, 2, 0));
+  if constexpr (W <= 8) {
+    __m128i const b = _mm_packus_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    std::uint64_t const mask = 0x0101010101010101ull * ((1u << W) - 1u);
+    std::uint64_t const p0 = _pext_u64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(b)), mask);
+    std::uint64_t const p1 = _pext_u64(static_cast<std::uint64_t>(_mm_extract_epi64(b, 1)), mask);
+    std::memcpy(dst, &p0, overlap ? 8 : W);
+    std::memcpy(dst + W, &p1, overlap ? 8 : W);
+  } else {
+    std::uint64_t const mask = 0x0001000100010001ull * ((1u << W) - 1u);
+    alignas(32) std::uint64_t q[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q), h);
+    bitpack::store_runs<W>(_pext_u64(q[0], mask), _pext_u64(q[1], mask), dst);
+    bitpack::store_runs<W>(_pext_u64(q[2], mask), _pext_u64(q[3], mask), dst + W);
+  }
+}
+
+// Unpacks 16 codes of W bits from 2W bytes at src into c0 (lanes 0..7) and c1 (8..15). With
+// `overlap`, W <= 8 uses 8-byte loads that may read up to 8 - W bytes past the window.
+template <unsigned W, bool overlap = false>
+GRADCOMP_TARGET_AVX2 inline void unpack16(std::byte const* src, __m256i& c0, __m256i& c1) noexcept {
+  if constexpr (W <= 8) {
+    std::uint64_t a = 0, b = 0;
+    std::memcpy(&a, src, overlap ? 8 : W);
+    std::memcpy(&b, src + W, overlap ? 8 : W);
+    std::uint64_t const mask = 0x0101010101010101ull * ((1u << W) - 1u);
+    c0 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(_pdep_u64(a, mask))));
+    c1 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(_pdep_u64(b, mask))));
+  } else {
+    std::uint64_t r0, r1, r2, r3;
+    bitpack::load_runs<W>(src, r0, r1);
+    bitpack::load_runs<W>(src + W, r2, r3);
+    std::uint64_t const mask = 0x0001000100010001ull * ((1u << W) - 1u);
+    std::uint64_t const q0 = _pdep_u64(r0, mask);
+    std::uint64_t const q1 = _pdep_u64(r1, mask);
+    std::uint64_t const q2 = _pdep_u64(r2, mask);
+    std::uint64_t const q3 = _pdep_u64(r3, mask);
+    c0 = _mm256_cvtepu16_epi32(
+        _mm_set_epi64x(static_cast<long long>(q1), static_cast<long long>(q0)));
+    c1 = _mm256_cvtepu16_epi32(
+        _mm_set_epi64x(static_cast<long long>(q3), static_cast<long long>(q2)));
+  }
+}
+
+GRADCOMP_TARGET_AVX2 inline void pack16(unsigned width, __m256i c0, __m256i c1,
+                                        std::byte* dst) noexcept {
+  switch (width) {
+#define GRADCOMP_CASE(W) \
+  case W: pack16<W>(c0, c1, dst); return;
+    GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
+#undef GRADCOMP_CASE
+    default: return;
+  }
+}
+
+GRADCOMP_TARGET_AVX2 inline void unpack16(unsigned width, std::byte const* src, __m256i& c0,
+                                          __m256i& c1) noexcept {
+  switch (width) {
+#define GRADCOMP_CASE(W) \
+  case W: unpack16<W>(src, c0, c1); return;
+    GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
+#undef GRADCOMP_CASE
+    default: c0 = c1 = _mm256_setzero_si256(); return;
+  }
+}
+
+// The 8 dither offsets (draw + 0.5) / 2^16 of lanes 8h..8h+7 of window k of a group (exact).
+GRADCOMP_TARGET_AVX2 inline __m256 dither_offsets(philox16 const& g, unsigned k,
+                                                  unsigned h) noexcept {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(philox_window(g, k, h)), _mm256_set1_ps(0x1p-16f),
+                         _mm256_set1_ps(0x1p-17f));
+}
+
+// Codes of 8 elements (see the file comment for the math).
+GRADCOMP_TARGET_AVX2 inline __m256i dither_codes8(__m256 xv, __m256 pre, __m256 mult, __m256 r,
+                                                  dither_shape const& sh) noexcept {
+  __m256 const one = _mm256_set1_ps(1.0f);
+  __m256 const a =
+      _mm256_mul_ps(_mm256_and_ps(xv, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))), pre);
+  __m256i q;
+  if (!sh.natural) {
+    q = _mm256_cvttps_epi32(_mm256_fmadd_ps(a, mult, r));  // >= 0 and < 2^31: truncation = floor
+  } else {
+    __m256 const u = _mm256_mul_ps(a, mult);
+    __m256 const small = _mm256_cmp_ps(u, one, _CMP_LT_OQ);
+    __m256i const bits = _mm256_castps_si256(u);
+    __m256 const m = _mm256_sub_ps(
+        _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffff)),
+                                            _mm256_set1_epi32(0x3f800000))),
+        one);
+    __m256 const p = _mm256_blendv_ps(m, u, small);
+    __m256i const up = _mm256_castps_si256(_mm256_cmp_ps(_mm256_add_ps(p, r), one, _CMP_GE_OQ));
+    __m256i const base =
+        _mm256_andnot_si256(_mm256_castps_si256(small),
+                            _mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(126)));
+    q = _mm256_sub_epi32(base, up);  // up is 0 or -1
+  }
+  q = _mm256_min_epu32(q, _mm256_set1_epi32(static_cast<int>(sh.s)));
+  __m256i const neg = _mm256_castps_si256(_mm256_cmp_ps(xv, _mm256_setzero_ps(), _CMP_LT_OQ));
+  __m256i const sign =
+      _mm256_and_si256(neg, _mm256_set1_epi32(static_cast<int>(1u << (sh.width - 1))));
+  return _mm256_or_si256(q,
+                         _mm256_andnot_si256(_mm256_cmpeq_epi32(q, _mm256_setzero_si256()), sign));
+}
+
+// Encodes one full 128-element group lying in a single bucket, using overlapping stores.
+template <unsigned W>
+GRADCOMP_TARGET_AVX2 inline void dither_group_fast(float const* x, dither_bucket const& bk,
+                                                   dither_shape const& sh, philox16 const& g,
+                                                   std::byte* dst) noexcept {
+  __m256 const pre = _mm256_set1_ps(bk.pre);
+  __m256 const mult = _mm256_set1_ps(bk.mult);
+  for (unsigned k = 0; k < 8; ++k) {
+    __m256i const c0 =
+        dither_codes8(_mm256_loadu_ps(x + 16 * k), pre, mult, dither_offsets(g, k, 0), sh);
+    __m256i const c1 =
+        dither_codes8(_mm256_loadu_ps(x + 16 * k + 8), pre, mult, dither_offsets(g, k, 1), sh);
+    pack16<W, true>(c0, c1, dst + 2 * W * k);
+  }
+}
+
+GRADCOMP_TARGET_AVX2 inline void dither_group_fast(unsigned width, float const* x,
+                                                   dither_bucket const& bk, dither_shape const& sh,
+                                                   philox16 const& g, std::byte* dst) noexcept {
+  switch (width) {
+#define GRADCOMP_CASE(W) \
+  case W: dither_group_fast<W>(x, bk, sh, g, dst); return;
+    GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
+#undef GRADCOMP_CASE
+    default: return;
+  }
+}
+
+GRADCOMP_TARGET_AVX2 inline void dither_encode(float const* x, std::size_t begin, std::size_t end,
+                                               std::size_t bucket_len, dither_bucket const* buckets,
+                                               dither_shape const& sh, random_stream const& rs,
+                                               std::byte* codes) noexcept {
+  bucket_cursor cur(bucket_len, begin);
+  philox_schedule const ks = philox_prepare(rs);
+  for (std::size_t g0 = begin; g0 < end; g0 += 128) {
+    philox16 const g = philox_generate(ks, g0 / 128);
+    // Fast path: a full group inside one bucket, not the last group of this range (its
+    // overlapping stores spill into the next group, which this thread writes afterwards).
+    if (g0 + 256 <= end && cur.advance(g0, 128)) {
+      dither_group_fast(sh.width, x + g0, buckets[cur.index()], sh, g,
+                        codes + (g0 / 16) * 2 * sh.width);
+      continue;
+    }
+    for (unsigned k = 0; k < 8; ++k) {
+      std::size_t const w0 = g0 + 16 * k;
+      if (w0 >= end) break;
+      std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
+      bool const single = cur.advance(w0, valid);
+      std::size_t const b0 = cur.index();
+      __m256 pre0, pre1, mult0, mult1;
+      if (single) {
+        pre0 = pre1 = _mm256_set1_ps(buckets[b0].pre);
+        mult0 = mult1 = _mm256_set1_ps(buckets[b0].mult);
+      } else {
+        alignas(32) float p[16], m[16];
+        for (unsigned l = 0; l < 16; ++l) {
+          std::size_t const b = l < valid ? (w0 + l) / bucket_len : b0;
+          p[l] = buckets[b].pre;
+          m[l] = buckets[b].mult;
+        }
+        pre0 = _mm256_load_ps(p);
+        pre1 = _mm256_load_ps(p + 8);
+        mult0 = _mm256_load_ps(m);
+        mult1 = _mm256_load_ps(m + 8);
+      }
+      __m256i const live0 = live_mask8(valid, 0);
+      __m256i const live1 = live_mask8(valid, 8);
+      // Dead lanes read x = 0 and are forced to code 0 (the padding bits stay clear).
+      __m256 const x0 = _mm256_maskload_ps(x + w0, live0);
+      __m256 const x1 = _mm256_maskload_ps(x + w0 + 8, live1);
+      __m256i const c0 =
+          _mm256_and_si256(live0, dither_codes8(x0, pre0, mult0, dither_offsets(g, k, 0), sh));
+      __m256i const c1 =
+          _mm256_and_si256(live1, dither_codes8(x1, pre1, mult1, dither_offsets(g, k, 1), sh));
+      std::byte* dst = codes + (w0 / 16) * 2 * sh.width;
+      if (valid == 16) {
+        pack16(sh.width, c0, c1, dst);
+      } else {
+        std::byte tmp[32];
+        pack16(sh.width, c0, c1, tmp);
+        std::memcpy(dst, tmp, (valid * sh.width + 7) / 8);
+      }
+    }
+  }
+}
+
+// Decoded values of 8 codes; accumulates non-canonical lanes into `bad`.
+GRADCOMP_TARGET_AVX2 inline __m256 dither_values8(__m256i c, __m256 step, dither_shape const& sh,
+                                                  __m256i& bad) noexcept {
+  __m256i const sign = _mm256_set1_epi32(static_cast<int>(1u << (sh.width - 1)));
+  __m256i const q = _mm256_andnot_si256(sign, c);  // c < 2^width
+  __m256i const neg = _mm256_cmpeq_epi32(_mm256_and_si256(c, sign), sign);
+  __m256i const zero = _mm256_cmpeq_epi32(q, _mm256_setzero_si256());
+  // q < 2^15 and s < 2^15, so the signed compare is the unsigned one.
+  bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(q, _mm256_set1_epi32(static_cast<int>(sh.s))));
+  bad = _mm256_or_si256(bad, _mm256_and_si256(neg, zero));
+  __m256 level;
+  if (!sh.natural) {
+    level = _mm256_cvtepi32_ps(q);  // exact, q < 2^24
+  } else {
+    level = _mm256_castsi256_ps(_mm256_andnot_si256(
+        zero, _mm256_slli_epi32(_mm256_add_epi32(q, _mm256_set1_epi32(126)), 23)));
+  }
+  __m256 const v = _mm256_mul_ps(level, step);
+  return _mm256_xor_ps(v, _mm256_and_ps(_mm256_castsi256_ps(neg), _mm256_set1_ps(-0.0f)));
+}
+
+template <unsigned W>
+GRADCOMP_TARGET_AVX2 inline __m256i dither_decode_group_fast(std::byte const* src, float step_s,
+                                                             dither_shape const& sh, float* out,
+                                                             float alpha, bool add) noexcept {
+  __m256i bad = _mm256_setzero_si256();
+  __m256 const step = _mm256_set1_ps(step_s);
+  __m256 const a = _mm256_set1_ps(alpha);
+  for (unsigned k = 0; k < 8; ++k) {
+    __m256i c0, c1;
+    unpack16<W, true>(src + 2 * W * k, c0, c1);
+    __m256 v0 = dither_values8(c0, step, sh, bad);
+    __m256 v1 = dither_values8(c1, step, sh, bad);
+    if (add) {
+      v0 = _mm256_fmadd_ps(a, v0, _mm256_loadu_ps(out + 16 * k));
+      v1 = _mm256_fmadd_ps(a, v1, _mm256_loadu_ps(out + 16 * k + 8));
+    }
+    _mm256_storeu_ps(out + 16 * k, v0);
+    _mm256_storeu_ps(out + 16 * k + 8, v1);
+  }
+  return bad;
+}
+
+GRADCOMP_TARGET_AVX2 inline __m256i dither_decode_group_fast(unsigned width, std::byte const* src,
+                                                             float step, dither_shape const& sh,
+                                                             float* out, float alpha,
+                                                             bool add) noexcept {
+  switch (width) {
+#define GRADCOMP_CASE(W) \
+  case W: return dither_decode_group_fast<W>(src, step, sh, out, alpha, add);
+    GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
+#undef GRADCOMP_CASE
+    default: return _mm256_set1_epi32(-1);
+  }
+}
+
+GRADCOMP_TARGET_AVX2 inline bool dither_decode(std::byte const* codes, std::size_t begin,
+                                               std::size_t end, std::size_t bucket_len,
+                                               float const* steps, dither_shape const& sh,
+                                               float* out, float alpha, bool add) noexcept {
+  __m256i bad = _mm256_setzero_si256();
+  __m256 const a = _mm256_set1_ps(alpha);
+  bucket_cursor cur(bucket_len, begin);
+  std::size_t w0 = begin;
+  while (w0 < end) {
+    // Fast path: a whole 128-element group in one bucket with a full group after it (the
+    // overlapping loads stay inside the code stream).
+    if (w0 % 128 == 0 && w0 + 256 <= end && cur.advance(w0, 128)) {
+      bad = _mm256_or_si256(bad,
+                            dither_decode_group_fast(sh.width, codes + (w0 / 16) * 2 * sh.width,
+                                                     steps[cur.index()], sh, out + w0, alpha, add));
+      w0 += 128;
+      continue;
+    }
+    std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
+    std::byte const* src = codes + (w0 / 16) * 2 * sh.width;
+    __m256i c0, c1;
+    if (valid == 16) {
+      unpack16(sh.width, src, c0, c1);
+    } else {
+      std::byte tmp[32] = {};
+      std::memcpy(tmp, src, (valid * sh.width + 7) / 8);
+      unpack16(sh.width, tmp, c0, c1);
+    }
+    __m256i const live0 = live_mask8(valid, 0);
+    __m256i const live1 = live_mask8(valid, 8);
+    c0 = _mm256_and_si256(c0, live0);
+    c1 = _mm256_and_si256(c1, live1);
+    bool const single = cur.advance(w0, valid);
+    std::size_t const b0 = cur.index();
+    __m256 step0, step1;
+    if (single) {
+      step0 = step1 = _mm256_set1_ps(steps[b0]);
+    } else {
+      alignas(32) float st[16];
+      for (unsigned l = 0; l < 16; ++l) st[l] = steps[l < valid ? (w0 + l) / bucket_len : b0];
+      step0 = _mm256_load_ps(st);
+      step1 = _mm256_load_ps(st + 8);
+    }
+    __m256 v0 = dither_values8(c0, step0, sh, bad);
+    __m256 v1 = dither_values8(c1, step1, sh, bad);
+    if (valid == 16) {
+      if (add) {
+        v0 = _mm256_fmadd_ps(a, v0, _mm256_loadu_ps(out + w0));
+        v1 = _mm256_fmadd_ps(a, v1, _mm256_loadu_ps(out + w0 + 8));
+      }
+      _mm256_storeu_ps(out + w0, v0);
+      _mm256_storeu_ps(out + w0 + 8, v1);
+    } else {
+      if (add) {
+        v0 = _mm256_fmadd_ps(a, v0, _mm256_maskload_ps(out + w0, live0));
+        v1 = _mm256_fmadd_ps(a, v1, _mm256_maskload_ps(out + w0 + 8, live1));
+      }
+      _mm256_maskstore_ps(out + w0, live0, v0);
+      _mm256_maskstore_ps(out + w0 + 8, live1, v1);
+    }
+    w0 += 16;
+  }
+  return _mm256_testz_si256(bad, bad) != 0;
+}
+
+}  // namespace avx2
 GRADCOMP_SIMD_DIAGNOSTICS_POP
 #endif  // GRADCOMP_X86_SIMD
 
@@ -514,6 +928,7 @@ GRADCOMP_SIMD_DIAGNOSTICS_POP
 inline double block_sumsq(float const* x, std::size_t n, isa level) noexcept {
 #if GRADCOMP_X86_SIMD
   if (level == isa::avx512) return avx512::block_sumsq(x, n);
+  if (level == isa::avx2) return avx2::block_sumsq(x, n);
 #endif
   (void)level;
   return scalar::block_sumsq(x, n);
@@ -523,6 +938,7 @@ inline double block_sumsq(float const* x, std::size_t n, isa level) noexcept {
 inline float block_absmax(float const* x, std::size_t n, isa level) noexcept {
 #if GRADCOMP_X86_SIMD
   if (level == isa::avx512) return avx512::block_absmax(x, n);
+  if (level == isa::avx2) return avx2::block_absmax(x, n);
 #endif
   (void)level;
   return scalar::block_absmax(x, n);
@@ -538,6 +954,10 @@ inline void dither_encode(float const* x, std::size_t begin, std::size_t end,
 #if GRADCOMP_X86_SIMD
   if (level == isa::avx512) {
     avx512::dither_encode(x, begin, end, bucket_len, buckets, sh, rs, codes);
+    return;
+  }
+  if (level == isa::avx2) {
+    avx2::dither_encode(x, begin, end, bucket_len, buckets, sh, rs, codes);
     return;
   }
 #endif
@@ -562,6 +982,9 @@ inline bool dither_decode(std::byte const* codes, std::size_t begin, std::size_t
 #if GRADCOMP_X86_SIMD
   if (level == isa::avx512) {
     return avx512::dither_decode(codes, begin, end, bucket_len, steps, sh, out, alpha, add);
+  }
+  if (level == isa::avx2) {
+    return avx2::dither_decode(codes, begin, end, bucket_len, steps, sh, out, alpha, add);
   }
 #endif
   (void)level;

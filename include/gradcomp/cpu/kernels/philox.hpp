@@ -9,6 +9,7 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/philox.hpp>
 
+#include <cstddef>
 #include <cstdint>
 
 #if GRADCOMP_X86_SIMD
@@ -132,6 +133,119 @@ GRADCOMP_TARGET_AVX512 inline void philox_fill(random_stream const& rs, std::uin
 }
 
 }  // namespace avx512
+
+namespace avx2 {
+
+/// Four words of 16 Philox blocks: `w[w][h]` lane j is word w of block group*16 + 8h + j.
+struct philox16 {
+  __m256i w[4][2];
+};
+
+/// Broadcast Philox round keys of one stream (computed once per kernel call).
+struct philox_schedule {
+  __m256i k0[10];
+  __m256i k1[10];
+  std::uint32_t step;
+  std::uint32_t tensor;
+};
+
+GRADCOMP_TARGET_AVX2 inline philox_schedule philox_prepare(random_stream const& rs) noexcept {
+  philox_schedule s;
+  philox_key k = rs.key();
+  for (int r = 0; r < 10; ++r) {
+    s.k0[r] = _mm256_set1_epi64x(k[0]);
+    s.k1[r] = _mm256_set1_epi64x(k[1]);
+    k[0] += philox_constants::w0;
+    k[1] += philox_constants::w1;
+  }
+  s.step = rs.step;
+  s.tensor = rs.tensor;
+  return s;
+}
+
+// The low halves of the 64-bit lanes of a and b: a0 a1 b0 b1 | a2 a3 b2 b3.
+GRADCOMP_TARGET_AVX2 inline __m256i philox_low_words(__m256i a, __m256i b) noexcept {
+  return _mm256_castps_si256(
+      _mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), _MM_SHUFFLE(2, 0, 2, 0)));
+}
+
+// Philox4x32-10 on 16 blocks as four independent chains of 4, each block word in the low half
+// of a 64-bit lane (_mm256_mul_epu32 reads only the low halves; the garbage the high halves
+// collect never reaches a result). Chain c holds blocks {0,1,4,5} + 8 * (c / 2) + 2 * (c % 2),
+// so that one _mm256_shuffle_ps of chains 2j and 2j + 1 yields blocks 8j..8j+7 in order.
+GRADCOMP_TARGET_AVX2 inline philox16 philox_generate(philox_schedule const& ks,
+                                                     std::uint64_t group) noexcept {
+  constexpr int chains = 4;
+  std::uint64_t const first = group * 16;  // a multiple of 16: first + l never carries
+  __m256i const lo = _mm256_set1_epi64x(static_cast<std::uint32_t>(first));
+  __m256i const hi = _mm256_set1_epi64x(static_cast<std::uint32_t>(first >> 32));
+  __m256i const st = _mm256_set1_epi64x(ks.step);
+  __m256i const tn = _mm256_set1_epi64x(ks.tensor);
+  __m256i const mul0 = _mm256_set1_epi64x(philox_constants::m0);
+  __m256i const mul1 = _mm256_set1_epi64x(philox_constants::m1);
+  __m256i x0[chains], x1[chains], x2[chains], x3[chains];
+#pragma GCC unroll 4
+  for (int c = 0; c < chains; ++c) {
+    long long const b = 8 * (c / 2) + 2 * (c % 2);
+    x0[c] = _mm256_add_epi64(lo, _mm256_setr_epi64x(b, b + 1, b + 4, b + 5));
+    x1[c] = hi;
+    x2[c] = st;
+    x3[c] = tn;
+  }
+#pragma GCC unroll 10
+  for (int r = 0; r < 10; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < chains; ++c) {
+      __m256i const p0 = _mm256_mul_epu32(x0[c], mul0);
+      __m256i const p1 = _mm256_mul_epu32(x2[c], mul1);
+      x0[c] = _mm256_xor_si256(_mm256_srli_epi64(p1, 32), _mm256_xor_si256(x1[c], ks.k0[r]));
+      x2[c] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), _mm256_xor_si256(x3[c], ks.k1[r]));
+      x1[c] = p1;
+      x3[c] = p0;
+    }
+  }
+  philox16 g;
+  g.w[0][0] = philox_low_words(x0[0], x0[1]);
+  g.w[0][1] = philox_low_words(x0[2], x0[3]);
+  g.w[1][0] = philox_low_words(x1[0], x1[1]);
+  g.w[1][1] = philox_low_words(x1[2], x1[3]);
+  g.w[2][0] = philox_low_words(x2[0], x2[1]);
+  g.w[2][1] = philox_low_words(x2[2], x2[3]);
+  g.w[3][0] = philox_low_words(x3[0], x3[1]);
+  g.w[3][1] = philox_low_words(x3[2], x3[3]);
+  return g;
+}
+
+GRADCOMP_TARGET_AVX2 inline philox16 philox_generate(random_stream const& rs,
+                                                     std::uint64_t group) noexcept {
+  return philox_generate(philox_prepare(rs), group);
+}
+
+/// Which of the 8 lanes 8h..8h+7 (`first` = 8h) of a window of 16 elements lie below
+/// `valid`, as 32-bit lane masks (for the masked loads and stores of a window's tail).
+GRADCOMP_TARGET_AVX2 inline __m256i live_mask8(std::size_t valid, unsigned first) noexcept {
+  long long const left = static_cast<long long>(valid) - first;
+  int const n = left < 0 ? 0 : (left > 8 ? 8 : static_cast<int>(left));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/// The draws of window `k` (0..7) of a group, lanes 8h..8h+7, as 32-bit lanes.
+GRADCOMP_TARGET_AVX2 inline __m256i philox_window(philox16 const& g, unsigned k,
+                                                  unsigned h) noexcept {
+  __m256i const w = g.w[k >> 1][h];
+  return (k & 1u) ? _mm256_srli_epi32(w, 16) : _mm256_and_si256(w, _mm256_set1_epi32(0xffff));
+}
+
+GRADCOMP_TARGET_AVX2 inline void philox_fill(random_stream const& rs, std::uint64_t group,
+                                             philox_group& out) noexcept {
+  philox16 const g = philox_generate(rs, group);
+  for (unsigned w = 0; w < 4; ++w) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.word[w]), g.w[w][0]);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.word[w] + 8), g.w[w][1]);
+  }
+}
+
+}  // namespace avx2
 GRADCOMP_SIMD_DIAGNOSTICS_POP
 #endif
 
