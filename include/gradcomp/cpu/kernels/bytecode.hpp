@@ -103,7 +103,7 @@ inline std::uint8_t int8_code(float x, int8_bucket const& b, bool stochastic, st
   if (stochastic) {
     q = std::floor(v + std::fma(static_cast<float>(draw), 0x1p-16f, 0x1p-17f));
   } else {
-    bool const odd = std::fmod(fl, 2.0f) != 0.0f;
+    bool const odd = std::floor(fl * 0.5f) * 2.0f != fl;  // fl is an integer here
     q = fl + ((d > 0.5f || (d == 0.5f && odd)) ? 1.0f : 0.0f);
   }
   q = q >= 0.0f ? (q > 255.0f ? 255.0f : q) : 0.0f;  // NaN (from an infinite inv) -> 0

@@ -135,7 +135,7 @@ inline float dither_value(std::uint32_t code, float step, dither_shape const& sh
   } else {
     level = q == 0 ? 0.0f : std::bit_cast<float>((q + 126u) << 23);  // 2^(q-1)
   }
-  float const v = level * step;
+  float const v = std::fmin(level * step, FLT_MAX);  // s * (scale / s) may round past FLT_MAX
   return neg ? -v : v;
 }
 
@@ -459,7 +459,7 @@ GRADCOMP_TARGET_AVX512 inline __m512 dither_values16(__m512i c, __m512 step, dit
                                   _mm512_castsi512_ps(_mm512_slli_epi32(
                                       _mm512_add_epi32(q, _mm512_set1_epi32(126)), 23)));
   }
-  __m512 const v = _mm512_mul_ps(level_v, step);
+  __m512 const v = _mm512_min_ps(_mm512_mul_ps(level_v, step), _mm512_set1_ps(FLT_MAX));
   return _mm512_mask_xor_ps(v, neg, v, _mm512_set1_ps(-0.0f));
 }
 
@@ -816,7 +816,7 @@ GRADCOMP_TARGET_AVX2 inline __m256 dither_values8(__m256i c, __m256 step, dither
     level = _mm256_castsi256_ps(_mm256_andnot_si256(
         zero, _mm256_slli_epi32(_mm256_add_epi32(q, _mm256_set1_epi32(126)), 23)));
   }
-  __m256 const v = _mm256_mul_ps(level, step);
+  __m256 const v = _mm256_min_ps(_mm256_mul_ps(level, step), _mm256_set1_ps(FLT_MAX));
   return _mm256_xor_ps(v, _mm256_and_ps(_mm256_castsi256_ps(neg), _mm256_set1_ps(-0.0f)));
 }
 
