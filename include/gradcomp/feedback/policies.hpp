@@ -17,7 +17,10 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>
+#include <gradcomp/cpu/kernels/feedback.hpp>
+#include <gradcomp/cpu/parallel.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <span>
@@ -49,28 +52,27 @@ struct float_state {
 };
 
 // scratch = data + sign * g (data empty = zero), checking finiteness; throws numeric_error
-// before any change to data.
+// before any change to data. Vectorized and split over the context's threads.
 template <element T>
-void combine_checked(float_state& s, tensor_view<T const> g, float sign, char const* who) {
+void combine_checked(float_state& s, tensor_view<T const> g, float sign, char const* who,
+                     codec_context const& ctx) {
   std::size_t const n = g.size();
   float* out = s.scratch.data();
   T const* x = g.data();
-  bool bad = false;
-  if (s.data.empty()) {
-    for (std::size_t i = 0; i < n; ++i) {
-      float const v = sign * to_float(x[i]);
-      out[i] = v;
-      bad |= !(std::fabs(v) <= 3.4028234663852886e38f);
+  float const* d = s.data.empty() ? nullptr : s.data.data();
+  std::atomic<bool> ok{true};
+  cpu::isa const level = cpu::effective_isa(ctx.isa);
+  cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+    bool good;
+    if constexpr (std::same_as<T, float>) {
+      good = cpu::kernels::combine(d != nullptr ? d + b : nullptr, x + b, sign, out + b, e - b, level);
+    } else {
+      for (std::size_t i = b; i < e; ++i) out[i] = to_float(x[i]);  // exact widening
+      good = cpu::kernels::combine(d != nullptr ? d + b : nullptr, out + b, sign, out + b, e - b, level);
     }
-  } else {
-    float const* d = s.data.data();
-    for (std::size_t i = 0; i < n; ++i) {
-      float const v = d[i] + sign * to_float(x[i]);
-      out[i] = v;
-      bad |= !(std::fabs(v) <= 3.4028234663852886e38f);
-    }
-  }
-  if (bad) {
+    if (!good) ok.store(false, std::memory_order_relaxed);
+  });
+  if (!ok.load()) {
     for (std::size_t i = 0; i < n; ++i) {
       if (!std::isfinite(to_float(x[i]))) {
         throw numeric_error(std::string("gradcomp: ") + who + " got the non-finite gradient value " +
@@ -117,7 +119,7 @@ struct residual_feedback {
   std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
                        codec_context const& ctx) const {
     s.prepare(g.size(), "residual_feedback");
-    detail::combine_checked(s, g, 1.0f, "residual_feedback");
+    detail::combine_checked(s, g, 1.0f, "residual_feedback", ctx);
     std::size_t const bytes = c.compress(tensor_view<float const>(s.scratch, g.id()), out, ctx);
     c.decompress_add(std::span<std::byte const>(out.first(bytes)), std::span<float>(s.scratch), -1.0f, ctx);
     s.data.swap(s.scratch);
@@ -139,7 +141,7 @@ struct ef21_feedback {
                        codec_context const& ctx) const {
     s.prepare(g.size(), "ef21_feedback");
     // scratch = g - h  (computed as -(h - g))
-    detail::combine_checked(s, g, -1.0f, "ef21_feedback");
+    detail::combine_checked(s, g, -1.0f, "ef21_feedback", ctx);
     for (float& v : s.scratch) v = -v;
     std::size_t const bytes = c.compress(tensor_view<float const>(s.scratch, g.id()), out, ctx);
     if (s.data.empty()) s.data.assign(g.size(), 0.0f);
