@@ -88,12 +88,13 @@ class onebit_codec : public detail::codec_base<onebit_codec> {
     detail::store_le<std::uint32_t>(payload + 4, 0);
   }
 
-  static void decode(packet_header const& h, std::byte const* payload, float* out, float alpha,
-                     bool add, codec_context const& ctx) {
+  /// Checks the first 8 payload bytes (scale and reserved word) of a packet with header `h`
+  /// and returns the scale; throws `format_error`. Shared with the CUDA decoder.
+  static float checked_scale(packet_header const& h, std::byte const* payload) {
     float const scale = detail::load_f32(payload);
     if (!std::isfinite(scale) || std::signbit(scale)) {
       throw format_error("gradcomp: onebit packet has scale " + std::to_string(scale) +
-                         " (expected a finite value >= 0)");
+                         " (expected a finite value >= +0)");
     }
     if (h.variant == static_cast<std::uint8_t>(scaling::none) && scale != 1.0f) {
       throw format_error("gradcomp: unscaled onebit packet has scale " + std::to_string(scale) +
@@ -102,12 +103,23 @@ class onebit_codec : public detail::codec_base<onebit_codec> {
     if (detail::load_le<std::uint32_t>(payload + 4) != 0) {
       throw format_error("gradcomp: onebit packet has a non-zero reserved word");
     }
-    std::byte const* bits = payload + 8;
-    std::size_t const n = h.count;
-    if (n % 8 != 0 && (static_cast<unsigned>(bits[n / 8]) >> (n % 8)) != 0) {
+    return scale;
+  }
+
+  /// Checks that the unused high bits of the last sign byte `last` of an n-element packet are 0.
+  static void check_padding(std::uint64_t n, std::byte last) {
+    if (n % 8 != 0 && (static_cast<unsigned>(last) >> (n % 8)) != 0) {
       throw format_error("gradcomp: onebit packet has set padding bits after element " +
                          std::to_string(n));
     }
+  }
+
+  static void decode(packet_header const& h, std::byte const* payload, float* out, float alpha,
+                     bool add, codec_context const& ctx) {
+    float const scale = checked_scale(h, payload);
+    std::byte const* bits = payload + 8;
+    std::size_t const n = h.count;
+    if (n % 8 != 0) check_padding(n, bits[n / 8]);
     cpu::isa const level = cpu::effective_isa(ctx.isa);
     cpu::for_each_chunk(n, 8, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
       cpu::kernels::onebit_unpack(bits + b / 8, scale, out + b, e - b, alpha, add, level);

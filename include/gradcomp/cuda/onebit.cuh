@@ -371,25 +371,9 @@ class onebit_codec {
  private:
   // The payload checks of the CPU decoder, on the probed bytes; returns the scale.
   static float checked_scale(packet_header const& h, detail::packet_probe const& p) {
-    std::byte const* payload = p.head + header_bytes;
-    float const scale = gradcomp::detail::bit_cast<float>(detail::load_u32_le(payload));
-    if (!std::isfinite(scale) || scale < 0.0f) {
-      throw format_error("gradcomp: onebit packet has scale " + std::to_string(scale) +
-                         " (expected a finite value >= 0)");
-    }
-    if (h.variant == static_cast<std::uint8_t>(scaling::none) && scale != 1.0f) {
-      throw format_error("gradcomp: unscaled onebit packet has scale " + std::to_string(scale) +
-                         " (expected 1)");
-    }
-    if (detail::load_u32_le(payload + 4) != 0) {
-      throw format_error("gradcomp: onebit packet has a non-zero reserved word");
-    }
+    float const scale = host_codec::checked_scale(h, p.head + header_bytes);
     // The packet's last byte holds the sign bits of elements 8 floor(n/8) .. n-1.
-    std::size_t const n = h.count;
-    if (n % 8 != 0 && (static_cast<unsigned>(p.last) >> (n % 8)) != 0) {
-      throw format_error("gradcomp: onebit packet has set padding bits after element " +
-                         std::to_string(n));
-    }
+    host_codec::check_padding(h.count, p.last);
     return scale;
   }
 
