@@ -73,7 +73,7 @@ TEST_CASE("residual feedback conserves mass with a fixed codec", "[feedback][res
   }
   SECTION("onebit, no scaling") {
     // signSGD sends +-1; gradients mostly below 1 keep its residual bounded.
-    gc::compressor<gc::onebit_codec> c(gc::onebit_codec(gc::onebit_codec::scaling::none));
+    gc::compressor<gc::onebit_codec> c{gc::onebit_codec(gc::onebit_codec::scaling::none)};
     check_conservation<float>(c, n, 2, {}, 0.05);
   }
   SECTION("qsgd") {
