@@ -11,7 +11,14 @@ repetition's median call time):
 1. codec | n | threads | compress GB/s | ratio to read | decompress GB/s | ratio to write | B/elem
 2. the same for decompress_add against the update (y += c) baseline;
 3. the baselines themselves;
-4. which codecs reach `--target` times the baseline at the largest size on one thread.
+4. at the largest size on the fewest threads: each ratio next to a traffic bound, and which
+   codecs reach `--target` times the baseline.
+
+The traffic bound is what a codec would reach if it did no work besides moving its bytes, with
+reads and writes not overlapping: compress reads 4 B and writes B (the packet's bytes per
+element), so at most 1 / (1 + (B / 4) * (read GB/s / write GB/s)) of the read baseline;
+decompress reads B and writes 4 B, so at most 1 / (1 + (B / 4) * (write GB/s / read GB/s)) of
+the write baseline. It is a rough guide, not a law: hardware overlaps some reads and writes.
 
 GB/s is input bytes (n * 4) per second for every operation, decompression included.
 """
@@ -68,7 +75,7 @@ def load(path):
     return data.get("context", {}), rows, order
 
 
-def counter(rows, key, name):
+def counter(rows, key, name="GB/s"):
     b = rows.get(key)
     if b is None or "error" in b:
         return None
@@ -144,14 +151,26 @@ def main():
 
     n = max(sizes)
     t = min(threads)
+    read = counter(rows, ("baseline", "read", n, t))
+    write = counter(rows, ("baseline", "write", n, t))
     meets, misses = [], []
+    out.append("| codec (n = %s, %d thread%s) | compress ratio | traffic bound | decompress ratio "
+               "| traffic bound |" % (size_label(n), t, "" if t == 1 else "s"))
+    out.append("|---|---:|---:|---:|---:|")
     for spec in order:
         rc = counter(rows, ("compress", spec, n, t), "ratio")
         rd = counter(rows, ("decompress", spec, n, t), "ratio")
-        if rc is None or rd is None:
+        b = counter(rows, ("compress", spec, n, t), "B/elem")
+        if rc is None or rd is None or b is None:
             continue
+        bc = bd = None
+        if read and write:
+            bc = 1.0 / (1.0 + b / 4.0 * read / write)
+            bd = 1.0 / (1.0 + b / 4.0 * write / read)
+        out.append("| %s | %s | %s | %s | %s |" % (spec, fmt(rc), fmt(bc), fmt(rd), fmt(bd)))
         ok = rc >= args.target and rd >= args.target
         (meets if ok else misses).append("%s (%.2f / %.2f)" % (spec, rc, rd))
+    out.append("")
     out.append("Target at n = %s, %d thread(s): compress >= %.2f x read and decompress >= %.2f x "
                "write (ratios compress / decompress)." % (size_label(n), t, args.target, args.target))
     out.append("")
