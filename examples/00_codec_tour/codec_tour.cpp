@@ -422,10 +422,16 @@ std::string fmt_err(double e) {
   return buf;
 }
 
-// `s` padded with spaces to `width` display columns (UTF-8 aware: "±" and "—" are one column).
-std::string pad(std::string s, std::size_t width, bool left = false) {
+// Columns `s` takes on a terminal (UTF-8 aware: "±" and "—" are one column each).
+std::size_t display_width(std::string const& s) {
   std::size_t shown = 0;
   for (char ch : s) shown += (static_cast<unsigned char>(ch) & 0xc0u) != 0x80u;
+  return shown;
+}
+
+// `s` padded with spaces to `width` display columns, right-aligned unless `left`.
+std::string pad(std::string s, std::size_t width, bool left = false) {
+  std::size_t const shown = display_width(s);
   std::string const fill(shown < width ? width - shown : 0, ' ');
   return left ? s + fill : fill + s;
 }
@@ -437,13 +443,16 @@ std::string fixed(double v, int digits) {
 }
 
 void print_table(std::vector<result> const& rs) {
-  std::printf("\n%-22s %11s %7s %10s %10s %10s %9s %9s %9s\n", "codec", "bytes/step", "ratio",
-              "step err", "run err", "run err", "compress", "decomp.", "EF comp.");
-  std::printf("%-22s %11s %7s %10s %10s %10s %9s %9s %9s\n", "", "", "vs fp32", "(no EF)",
-              "(no EF)", "(EF)", "GB/s", "GB/s", "GB/s");
+  std::size_t w = 22;  // the label column fits the longest label
+  for (result const& r : rs) w = std::max(w, display_width(r.codec.label));
+  std::printf("\n%s %11s %7s %10s %10s %10s %9s %9s %9s\n", pad("codec", w, true).c_str(),
+              "bytes/step", "ratio", "step err", "run err", "run err", "compress", "decomp.",
+              "EF comp.");
+  std::printf("%s %11s %7s %10s %10s %10s %9s %9s %9s\n", pad("", w, true).c_str(), "", "vs fp32",
+              "(no EF)", "(no EF)", "(EF)", "GB/s", "GB/s", "GB/s");
   for (result const& r : rs) {
     bool const ef = r.run_err_ef >= 0;
-    std::printf("%s %s %s %s %s %s %s %s %s\n", pad(r.codec.label, 22, true).c_str(),
+    std::printf("%s %s %s %s %s %s %s %s %s\n", pad(r.codec.label, w, true).c_str(),
                 pad(fixed(r.bytes_per_step, 0), 11).c_str(), pad(fixed(r.ratio, 2), 7).c_str(),
                 pad(fmt_err(r.step_err), 10).c_str(), pad(fmt_err(r.run_err_plain), 10).c_str(),
                 pad(fmt_err(r.run_err_ef), 10).c_str(), pad(fixed(r.compress_gbs, 2), 9).c_str(),
@@ -527,6 +536,14 @@ int main(int argc, char** argv) {
     }
   }
   if (codecs.empty()) codecs = default_codecs();
+  for (codec_entry const& c : codecs) {  // reject a bad --codec before any work
+    try {
+      (void)gc::make_codec(c.spec);
+    } catch (gc::error const& e) {
+      std::fprintf(stderr, "gradcomp_demo: --codec %s: %s\n", c.spec.c_str(), e.what());
+      return 2;
+    }
+  }
 
   std::uint64_t const seed = 2026;
   std::vector<layer> const model = make_model(elements);
