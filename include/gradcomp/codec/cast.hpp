@@ -27,7 +27,7 @@ void widen_any(dtype w, std::byte const* src, T* dst, std::size_t n, float alpha
         if (!add) {
           if (n != 0) std::memcpy(dst, src, n * 4);
         } else {
-          for (std::size_t i = 0; i < n; ++i) dst[i] = std::fma(alpha, load_f32(src + 4 * i), dst[i]);
+          cpu::kernels::axpy_f32(src, dst, n, alpha, level);
         }
         return;
       case dtype::f16:
@@ -83,13 +83,19 @@ class identity_codec : public detail::codec_base<identity_codec> {
   }
   template <element T>
   void encode_typed(T const* x, std::size_t n, std::byte* payload, packet_header const&,
-                    codec_context const&) const noexcept {
-    if (n != 0) std::memcpy(payload, static_cast<void const*>(x), n * sizeof(T));
+                    codec_context const& ctx) const {
+    cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+      std::memcpy(payload + b * sizeof(T), static_cast<void const*>(x + b), (e - b) * sizeof(T));
+    });
   }
   template <element T>
   static void decode_typed(packet_header const& h, std::byte const* payload, T* out, float alpha,
                            bool add, codec_context const& ctx) {
-    detail::widen_any<T>(h.type, payload, out, h.count, alpha, add, cpu::effective_isa(ctx.isa));
+    cpu::isa const level = cpu::effective_isa(ctx.isa);
+    std::size_t const wsize = dtype_size(h.type);
+    cpu::for_each_chunk(h.count, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+      detail::widen_any<T>(h.type, payload + b * wsize, out + b, e - b, alpha, add, level);
+    });
   }
 };
 

@@ -69,7 +69,11 @@ class onebit_codec : public detail::codec_base<onebit_codec> {
     std::byte* bits = payload + 8;
     cpu::isa const level = cpu::effective_isa(ctx.isa);
     cpu::for_each_chunk(n, block, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-      for (std::size_t s = b; s < e; s += block) {
+      std::size_t s = b;
+      for (; s + 2 * block <= e; s += 2 * block) {
+        cpu::kernels::onebit_pack_pair(x + s, bits + s / 8, sums[s / block], sums[s / block + 1], level);
+      }
+      for (; s < e; s += block) {
         std::size_t const len = e - s < block ? e - s : block;
         sums[s / block] = cpu::kernels::onebit_pack_block(x + s, len, bits + s / 8, level);
       }

@@ -140,6 +140,7 @@ GRADCOMP_TARGET_AVX512 inline bool block_minmax(float const* x, std::size_t n, f
   __m512 const big = _mm512_set1_ps(FLT_MAX);
   __mmask16 bad = 0;
   for (std::size_t i = 0; i < n; i += 16) {
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + 2048, _MM_HINT_T0);  // the next bucket
     __mmask16 const live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
     __m512 const v = _mm512_maskz_loadu_ps(live, x + i);
     bad |= _mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(v), big, _CMP_NLE_UQ);
@@ -158,6 +159,7 @@ GRADCOMP_TARGET_AVX512 inline unsigned block_max_exponent(float const* x, std::s
   __m512i m = _mm512_setzero_si512();
   __m512i const ef = _mm512_set1_epi32(0xff);
   for (std::size_t i = 0; i < n; i += 16) {
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + 2048, _MM_HINT_T0);  // the next bucket
     __mmask16 const live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
     __m512i const v = _mm512_maskz_loadu_epi32(live, x + i);
     m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_srli_epi32(v, 23), ef));

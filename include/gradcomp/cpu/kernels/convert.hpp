@@ -67,6 +67,15 @@ inline void widen(std::byte const* x, float* y, std::size_t n, float alpha, bool
   }
 }
 
+/// y = fma(alpha, x, y) for n little-endian floats at x (any alignment).
+inline void axpy_f32(std::byte const* x, float* y, std::size_t n, float alpha) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, x + 4 * i, 4);
+    y[i] = std::fma(alpha, v, y[i]);
+  }
+}
+
 }  // namespace scalar
 
 #if GRADCOMP_X86_SIMD
@@ -125,6 +134,16 @@ GRADCOMP_TARGET_AVX512 inline void widen(std::byte const* x, float* y, std::size
     }
   }
   scalar::widen<F>(x + 2 * i, y + i, n - i, alpha, add);
+}
+
+GRADCOMP_TARGET_AVX512 inline void axpy_f32(std::byte const* x, float* y, std::size_t n,
+                                            float alpha) noexcept {
+  __m512 const a = _mm512_set1_ps(alpha);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(a, _mm512_loadu_ps(x + 4 * i), _mm512_loadu_ps(y + i)));
+  }
+  scalar::axpy_f32(x + 4 * i, y + i, n - i, alpha);
 }
 
 }  // namespace avx512
@@ -188,9 +207,30 @@ GRADCOMP_TARGET_AVX2 inline void widen(std::byte const* x, float* y, std::size_t
   scalar::widen<F>(x + 2 * i, y + i, n - i, alpha, add);
 }
 
+GRADCOMP_TARGET_AVX2 inline void axpy_f32(std::byte const* x, float* y, std::size_t n,
+                                          float alpha) noexcept {
+  __m256 const a = _mm256_set1_ps(alpha);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(reinterpret_cast<float const*>(x + 4 * i)),
+                                            _mm256_loadu_ps(y + i)));
+  }
+  scalar::axpy_f32(x + 4 * i, y + i, n - i, alpha);
+}
+
 }  // namespace avx2
 GRADCOMP_SIMD_DIAGNOSTICS_POP
 #endif  // GRADCOMP_X86_SIMD
+
+/// y = fma(alpha, x, y) for n floats stored little-endian at x.
+inline void axpy_f32(std::byte const* x, float* y, std::size_t n, float alpha, isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == isa::avx512) return avx512::axpy_f32(x, y, n, alpha);
+  if (level == isa::avx2) return avx2::axpy_f32(x, y, n, alpha);
+#endif
+  (void)level;
+  scalar::axpy_f32(x, y, n, alpha);
+}
 
 /// Converts `n` floats to 16-bit format `F` at SIMD level `level`.
 template <half_format F>

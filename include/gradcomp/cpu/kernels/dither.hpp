@@ -207,6 +207,7 @@ GRADCOMP_TARGET_AVX512 inline double block_sumsq(float const* x, std::size_t n) 
   __m512d hi = _mm512_setzero_pd();
   std::size_t i = 0;
   for (; i < n; i += 16) {
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + 2048, _MM_HINT_T0);  // the next bucket
     __mmask16 const live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
     __m512 const v = _mm512_maskz_loadu_ps(live, x + i);
     __m512d const a = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
@@ -228,6 +229,7 @@ GRADCOMP_TARGET_AVX512 inline float block_absmax(float const* x, std::size_t n) 
   __mmask16 bad = 0;
   std::size_t i = 0;
   for (; i < n; i += 16) {
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + 2048, _MM_HINT_T0);  // the next bucket
     __mmask16 const live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
     __m512 const a = _mm512_abs_ps(_mm512_maskz_loadu_ps(live, x + i));
     bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ);

@@ -116,6 +116,41 @@ GRADCOMP_TARGET_AVX512 inline void onebit_unpack(std::byte const* bits, float sc
   scalar::onebit_unpack(bits + i / 8, scale, out + i, n - i, alpha, add);
 }
 
+// Two consecutive full blocks at once: two independent addition chains hide the latency of the
+// double adds; each block keeps its own canonical lane order.
+GRADCOMP_TARGET_AVX512 inline void onebit_pack_pair(float const* x, std::byte* bits, double& s0,
+                                                    double& s1) noexcept {
+  constexpr std::size_t block = onebit_sum_order::block;
+  __m512d a_lo = _mm512_setzero_pd(), a_hi = _mm512_setzero_pd();
+  __m512d b_lo = _mm512_setzero_pd(), b_hi = _mm512_setzero_pd();
+  __m512 const zero = _mm512_setzero_ps();
+  float const* y = x + block;
+  std::byte* ybits = bits + block / 8;
+  for (std::size_t i = 0; i < block; i += 16) {
+    __m512 const u = _mm512_loadu_ps(x + i);
+    __m512 const v = _mm512_loadu_ps(y + i);
+    std::uint16_t const mu = static_cast<std::uint16_t>(_mm512_cmp_ps_mask(u, zero, _CMP_LT_OQ));
+    std::uint16_t const mv = static_cast<std::uint16_t>(_mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ));
+    std::memcpy(bits + i / 8, &mu, 2);
+    std::memcpy(ybits + i / 8, &mv, 2);
+    __m512 const au = _mm512_abs_ps(u);
+    __m512 const av = _mm512_abs_ps(v);
+    a_lo = _mm512_add_pd(a_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(au)));
+    a_hi = _mm512_add_pd(a_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(au), 1))));
+    b_lo = _mm512_add_pd(b_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(av)));
+    b_hi = _mm512_add_pd(b_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(av), 1))));
+  }
+  alignas(64) double lane[32];
+  _mm512_store_pd(lane, a_lo);
+  _mm512_store_pd(lane + 8, a_hi);
+  _mm512_store_pd(lane + 16, b_lo);
+  _mm512_store_pd(lane + 24, b_hi);
+  s0 = 0.0;
+  s1 = 0.0;
+  for (int l = 0; l < 16; ++l) s0 += lane[l];
+  for (int l = 16; l < 32; ++l) s1 += lane[l];
+}
+
 }  // namespace avx512
 
 namespace avx2 {
@@ -188,6 +223,17 @@ inline double onebit_pack_block(float const* x, std::size_t n, std::byte* bits, 
 #endif
   (void)level;
   return scalar::onebit_pack_block(x, n, bits);
+}
+
+/// Packs two consecutive full summation blocks starting at x (2 * block elements) and returns
+/// their canonical sums, exactly as two `onebit_pack_block` calls would.
+inline void onebit_pack_pair(float const* x, std::byte* bits, double& s0, double& s1, isa level) noexcept {
+  constexpr std::size_t block = onebit_sum_order::block;
+#if GRADCOMP_X86_SIMD
+  if (level == isa::avx512) return avx512::onebit_pack_pair(x, bits, s0, s1);
+#endif
+  s0 = onebit_pack_block(x, block, bits, level);
+  s1 = onebit_pack_block(x + block, block, bits + block / 8, level);
 }
 
 /// Expands sign bits into ±scale (see `scalar::onebit_unpack`).
