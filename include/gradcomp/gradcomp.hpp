@@ -12,6 +12,8 @@
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
 #include <gradcomp/codec/onebit.hpp>
+#include <gradcomp/codec/threshold.hpp>
+#include <gradcomp/codec/topk.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>

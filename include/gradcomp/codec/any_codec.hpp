@@ -11,6 +11,8 @@
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
 #include <gradcomp/codec/onebit.hpp>
+#include <gradcomp/codec/threshold.hpp>
+#include <gradcomp/codec/topk.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/config.hpp>
 
@@ -100,12 +102,24 @@ inline std::uint32_t parse_u32(std::string_view key, std::string_view v) {
   return out;
 }
 
+inline double parse_double(std::string_view key, std::string_view v) {
+  double out = 0.0;
+  auto const [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc{} || p != v.data() + v.size()) {
+    throw config_error("gradcomp: codec option '" + std::string(key) + "' needs a number, got '" +
+                       std::string(v) + "'");
+  }
+  return out;
+}
+
 }  // namespace detail
 
 /// Builds a codec from a spec `name[:key=value[,key=value...]]`:
 /// `identity`, `fp16`, `bf16`, `int8:bucket=512,rounding=nearest|stochastic`,
 /// `onebit:scaling=mean_abs|none`, `qsgd:levels=7,bucket=512`, `terngrad:bucket=512`,
-/// `natural:bucket=512`, `dithering:levels=2,partition=linear|natural,norm=max|l2,bucket=512`.
+/// `natural:bucket=512`, `dithering:levels=2,partition=linear|natural,norm=max|l2,bucket=512`,
+/// `topk:k=1000` or `topk:ratio=0.01` (exactly one of the two) with `values=f32|f16|bf16`,
+/// `threshold:value=0.5,values=f32|f16|bf16`.
 /// Unknown names, keys or values raise `config_error`.
 inline any_codec make_codec(std::string_view spec) {
   std::string_view const name = spec.substr(0, spec.find(':'));
@@ -183,8 +197,28 @@ inline any_codec make_codec(std::string_view spec) {
     return finish(dithering_codec(l, part == "natural" ? dither_partition::natural : dither_partition::linear,
                                   norm == "l2" ? dither_norm::l2 : dither_norm::max, b));
   }
+  auto values = [&] {
+    std::string const v = take("values", "f32");
+    choose("values", v, {"f32", "f16", "bf16"});
+    return v == "f16" ? sparse_values::f16 : v == "bf16" ? sparse_values::bf16 : sparse_values::f32;
+  };
+  if (name == "topk") {
+    bool const has_k = opts.count("k") != 0, has_r = opts.count("ratio") != 0;
+    if (has_k == has_r) throw config_error("gradcomp: codec 'topk' needs exactly one of k or ratio");
+    sparse_values const v = values();
+    if (has_k) return finish(topk_codec::count(num("k", 0), v));
+    double const r = detail::parse_double("ratio", take("ratio", ""));
+    return finish(topk_codec::ratio(r, v));
+  }
+  if (name == "threshold") {
+    if (opts.count("value") == 0) throw config_error("gradcomp: codec 'threshold' needs value=");
+    sparse_values const v = values();
+    double const t = detail::parse_double("value", take("value", ""));
+    return finish(threshold_codec(static_cast<float>(t), v));
+  }
   throw config_error("gradcomp: unknown codec '" + std::string(name) +
-                     "' (expected identity, fp16, bf16, int8, onebit, qsgd, terngrad, natural or dithering)");
+                     "' (expected identity, fp16, bf16, int8, onebit, qsgd, terngrad, natural, dithering, "
+                     "topk or threshold)");
 }
 
 /// Decodes `packet` whatever codec wrote it (read from its header) into `out`, or adds `alpha`
@@ -204,6 +238,8 @@ void decompress_any(std::span<std::byte const> packet, std::span<T> out, float a
     case codec_id::terngrad: return run(terngrad_codec{});
     case codec_id::natural: return run(natural_codec{});
     case codec_id::dithering: return run(dithering_codec{});
+    case codec_id::topk: return run(topk_codec{});
+    case codec_id::threshold: return run(threshold_codec{});
   }
   throw format_error("gradcomp: packet has unknown codec id " + std::to_string(static_cast<unsigned>(h.codec)));
 }

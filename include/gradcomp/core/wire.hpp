@@ -41,6 +41,8 @@ enum class codec_id : std::uint8_t {
   terngrad = 7,
   natural = 8,
   dithering = 9,
+  topk = 10,
+  threshold = 11,
 };
 
 /// Lower-case name of a codec id, or "unknown".
@@ -55,6 +57,8 @@ constexpr char const* codec_name(codec_id id) noexcept {
     case codec_id::terngrad: return "terngrad";
     case codec_id::natural: return "natural";
     case codec_id::dithering: return "dithering";
+    case codec_id::topk: return "topk";
+    case codec_id::threshold: return "threshold";
   }
   return "unknown";
 }

@@ -174,7 +174,16 @@ TEST_CASE("make_codec: bad specs are config_errors that say what was expected",
   };
   bad_spec const cases[] = {
       {"", "unknown codec ''"},
-      {"topk", "unknown codec 'topk'"},
+      {"randk", "unknown codec 'randk'"},
+      {"topk", "needs exactly one of k or ratio"},
+      {"topk:k=3,ratio=0.5", "needs exactly one of k or ratio"},
+      {"topk:ratio=0", "ratio"},
+      {"topk:ratio=1.5", "ratio"},
+      {"topk:ratio=x", "needs a number"},
+      {"topk:k=10,values=f64", "must be one of f32, f16, bf16"},
+      {"threshold", "needs value"},
+      {"threshold:value=-1", "threshold value"},
+      {"threshold:value=nan", "threshold value"},
       {"QSGD", "unknown codec 'QSGD'"},
       {"qsgd ", "unknown codec"},
       {"fp32", "expected identity, fp16, bf16"},
@@ -249,7 +258,7 @@ TEST_CASE("decompress_any rejects unknown codec ids and bad headers", "[feedback
   std::vector<float> out(16);
   REQUIRE_NOTHROW(gc::decompress_any<float>(good, out));
   CHECK(out == x);
-  for (unsigned id : {0u, 10u, 11u, 100u, 255u}) {
+  for (unsigned id : {0u, 12u, 13u, 100u, 255u}) {
     auto bad = good;
     bad[5] = static_cast<std::byte>(id);
     INFO("codec id " << id);

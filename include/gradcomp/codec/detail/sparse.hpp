@@ -1,0 +1,263 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// The sparse payload shared by the sparsifiers (top-k, threshold): m ascending indices, then
+/// m values. docs/wire-format.md, "Sparse payload", is the specification; in short:
+///
+/// - header param0 = m; variant bits 0-1 = value type (`sparse_values`), bits 2-3 = index
+///   encoding (0 absolute u32, 1 delta bit-packed in param1 = b bits), bits 4-7 zero;
+/// - index section: absolute = m little-endian u32; delta = the first index, then the gaps
+///   minus one, each in b bits LSB-first, zero-padded to a multiple of 4 bytes;
+/// - value section: m values of the value type, little-endian, no padding.
+///
+/// A codec derives from `sparse_codec_base<Self>` and supplies
+/// `void select(float const* x, std::size_t n, std::vector<std::uint32_t>& idx,
+/// codec_context const&) const` (ascending indices; throws `numeric_error`) and
+/// `sparse_values value_type() const`.
+
+#include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/config.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// Value type of a sparse payload (variant bits 0-1).
+enum class sparse_values : std::uint8_t {
+  f32 = 0,   ///< exact
+  f16 = 1,   ///< IEEE binary16, round to nearest even (overflow gives ±inf, as `fp16_codec`)
+  bf16 = 2,  ///< bfloat16, round to nearest even
+};
+
+/// Index encoding of a sparse payload (variant bits 2-3).
+enum class sparse_index : std::uint8_t {
+  absolute = 0,  ///< m × u32
+  delta = 1,     ///< first index, then gap - 1, each in param1 bits, LSB-first
+};
+
+namespace detail::sparse {
+
+constexpr std::uint64_t value_bytes(sparse_values v) noexcept { return v == sparse_values::f32 ? 4 : 2; }
+
+/// Bytes of a delta index section of m entries of b bits (padded to 4 bytes).
+constexpr std::uint64_t delta_bytes(std::uint64_t m, unsigned b) noexcept {
+  return (m * b + 31) / 32 * 4;
+}
+
+/// Bits per entry of the delta encoding of ascending `idx` (0 for an empty list).
+inline unsigned delta_width(std::vector<std::uint32_t> const& idx) noexcept {
+  if (idx.empty()) return 0;
+  std::uint32_t acc = idx[0];
+  for (std::size_t i = 1; i < idx.size(); ++i) acc |= idx[i] - idx[i - 1] - 1u;
+  return bit_width(acc);
+}
+
+/// The header of a sparse packet of `idx` (ascending, each < n) over n elements.
+inline packet_header plan(codec_id id, dtype t, std::uint64_t n,
+                          std::vector<std::uint32_t> const& idx, sparse_values v) {
+  std::uint64_t const m = idx.size();
+  unsigned const b = delta_width(idx);
+  bool const delta = delta_bytes(m, b) < 4 * m;
+  std::uint64_t const ib = delta ? delta_bytes(m, b) : 4 * m;
+  return {id, t,
+          static_cast<std::uint8_t>(static_cast<unsigned>(v) | (delta ? 4u : 0u)),
+          n, ib + m * value_bytes(v), static_cast<std::uint32_t>(m), delta ? b : 0u};
+}
+
+/// Writes the payload of `h` (from `plan`): the indices `idx` and the values `x[idx]`.
+inline void write(std::byte* p, packet_header const& h, std::vector<std::uint32_t> const& idx,
+                  float const* x) {
+  std::size_t const m = idx.size();
+  auto const v = static_cast<sparse_values>(h.variant & 3u);
+  std::size_t ib = 4 * m;
+  if ((h.variant >> 2) == 1) {
+    unsigned const b = h.param1;
+    ib = static_cast<std::size_t>(delta_bytes(m, b));
+    std::uint64_t acc = 0;
+    unsigned fill = 0;
+    std::size_t o = 0;
+    std::uint32_t prev = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      std::uint32_t const e = i == 0 ? idx[0] : idx[i] - prev - 1u;
+      prev = idx[i];
+      acc |= static_cast<std::uint64_t>(e) << fill;
+      fill += b;
+      while (fill >= 8) {
+        p[o++] = static_cast<std::byte>(acc & 0xffu);
+        acc >>= 8;
+        fill -= 8;
+      }
+    }
+    if (fill > 0) p[o++] = static_cast<std::byte>(acc & 0xffu);
+    while (o < ib) p[o++] = std::byte{0};
+  } else {
+    for (std::size_t i = 0; i < m; ++i) store_le<std::uint32_t>(p + 4 * i, idx[i]);
+  }
+  std::byte* vals = p + ib;
+  switch (v) {
+    case sparse_values::f32:
+      for (std::size_t i = 0; i < m; ++i) store_f32(vals + 4 * i, x[idx[i]]);
+      break;
+    case sparse_values::f16:
+      for (std::size_t i = 0; i < m; ++i) store_le<std::uint16_t>(vals + 2 * i, float_to_half_bits(x[idx[i]]));
+      break;
+    case sparse_values::bf16:
+      for (std::size_t i = 0; i < m; ++i) store_le<std::uint16_t>(vals + 2 * i, float_to_bfloat16_bits(x[idx[i]]));
+      break;
+  }
+}
+
+/// Checks the header fields and payload size of a sparse packet; throws `format_error`.
+inline void validate(packet_header const& h) {
+  std::string const who = std::string("gradcomp: ") + codec_name(h.codec) + " packet ";
+  if ((h.variant & 3u) > 2 || (h.variant >> 2) > 1) {
+    throw format_error(who + "has variant " + std::to_string(h.variant) +
+                       " (value type must be 0..2, index encoding 0..1, bits 4-7 zero)");
+  }
+  std::uint64_t const m = h.param0;
+  if (m > h.count) {
+    throw format_error(who + "selects " + std::to_string(m) + " of " + std::to_string(h.count) +
+                       " elements");
+  }
+  bool const delta = (h.variant >> 2) == 1;
+  if (delta ? h.param1 > 32 : h.param1 != 0) {
+    throw format_error(who + "has index width " + std::to_string(h.param1) +
+                       (delta ? " (expected 0..32)" : " (expected 0 for absolute indices)"));
+  }
+  std::uint64_t const ib = delta ? delta_bytes(m, h.param1) : 4 * m;
+  expect_payload(h, ib + m * value_bytes(static_cast<sparse_values>(h.variant & 3u)));
+}
+
+/// Decodes and checks the indices of a validated packet into `idx`; throws `format_error`.
+inline void read_indices(packet_header const& h, std::byte const* p, std::vector<std::uint32_t>& idx) {
+  std::size_t const m = h.param0;
+  idx.resize(m);
+  std::string const who = std::string("gradcomp: ") + codec_name(h.codec) + " packet ";
+  auto bad = [&](std::size_t i, std::uint64_t at) {
+    throw format_error(who + "has index " + std::to_string(at) + " at position " +
+                       std::to_string(i) + " (indices must be strictly ascending and below " +
+                       std::to_string(h.count) + ")");
+  };
+  if ((h.variant >> 2) == 1) {
+    unsigned const b = h.param1;
+    std::uint64_t const mask = b == 0 ? 0 : (~std::uint64_t{0} >> (64 - b));
+    std::uint64_t acc = 0;
+    unsigned fill = 0;
+    std::size_t o = 0;
+    std::uint64_t pos = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      while (fill < b) {
+        acc |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[o++])) << fill;
+        fill += 8;
+      }
+      std::uint64_t const e = acc & mask;
+      acc = b == 0 ? acc : acc >> b;
+      fill -= b;
+      pos = i == 0 ? e : pos + e + 1;
+      if (pos >= h.count) bad(i, pos);
+      idx[i] = static_cast<std::uint32_t>(pos);
+    }
+    std::size_t const ib = static_cast<std::size_t>(delta_bytes(m, b));
+    bool nonzero = acc != 0;
+    while (o < ib) nonzero |= p[o++] != std::byte{0};
+    if (nonzero) throw format_error(who + "has non-zero padding after its delta-coded indices");
+  } else {
+    for (std::size_t i = 0; i < m; ++i) {
+      std::uint32_t const at = load_le<std::uint32_t>(p + 4 * i);
+      if (at >= h.count || (i > 0 && at <= idx[i - 1])) bad(i, at);
+      idx[i] = at;
+    }
+  }
+}
+
+/// Value j of a validated packet's value section.
+inline float value_at(sparse_values v, std::byte const* vals, std::size_t j) noexcept {
+  switch (v) {
+    case sparse_values::f16: return half_bits_to_float(load_le<std::uint16_t>(vals + 2 * j));
+    case sparse_values::bf16: return bfloat16_bits_to_float(load_le<std::uint16_t>(vals + 2 * j));
+    default: return load_f32(vals + 4 * j);
+  }
+}
+
+}  // namespace detail::sparse
+
+namespace detail {
+
+/// Front end of the sparsifiers: selection by the codec, then the sparse payload. The packet
+/// size depends on the data, so `compress` plans the header after selecting.
+template <class Self>
+class sparse_codec_base : public codec_base<Self> {
+ public:
+  static constexpr aggregation_kind aggregation = aggregation_kind::gather;
+  static constexpr bool unbiased = false;
+
+  /// Compresses `in` into `out` (at least `max_compressed_bytes(in.size())` bytes, or the
+  /// exact packet size) and returns the packet size.
+  template <element T>
+  std::size_t compress(tensor_view<T const> in, std::span<std::byte> out,
+                       codec_context const& ctx = {}) const {
+    Self const& self = static_cast<Self const&>(*this);
+    std::size_t const n = in.size();
+    if (n > UINT32_MAX) {
+      throw config_error(std::string("gradcomp: ") + codec_name(Self::id) + " handles at most " +
+                         std::to_string(UINT32_MAX) + " elements per tensor, got " + std::to_string(n));
+    }
+    float const* x = nullptr;
+    std::vector<float> tmp;
+    if constexpr (std::same_as<T, float>) {
+      x = in.data();
+    } else {
+      tmp.resize(n);
+      for (std::size_t i = 0; i < n; ++i) tmp[i] = to_float(in[i]);
+      x = tmp.data();
+    }
+    std::vector<std::uint32_t> idx;
+    self.select(x, n, idx, ctx);
+    packet_header const h = sparse::plan(Self::id, dtype_of<T>, n, idx, self.value_type());
+    std::uint64_t const total = h.packet_bytes();
+    if (out.size() < total) {
+      throw config_error(std::string("gradcomp: ") + codec_name(Self::id) + " packet for " +
+                         std::to_string(n) + " elements needs " + std::to_string(total) +
+                         " bytes, the output buffer has " + std::to_string(out.size()));
+    }
+    write_header(out, h);
+    sparse::write(out.data() + header_bytes, h, idx, x);
+    return static_cast<std::size_t>(total);
+  }
+
+  /// Convenience overload for a span (tensor id 0).
+  template <element T>
+  std::size_t compress(std::span<T const> in, std::span<std::byte> out,
+                       codec_context const& ctx = {}) const {
+    return compress(tensor_view<T const>(in), out, ctx);
+  }
+
+  static void validate(packet_header const& h) { sparse::validate(h); }
+
+  /// `out = x̂` (zeros off the support) or `out[i] += alpha * x̂_i` at the indices only.
+  template <element T>
+  static void decode_typed(packet_header const& h, std::byte const* payload, T* out, float alpha,
+                           bool add, codec_context const&) {
+    std::vector<std::uint32_t> idx;
+    sparse::read_indices(h, payload, idx);
+    auto const v = static_cast<sparse_values>(h.variant & 3u);
+    bool const delta = (h.variant >> 2) == 1;
+    std::byte const* vals =
+        payload + (delta ? sparse::delta_bytes(idx.size(), h.param1) : 4 * idx.size());
+    if (!add) {
+      for (std::size_t i = 0; i < h.count; ++i) out[i] = from_float<T>(0.0f);
+    }
+    for (std::size_t j = 0; j < idx.size(); ++j) {
+      float const val = sparse::value_at(v, vals, j);
+      T& o = out[idx[j]];
+      o = add ? from_float<T>(std::fma(alpha, val, to_float(o))) : from_float<T>(val);
+    }
+  }
+};
+
+}  // namespace detail
+
+GRADCOMP_NAMESPACE_END
