@@ -91,6 +91,7 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
     idx.clear();
     if (n == 0) return;
     std::size_t const k = k_for(n);
+    if (k > 0 && k < n && n >= (std::size_t{1} << 16) && select_banded(x, n, k, idx, ctx)) return;
     constexpr std::size_t bins = 2048;
     std::size_t const chunks = cpu::chunk_count(n, 64);
     std::vector<std::uint32_t> hist(chunks * bins);
@@ -146,24 +147,36 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
         }
       }
     });
-    // Exact k-th largest key among the candidates: two 10-bit digits below the top 11 bits.
+    finish(x, k, greater, cand, bk << 20, 0xfff00000u, idx);
+  }
+
+ private:
+  /// Completes a selection: `greater` (ascending) are all above the boundary, `cand`
+  /// (ascending) hold the k-th largest key, which starts with the bits `prefix` under `known`.
+  static void finish(float const* x, std::size_t k, std::vector<std::uint32_t> const& greater,
+                     std::vector<std::uint32_t> const& cand, std::uint32_t prefix,
+                     std::uint32_t known, std::vector<std::uint32_t>& idx) {
+    std::uint64_t const above = greater.size();
+    // Exact k-th largest key among the candidates: the remaining digits, 10 bits each (the
+    // top one 11), most significant first.
     std::uint64_t need = k - above;  // rank of T among the candidates, 1-based
     std::vector<std::uint32_t> ck(cand.size());
     for (std::size_t j = 0; j < cand.size(); ++j) ck[j] = key(x[cand[j]]);
-    std::uint32_t prefix = bk << 20, known = 0xfff00000u;
-    for (unsigned shift : {10u, 0u}) {
-      std::uint64_t h[1024] = {};
+    for (unsigned shift : {20u, 10u, 0u}) {
+      if ((known >> shift & 1u) != 0) continue;
+      std::uint32_t const width = shift == 20 ? 2048u : 1024u;
+      std::vector<std::uint64_t> h(width);
       for (std::uint32_t kk : ck) {
-        if ((kk & known) == prefix) ++h[(kk >> shift) & 1023u];
+        if ((kk & known) == prefix) ++h[(kk >> shift) & (width - 1)];
       }
-      std::uint32_t dig = 1024;
+      std::uint32_t dig = width;
       while (dig > 0) {
         --dig;
         if (h[dig] >= need) break;
         need -= h[dig];
       }
       prefix |= dig << shift;
-      known |= 1023u << shift;
+      known |= (shift == 20 ? 2047u : 1023u) << shift;
     }
     std::uint32_t const t = prefix;
     std::uint64_t ties = need;  // elements with key == T to take, lowest indices first
@@ -181,7 +194,70 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
     std::merge(greater.begin(), greater.end(), chosen.begin(), chosen.end(), idx.begin());
   }
 
- private:
+  /// One-pass selection for large n: a fixed-stride sample brackets the k-th largest key in a
+  /// band [lo, hi]; one pass collects the indices above hi and those in the band (checking
+  /// for non-finite values), and the band is then selected exactly. Returns false, with no
+  /// effect, when the band missed (the caller then runs the histogram select); the result
+  /// is the same either way.
+  bool select_banded(float const* x, std::size_t n, std::size_t k, std::vector<std::uint32_t>& idx,
+                     codec_context const& ctx) const {
+    std::size_t const s = std::size_t{1} << 14;
+    std::size_t const stride = n / s;
+    std::vector<std::uint32_t> sample(s);
+    for (std::size_t j = 0; j < s; ++j) sample[j] = key(x[j * stride]);
+    std::sort(sample.begin(), sample.end(), std::greater<std::uint32_t>());
+    if (sample[0] >= 0x7f800000u) return false;  // the histogram path reports it
+    double const p = static_cast<double>(k) * static_cast<double>(s) / static_cast<double>(n);
+    double const margin = 4.0 * std::sqrt(p) + 16.0;
+    double const hi_rank = p - margin, lo_rank = p + margin;
+    std::uint32_t const hi = hi_rank < 0.0 ? 0xffffffffu : sample[static_cast<std::size_t>(hi_rank)];
+    std::uint32_t const lo = lo_rank >= static_cast<double>(s) ? 0u : sample[static_cast<std::size_t>(lo_rank)];
+    std::size_t const chunks = cpu::chunk_count(n, 64);
+    std::vector<std::vector<std::uint32_t>> ga(chunks), ca(chunks);
+    std::vector<unsigned char> bad(chunks);
+    cpu::for_each_chunk(n, 64, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
+      std::uint32_t nonfinite = 0;
+      std::size_t i = b;
+      for (; i + 16 <= e; i += 16) {
+        std::uint32_t any = 0;
+        for (std::size_t j = 0; j < 16; ++j) any |= static_cast<std::uint32_t>(key(x[i + j]) >= lo);
+        if (any == 0) continue;
+        for (std::size_t j = i; j < i + 16; ++j) {
+          std::uint32_t const kk = key(x[j]);
+          nonfinite |= kk >= 0x7f800000u;
+          if (kk > hi) {
+            ga[c].push_back(static_cast<std::uint32_t>(j));
+          } else if (kk >= lo) {
+            ca[c].push_back(static_cast<std::uint32_t>(j));
+          }
+        }
+      }
+      for (; i < e; ++i) {
+        std::uint32_t const kk = key(x[i]);
+        nonfinite |= kk >= 0x7f800000u;
+        if (kk > hi) {
+          ga[c].push_back(static_cast<std::uint32_t>(i));
+        } else if (kk >= lo) {
+          ca[c].push_back(static_cast<std::uint32_t>(i));
+        }
+      }
+      bad[c] = nonfinite != 0;
+    });
+    for (std::size_t c = 0; c < chunks; ++c) {
+      if (bad[c]) {
+        std::size_t const at = detail::first_nonfinite(x, n);
+        detail::throw_nonfinite(id, at, x[at]);
+      }
+    }
+    std::vector<std::uint32_t> greater, cand;
+    for (auto const& v : ga) greater.insert(greater.end(), v.begin(), v.end());
+    if (greater.size() >= k) return false;
+    for (auto const& v : ca) cand.insert(cand.end(), v.begin(), v.end());
+    if (greater.size() + cand.size() < k) return false;
+    finish(x, k, greater, cand, 0u, 0u, idx);
+    return true;
+  }
+
   static void check_values(sparse_values v) {
     if (static_cast<unsigned>(v) > 2) throw config_error("gradcomp: sparse value type must be f32, f16 or bf16");
   }

@@ -270,3 +270,24 @@ TEST_CASE("topk parameters and non-finite input", "[codec][topk]") {
   b.decompress(std::span<std::byte const>(pb), std::span<float>(z));
   CHECK(y == z);
 }
+
+TEST_CASE("topk on large inputs that mislead a sample equals the reference", "[codec][topk]") {
+  std::size_t const n = std::size_t{1} << 18;
+  std::vector<std::vector<float>> inputs;
+  inputs.push_back(gaussian(n, 21));
+  auto strided = gaussian(n, 22);  // the elements at multiples of 16 are tiny: a sample of them misleads
+  for (std::size_t i = 0; i < n; i += 16) strided[i] *= 1e-6f;
+  inputs.push_back(strided);
+  auto ramp = std::vector<float>(n);
+  for (std::size_t i = 0; i < n; ++i) ramp[i] = static_cast<float>(i / 1000);  // sorted, tied
+  inputs.push_back(ramp);
+  inputs.push_back(tie_input(n, 23, 1));
+  for (auto const& x : inputs) {
+    for (std::size_t k : {std::size_t{1}, std::size_t{37}, n / 1000, n / 100, n / 3}) {
+      CAPTURE(k);
+      auto const p = compress(gc::topk_codec::count(k), x, parallel_ctx(2));
+      REQUIRE(packet_indices(p) == reference_topk(x, k));
+      REQUIRE(p == compress(gc::topk_codec::count(k), x, serial_ctx()));
+    }
+  }
+}
