@@ -21,6 +21,7 @@
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -222,14 +223,14 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
         std::uint32_t any = 0;
         for (std::size_t j = 0; j < 16; ++j) any |= static_cast<std::uint32_t>(key(x[i + j]) >= lo);
         if (any == 0) continue;
-        for (std::size_t j = i; j < i + 16; ++j) {
+        std::uint32_t mask = 0;  // elements at or above lo, visited by their set bits
+        for (std::size_t j = 0; j < 16; ++j) mask |= static_cast<std::uint32_t>(key(x[i + j]) >= lo) << j;
+        while (mask != 0) {
+          std::size_t const j = i + static_cast<std::size_t>(std::countr_zero(mask));
+          mask &= mask - 1;
           std::uint32_t const kk = key(x[j]);
           nonfinite |= kk >= 0x7f800000u;
-          if (kk > hi) {
-            ga[c].push_back(static_cast<std::uint32_t>(j));
-          } else if (kk >= lo) {
-            ca[c].push_back(static_cast<std::uint32_t>(j));
-          }
+          (kk > hi ? ga[c] : ca[c]).push_back(static_cast<std::uint32_t>(j));
         }
       }
       for (; i < e; ++i) {
