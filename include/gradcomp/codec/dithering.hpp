@@ -52,12 +52,8 @@ struct dither_config {
   [[nodiscard]] cpu::kernels::dither_shape shape() const noexcept {
     return {s, 1u + bit_width(s), partition == dither_partition::natural};
   }
-  [[nodiscard]] std::uint64_t bucket_len(std::uint64_t n) const noexcept {
-    return bucket != 0 ? bucket : (n == 0 ? 1 : n);
-  }
-  [[nodiscard]] std::uint64_t buckets(std::uint64_t n) const noexcept {
-    return n == 0 ? 0 : (n + bucket_len(n) - 1) / bucket_len(n);
-  }
+  [[nodiscard]] std::uint64_t bucket_len(std::uint64_t n) const noexcept { return bucket_length(bucket, n); }
+  [[nodiscard]] std::uint64_t buckets(std::uint64_t n) const noexcept { return bucket_count(bucket, n); }
   /// Payload bytes for n elements; 0 signals overflow (n too large), checked by callers.
   [[nodiscard]] std::uint64_t payload_bytes(std::uint64_t n) const noexcept {
     std::uint64_t const w = shape().width;

@@ -43,12 +43,9 @@ class int8_codec : public detail::codec_base<int8_codec> {
   [[nodiscard]] std::uint32_t bucket() const noexcept { return bucket_; }
   [[nodiscard]] int8_rounding rounding() const noexcept { return rounding_; }
 
-  static std::uint64_t bucket_len(std::uint32_t bucket, std::uint64_t n) noexcept {
-    return bucket != 0 ? bucket : (n == 0 ? 1 : n);
-  }
   static std::uint64_t payload_bytes(std::uint32_t bucket, std::uint64_t n) noexcept {
     if (n > UINT64_MAX / 16) return 0;
-    std::uint64_t const nb = n == 0 ? 0 : (n + bucket_len(bucket, n) - 1) / bucket_len(bucket, n);
+    std::uint64_t const nb = detail::bucket_count(bucket, n);
     return 8 * nb + n;
   }
 
@@ -77,8 +74,8 @@ class int8_codec : public detail::codec_base<int8_codec> {
 
   void encode(float const* x, std::size_t n, std::byte* payload, packet_header const& h,
               random_stream const& rs, codec_context const& ctx) const {
-    std::size_t const blen = bucket_len(bucket_, n);
-    std::size_t const nb = n == 0 ? 0 : (n + blen - 1) / blen;
+    std::size_t const blen = detail::bucket_length(bucket_, n);
+    std::size_t const nb = detail::bucket_count(bucket_, n);
     std::vector<cpu::kernels::int8_bucket> kb(nb);
     auto* codes = reinterpret_cast<std::uint8_t*>(payload + 8 * nb);
     bool const stochastic = h.variant == 1;
@@ -103,8 +100,8 @@ class int8_codec : public detail::codec_base<int8_codec> {
   static void decode(packet_header const& h, std::byte const* payload, float* out, float alpha,
                      bool add, codec_context const& ctx) {
     std::size_t const n = h.count;
-    std::size_t const blen = bucket_len(h.param0, n);
-    std::size_t const nb = n == 0 ? 0 : (n + blen - 1) / blen;
+    std::size_t const blen = detail::bucket_length(h.param0, n);
+    std::size_t const nb = detail::bucket_count(h.param0, n);
     std::vector<float> los(nb), steps(nb);
     for (std::size_t k = 0; k < nb; ++k) {
       float const lo = detail::load_f32(payload + 8 * k);

@@ -34,12 +34,9 @@ class natural_codec : public detail::codec_base<natural_codec> {
   explicit natural_codec(std::uint32_t bucket = 512) noexcept : bucket_(bucket) {}
   [[nodiscard]] std::uint32_t bucket() const noexcept { return bucket_; }
 
-  static std::uint64_t bucket_len(std::uint32_t bucket, std::uint64_t n) noexcept {
-    return bucket != 0 ? bucket : (n == 0 ? 1 : n);
-  }
   static std::uint64_t payload_bytes(std::uint32_t bucket, std::uint64_t n) noexcept {
     if (n > UINT64_MAX / 4) return 0;
-    std::uint64_t const nb = n == 0 ? 0 : (n + bucket_len(bucket, n) - 1) / bucket_len(bucket, n);
+    std::uint64_t const nb = detail::bucket_count(bucket, n);
     return nb + n;
   }
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
@@ -66,8 +63,8 @@ class natural_codec : public detail::codec_base<natural_codec> {
 
   void encode(float const* x, std::size_t n, std::byte* payload, packet_header const&,
               random_stream const& rs, codec_context const& ctx) const {
-    std::size_t const blen = bucket_len(bucket_, n);
-    std::size_t const nb = n == 0 ? 0 : (n + blen - 1) / blen;
+    std::size_t const blen = detail::bucket_length(bucket_, n);
+    std::size_t const nb = detail::bucket_count(bucket_, n);
     auto* emax = reinterpret_cast<std::uint8_t*>(payload);
     auto* codes = reinterpret_cast<std::uint8_t*>(payload + nb);
     cpu::isa const level = cpu::effective_isa(ctx.isa);
@@ -91,8 +88,8 @@ class natural_codec : public detail::codec_base<natural_codec> {
   static void decode(packet_header const& h, std::byte const* payload, float* out, float alpha,
                      bool add, codec_context const& ctx) {
     std::size_t const n = h.count;
-    std::size_t const blen = bucket_len(h.param0, n);
-    std::size_t const nb = n == 0 ? 0 : (n + blen - 1) / blen;
+    std::size_t const blen = detail::bucket_length(h.param0, n);
+    std::size_t const nb = detail::bucket_count(h.param0, n);
     auto const* emax = reinterpret_cast<std::uint8_t const*>(payload);
     for (std::size_t k = 0; k < nb; ++k) {
       if (emax[k] > 253) {

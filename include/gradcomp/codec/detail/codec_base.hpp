@@ -75,6 +75,17 @@ constexpr unsigned bit_width(std::uint32_t v) noexcept {
   return w;
 }
 
+/// Length of the buckets of an n-element tensor for a `bucket` parameter (0 = one bucket
+/// holding the whole tensor; an empty tensor still gets length 1 so divisions stay defined).
+constexpr std::uint64_t bucket_length(std::uint32_t bucket, std::uint64_t n) noexcept {
+  return bucket != 0 ? bucket : (n == 0 ? 1 : n);
+}
+
+/// Number of buckets of an n-element tensor (0 for an empty one; the last may be short).
+constexpr std::uint64_t bucket_count(std::uint32_t bucket, std::uint64_t n) noexcept {
+  return n == 0 ? 0 : (n + bucket_length(bucket, n) - 1) / bucket_length(bucket, n);
+}
+
 /// Runs `meta(k, b, e)` for every bucket k = [b, e) of length `blen` and `body(cb, ce)` over
 /// chunks aligned to 128 elements and to whole buckets, each chunk's buckets before its body
 /// (one pass, the bucket still in cache). Buckets too large for that get all their `meta`
