@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/codec_support.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cfloat>
@@ -44,29 +46,8 @@ bool skip_without_simd() {
   return false;
 }
 
-/// SplitMix64 test data (independent of the library's Philox).
-class rng {
- public:
-  explicit rng(std::uint64_t seed) noexcept : s_(seed) {}
-  std::uint64_t next() noexcept {
-    std::uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() noexcept { return (static_cast<double>(next() >> 11) + 0.5) * 0x1p-53; }
-  double gaussian() noexcept {
-    double const u = uniform();
-    double const v = uniform();
-    return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
-  }
-  std::uint32_t below(std::uint64_t bound) noexcept {
-    return static_cast<std::uint32_t>(next() % bound);
-  }
-
- private:
-  std::uint64_t s_;
-};
+/// SplitMix64 test data (independent of the library's Philox), shared with the codec tests.
+using rng = gradcomp_test::test_rng;
 
 /// Input families, the adversarial ones included. `nonfinite` is last: the others are finite.
 enum class family {

@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/codec_support.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -21,26 +23,8 @@ namespace feedback_test {
 
 namespace gc = gradcomp;
 
-/// Deterministic test data (SplitMix64), independent of the library's Philox.
-class rng {
- public:
-  explicit rng(std::uint64_t seed) noexcept : s_(seed) {}
-  std::uint64_t next() noexcept {
-    std::uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  /// Uniform in (0, 1).
-  double uniform() noexcept { return (static_cast<double>(next() >> 11) + 0.5) * 0x1p-53; }
-  /// Standard normal (Box-Muller).
-  double normal() noexcept {
-    return std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
-  }
-
- private:
-  std::uint64_t s_;
-};
+/// Deterministic test data (SplitMix64), shared with the codec tests.
+using rng = gradcomp_test::test_rng;
 
 /// A gradient of n elements: normal values times a per-step scale of 10^[-1.5, 1.5], with some
 /// exact zeros and an occasional spike, like real gradients.
@@ -52,9 +36,9 @@ inline std::vector<float> make_gradient(rng& r, std::size_t n) {
     if (u < 0.03) {
       v = 0.0f;
     } else if (u < 0.035) {
-      v = static_cast<float>(20.0 * scale * r.normal());
+      v = static_cast<float>(20.0 * scale * r.gaussian());
     } else {
-      v = static_cast<float>(scale * r.normal());
+      v = static_cast<float>(scale * r.gaussian());
     }
   }
   return g;
