@@ -14,7 +14,12 @@
 #include <gradcomp/codec/onebit.hpp>
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
+#include <gradcomp/comm/any_communicator.hpp>
+#include <gradcomp/comm/in_process.hpp>
+#include <gradcomp/comm/reduce.hpp>
+#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
