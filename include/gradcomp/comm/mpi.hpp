@@ -15,8 +15,9 @@
 /// Types: `comm_type`s map to `MPI_UINT8_T`, `MPI_INT32_T`, `MPI_UINT32_T`, `MPI_INT64_T`,
 /// `MPI_UINT64_T`, `MPI_FLOAT`, `MPI_DOUBLE` with `MPI_SUM` / `MPI_MAX` / `MPI_MIN` (NaN
 /// handling of max/min is then MPI's). MPI has no 16-bit floats: `f16` and `bf16` are 2-byte
-/// contiguous `MPI_BYTE` datatypes with user-defined operations built on `reduce_into` (float32
-/// arithmetic, rounded to nearest even after each combination, as in-process). They are created
+/// contiguous `MPI_BYTE` datatypes with user-defined operations that give `reduce_into`'s results
+/// (float32 arithmetic, rounded to nearest even after each combination, as in-process; the sum
+/// uses the SIMD conversion kernels of cpu/kernels/convert.hpp). They are created
 /// on first use and freed when MPI is finalized (an attribute on `MPI_COMM_SELF`).
 ///
 /// Large counts: MPI counts are `int`. `all_reduce`, `broadcast`, `send` and `recv` split
@@ -52,6 +53,8 @@
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/kernels/convert.hpp>
 
 #include <mpi.h>
 
@@ -105,12 +108,29 @@ inline void check(int rc, char const* what) {
 
 template <comm_type T, reduce_op O>
 void user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
-  // Called by MPI (C code): must not throw, and cannot for these arguments.
-  try {
-    reduce_into(T, O, static_cast<std::byte*>(inout), static_cast<std::byte const*>(in),
-                static_cast<std::size_t>(*len) * comm_type_size(T));
-  } catch (...) {
-    std::terminate();
+  auto* acc = static_cast<std::byte*>(inout);
+  auto const* x = static_cast<std::byte const*>(in);
+  auto const n = static_cast<std::size_t>(*len);
+  if constexpr (O == reduce_op::sum) {
+    // The sum is the hot path (gradients): widen both operands with the SIMD conversion
+    // kernels, add in float32, round back. Bit-identical to reduce_into, which does the same
+    // one element at a time.
+    constexpr auto format = T == comm_type::f16 ? cpu::kernels::half_format::f16 : cpu::kernels::half_format::bf16;
+    cpu::isa const level = cpu::machine_isa();
+    float block[1024];
+    for (std::size_t at = 0; at < n; at += 1024) {
+      std::size_t const m = std::min<std::size_t>(1024, n - at);
+      cpu::kernels::widen<format>(acc + 2 * at, block, m, 1.0f, false, level);
+      cpu::kernels::widen<format>(x + 2 * at, block, m, 1.0f, true, level);
+      cpu::kernels::narrow<format>(block, acc + 2 * at, m, level);
+    }
+  } else {
+    // Called by MPI (C code): must not throw, and cannot for these arguments.
+    try {
+      reduce_into(T, O, acc, x, n * comm_type_size(T));
+    } catch (...) {
+      std::terminate();
+    }
   }
 }
 
