@@ -5,10 +5,11 @@
 // theoretical time of a bandwidth-bound ring all-reduce. It validates the network lab
 // (bench/netlab.sh): at a shaped rate the measured time should sit near the model's.
 //
-//   bench/netlab.sh --rate 1gbit -- bash -c '$GRADCOMP_NETLAB_MPIRUN -n 4 build/release/bench/gradcomp_bench_comm_mpi'
-//   bench/run_comm_mpi.sh                              # both rates, markdown table
+//   bench/netlab.sh --rate 1gbit -- bash -c '$GRADCOMP_NETLAB_MPIRUN -n 4
+//   build/release/bench/gradcomp_bench_comm_mpi' bench/run_comm_mpi.sh # both rates, markdown table
 //
-// Options: --mib N (gradient size, default 64), --iters N (timed repetitions, default 5, after
+// Options: --mib N (gradient size as float32, default 64: a 16-bit run moves half the bytes of
+// the same gradient), --iters N (timed repetitions, default 5, after
 // one warm-up), --type f32|f16|bf16 (default f32), --rate-bps BITS (link rate for the model;
 // default $GRADCOMP_NETLAB_BPS, set by netlab.sh).
 //
@@ -57,15 +58,20 @@ options parse(int argc, char** argv) {
       o.rate_bps = std::atof(next());
     } else if (a == "--type") {
       std::string const t = next();
-      if (t == "f32") o.type = gradcomp::comm_type::f32;
-      else if (t == "f16") o.type = gradcomp::comm_type::f16;
-      else if (t == "bf16") o.type = gradcomp::comm_type::bf16;
+      if (t == "f32")
+        o.type = gradcomp::comm_type::f32;
+      else if (t == "f16")
+        o.type = gradcomp::comm_type::f16;
+      else if (t == "bf16")
+        o.type = gradcomp::comm_type::bf16;
       else {
         std::fprintf(stderr, "gradcomp_bench_comm_mpi: --type is f32, f16 or bf16\n");
         std::exit(2);
       }
     } else {
-      std::fprintf(stderr, "usage: gradcomp_bench_comm_mpi [--mib N] [--iters N] [--type f32|f16|bf16] [--rate-bps B]\n");
+      std::fprintf(stderr,
+                   "usage: gradcomp_bench_comm_mpi [--mib N] [--iters N] [--type f32|f16|bf16] "
+                   "[--rate-bps B]\n");
       std::exit(2);
     }
   }
@@ -82,7 +88,8 @@ int main(int argc, char** argv) {
   gradcomp::mpi_communicator comm(MPI_COMM_WORLD, mo);
   int const n = comm.size();
   std::size_t const es = gradcomp::comm_type_size(o.type);
-  std::size_t const bytes = static_cast<std::size_t>(o.mib * 1024 * 1024) / es * es;
+  std::size_t const elements = static_cast<std::size_t>(o.mib * 1024 * 1024) / 4;
+  std::size_t const bytes = elements * es;
   std::vector<std::byte> buf(bytes);
   // Small values that stay finite however often they are summed.
   std::vector<float> f(bytes / es, 1.0f / 1024);
@@ -90,8 +97,9 @@ int main(int argc, char** argv) {
     std::memcpy(buf.data(), f.data(), bytes);
   } else {
     for (std::size_t i = 0; i < f.size(); ++i) {
-      std::uint16_t h = o.type == gradcomp::comm_type::f16 ? gradcomp::from_float<gradcomp::half>(f[i]).bits
-                                                           : gradcomp::from_float<gradcomp::bfloat16>(f[i]).bits;
+      std::uint16_t h = o.type == gradcomp::comm_type::f16
+                            ? gradcomp::from_float<gradcomp::half>(f[i]).bits
+                            : gradcomp::from_float<gradcomp::bfloat16>(f[i]).bits;
       std::memcpy(buf.data() + 2 * i, &h, 2);
     }
   }
@@ -113,20 +121,26 @@ int main(int argc, char** argv) {
 
   if (comm.rank() == 0) {
     char const* rate = std::getenv("GRADCOMP_NETLAB_RATE");
-    std::printf("all_reduce %s, %zu bytes (%.1f MiB), %d ranks, rate %s\n", gradcomp::comm_type_name(o.type),
-                bytes, static_cast<double>(bytes) / (1024.0 * 1024.0), n, rate != nullptr ? rate : "not shaped");
-    std::printf("  time per all-reduce  median %.3f s, best %.3f s (%d runs)\n", median, best, o.iters);
+    std::printf("all_reduce %s, %zu elements, %zu bytes (%.1f MiB), %d ranks, rate %s\n",
+                gradcomp::comm_type_name(o.type), elements, bytes,
+                static_cast<double>(bytes) / (1024.0 * 1024.0), n,
+                rate != nullptr ? rate : "not shaped");
+    std::printf("  time per all-reduce  median %.3f s, best %.3f s (%d runs)\n", median, best,
+                o.iters);
     std::printf("  bytes sent per rank  %.0f (ring: 2(n-1)/n * bytes)\n", ring_bytes);
     std::printf("  bus bandwidth        %.3f Gbit/s\n", ring_bytes * 8 / median / 1e9);
     if (o.rate_bps > 0) {
       double const per_link = ring_bytes * 8 / o.rate_bps;
       double const shared = per_link * n;
-      std::printf("  model per-link ring  %.3f s   measured / model = %.2f\n", per_link, median / per_link);
-      std::printf("  model shared medium  %.3f s   measured / model = %.2f\n", shared, median / shared);
+      std::printf("  model per-link ring  %.3f s   measured / model = %.2f\n", per_link,
+                  median / per_link);
+      std::printf("  model shared medium  %.3f s   measured / model = %.2f\n", shared,
+                  median / shared);
     }
-    std::printf("RESULT type=%s ranks=%d bytes=%zu rate=%s median_s=%.4f best_s=%.4f bus_gbps=%.4f\n",
-                gradcomp::comm_type_name(o.type), n, bytes, rate != nullptr ? rate : "none", median, best,
-                ring_bytes * 8 / median / 1e9);
+    std::printf(
+        "RESULT type=%s ranks=%d bytes=%zu rate=%s median_s=%.4f best_s=%.4f bus_gbps=%.4f\n",
+        gradcomp::comm_type_name(o.type), n, bytes, rate != nullptr ? rate : "none", median, best,
+        ring_bytes * 8 / median / 1e9);
   }
   return 0;
 }

@@ -4,9 +4,10 @@
 #
 # bench/run_comm_mpi.sh [RATE...]
 #
-# Dense all-reduce of a 64 MiB gradient on 4 MPI ranks through the MPI adapter, inside the
-# network lab (bench/netlab.sh) at each RATE (default: 1gbit 10gbit), for f32 and f16, and once
-# without shaping. Prints one markdown row per run. Needs root (network namespaces) and MPI.
+# Dense all-reduce of a 64 MiB float32 gradient on 4 MPI ranks through the MPI adapter, inside
+# the network lab (bench/netlab.sh) at each RATE (default: 1gbit 10gbit), sent as f32 and as f16
+# (half the bytes), and once without shaping. Prints one markdown row per run. Needs root
+# (network namespaces) and MPI.
 # Environment: BUILD_DIR (default build/release; the program is built there if missing),
 # RANKS (default 4), MIB (default 64), ITERS (default 3).
 
@@ -28,11 +29,12 @@ if [[ ! -x $program ]]; then
   cmake --build "$build" --target gradcomp_bench_comm_mpi >&2
 fi
 
-echo "| rate | type | ranks | MiB | median s | best s | bus Gbit/s | per-link ring model s | shared-lo model s |"
+echo "| rate | type | ranks | bytes | median s | best s | bus Gbit/s | per-link ring model s | shared-lo model s |"
 echo "|---|---|---|---|---|---|---|---|---|"
 row() {  # row RATE BPS TYPE OUTPUT
-  local line median best bus per shared
+  local line bytes median best bus per shared
   line=$(grep '^RESULT' <<< "$4")
+  bytes=$(sed -E 's/.*bytes=([0-9]+).*/\1/' <<< "$line")
   median=$(sed -E 's/.*median_s=([0-9.]+).*/\1/' <<< "$line")
   best=$(sed -E 's/.*best_s=([0-9.]+).*/\1/' <<< "$line")
   bus=$(sed -E 's/.*bus_gbps=([0-9.]+).*/\1/' <<< "$line")
@@ -40,10 +42,10 @@ row() {  # row RATE BPS TYPE OUTPUT
     per="-"
     shared="-"
   else
-    per=$(awk -v n="$ranks" -v m="$mib" -v r="$2" 'BEGIN { printf "%.3f", 2 * (n - 1) / n * m * 1048576 * 8 / r }')
-    shared=$(awk -v n="$ranks" -v m="$mib" -v r="$2" 'BEGIN { printf "%.3f", 2 * (n - 1) * m * 1048576 * 8 / r }')
+    per=$(awk -v n="$ranks" -v b="$bytes" -v r="$2" 'BEGIN { printf "%.3f", 2 * (n - 1) / n * b * 8 / r }')
+    shared=$(awk -v n="$ranks" -v b="$bytes" -v r="$2" 'BEGIN { printf "%.3f", 2 * (n - 1) * b * 8 / r }')
   fi
-  echo "| $1 | $3 | $ranks | $mib | $median | $best | $bus | $per | $shared |"
+  echo "| $1 | $3 | $ranks | $bytes | $median | $best | $bus | $per | $shared |"
 }
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

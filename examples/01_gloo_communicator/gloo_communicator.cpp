@@ -16,8 +16,8 @@
 //
 //   gradcomp_gloo_communicator [ranks]     (default 4)
 
-#include <gradcomp/comm/async_adaptor.hpp>
 #include <gradcomp/comm/any_communicator.hpp>
+#include <gradcomp/comm/async_adaptor.hpp>
 #include <gradcomp/comm/reduce.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 
@@ -92,18 +92,22 @@ class gloo_communicator {
         case 1: opts.setOutput(reinterpret_cast<std::uint8_t*>(buf.data()), buf.size()); break;
         case 2: opts.setOutput(reinterpret_cast<std::uint16_t*>(buf.data()), buf.size() / 2); break;
         case 4: opts.setOutput(reinterpret_cast<std::uint32_t*>(buf.data()), buf.size() / 4); break;
-        default: opts.setOutput(reinterpret_cast<std::uint64_t*>(buf.data()), buf.size() / 8); break;
+        default:
+          opts.setOutput(reinterpret_cast<std::uint64_t*>(buf.data()), buf.size() / 8);
+          break;
       }
       gloo::allreduce(opts);
     });
   }
 
   // Gloo's options-style API has no reduce-scatter: all-reduce a copy and keep our block.
-  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, gradcomp::comm_type t,
-                      gradcomp::reduce_op op) {
+  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out,
+                      gradcomp::comm_type t, gradcomp::reduce_op op) {
     std::vector<std::byte> all(in.begin(), in.end());
     all_reduce(all, t, op);
-    if (!out.empty()) std::memcpy(out.data(), all.data() + static_cast<std::size_t>(rank()) * out.size(), out.size());
+    if (!out.empty())
+      std::memcpy(out.data(), all.data() + static_cast<std::size_t>(rank()) * out.size(),
+                  out.size());
   }
 
   void all_gather(std::span<std::byte const> in, std::span<std::byte> out) {
@@ -111,22 +115,26 @@ class gloo_communicator {
     all_gather_v(in, out, counts);
   }
 
-  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out, std::span<std::size_t const> counts) {
+  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
+                    std::span<std::size_t const> counts) {
     guarded("all_gather_v", [&] {
       gloo::AllgathervOptions opts(ctx_);
-      opts.setInput(const_cast<std::uint8_t*>(reinterpret_cast<std::uint8_t const*>(nonnull(in.data()))), in.size());
+      opts.setInput(
+          const_cast<std::uint8_t*>(reinterpret_cast<std::uint8_t const*>(nonnull(in.data()))),
+          in.size());
       opts.setOutput(reinterpret_cast<std::uint8_t*>(nonnull(out.data())),
                      std::vector<std::size_t>(counts.begin(), counts.end()));
       gloo::allgatherv(opts);
     });
   }
 
-  void all_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> send_counts, std::span<std::byte> out,
-                    std::span<std::size_t const> recv_counts) {
+  void all_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> send_counts,
+                    std::span<std::byte> out, std::span<std::size_t const> recv_counts) {
     guarded("all_to_all_v", [&] {
       gloo::AlltoallvOptions opts(ctx_);
-      opts.setInput(const_cast<std::uint8_t*>(reinterpret_cast<std::uint8_t const*>(nonnull(in.data()))),
-                    std::vector<std::int64_t>(send_counts.begin(), send_counts.end()));
+      opts.setInput(
+          const_cast<std::uint8_t*>(reinterpret_cast<std::uint8_t const*>(nonnull(in.data()))),
+          std::vector<std::int64_t>(send_counts.begin(), send_counts.end()));
       opts.setOutput(reinterpret_cast<std::uint8_t*>(nonnull(out.data())),
                      std::vector<std::int64_t>(recv_counts.begin(), recv_counts.end()));
       gloo::alltoallv(opts);
@@ -152,13 +160,17 @@ class gloo_communicator {
   }
 
  private:
-  static std::uint64_t slot(int tag) { return (std::uint64_t{0x6763} << 32) | static_cast<std::uint32_t>(tag); }
+  static std::uint64_t slot(int tag) {
+    return (std::uint64_t{0x6763} << 32) | static_cast<std::uint32_t>(tag);
+  }
 
   static std::byte* nonnull(std::byte* p) {
     static std::byte dummy{};
     return p != nullptr ? p : &dummy;
   }
-  static std::byte const* nonnull(std::byte const* p) { return p != nullptr ? p : nonnull(static_cast<std::byte*>(nullptr)); }
+  static std::byte const* nonnull(std::byte const* p) {
+    return p != nullptr ? p : nonnull(static_cast<std::byte*>(nullptr));
+  }
 
   // gradcomp's contract: transport failures (Gloo's timeouts and I/O errors) are comm_error.
   template <class Fn>
@@ -168,7 +180,8 @@ class gloo_communicator {
     } catch (gradcomp::error const&) {
       throw;
     } catch (std::exception const& e) {
-      throw gradcomp::comm_error(std::string("gloo ") + what + " on rank " + std::to_string(rank()) + ": " + e.what());
+      throw gradcomp::comm_error(std::string("gloo ") + what + " on rank " +
+                                 std::to_string(rank()) + ": " + e.what());
     }
   }
 
@@ -208,21 +221,25 @@ void run_rank(gradcomp::async_adaptor<gloo_communicator>& comm) {
 
   // A gradient all-reduce, non-blocking: the adaptor's worker runs it while this thread works.
   std::vector<float> grad(1000003);
-  for (std::size_t i = 0; i < grad.size(); ++i) grad[i] = static_cast<float>((i + static_cast<std::size_t>(r)) % 8) * 0.5f;
-  gradcomp::request pending = comm.iall_reduce(bytes_of(grad), gradcomp::comm_type::f32, gradcomp::reduce_op::sum);
+  for (std::size_t i = 0; i < grad.size(); ++i)
+    grad[i] = static_cast<float>((i + static_cast<std::size_t>(r)) % 8) * 0.5f;
+  gradcomp::request pending =
+      comm.iall_reduce(bytes_of(grad), gradcomp::comm_type::f32, gradcomp::reduce_op::sum);
   double busy = 0;
   for (int k = 0; k < 1000; ++k) busy += k;
   pending.wait();
   bool ok = busy > 0;
   for (std::size_t i = 0; i < grad.size(); ++i) {
     float e = 0;
-    for (int p = 0; p < n; ++p) e += static_cast<float>((i + static_cast<std::size_t>(p)) % 8) * 0.5f;
+    for (int p = 0; p < n; ++p)
+      e += static_cast<float>((i + static_cast<std::size_t>(p)) % 8) * 0.5f;
     ok = ok && grad[i] == e;
   }
   expect(ok, r, "iall_reduce f32 sum");
 
   // 16-bit floats, which Gloo knows nothing about, reduced by gradcomp's reduce_into.
-  std::vector<gradcomp::bfloat16> h(7, gradcomp::from_float<gradcomp::bfloat16>(static_cast<float>(r) + 0.5f));
+  std::vector<gradcomp::bfloat16> h(
+      7, gradcomp::from_float<gradcomp::bfloat16>(static_cast<float>(r) + 0.5f));
   comm.all_reduce(bytes_of(h), gradcomp::comm_type::bf16, gradcomp::reduce_op::max);
   ok = true;
   for (auto x : h) ok = ok && gradcomp::to_float(x) == static_cast<float>(n - 1) + 0.5f;
@@ -232,7 +249,8 @@ void run_rank(gradcomp::async_adaptor<gloo_communicator>& comm) {
   std::vector<std::int64_t> rs_in(3 * un);
   std::iota(rs_in.begin(), rs_in.end(), std::int64_t{r});
   std::vector<std::int64_t> rs_out(3);
-  comm.reduce_scatter(cbytes_of(rs_in), bytes_of(rs_out), gradcomp::comm_type::i64, gradcomp::reduce_op::sum);
+  comm.reduce_scatter(cbytes_of(rs_in), bytes_of(rs_out), gradcomp::comm_type::i64,
+                      gradcomp::reduce_op::sum);
   ok = true;
   for (std::size_t i = 0; i < 3; ++i) {
     std::int64_t const base = static_cast<std::int64_t>(3 * static_cast<std::size_t>(r) + i);
@@ -264,14 +282,16 @@ void run_rank(gradcomp::async_adaptor<gloo_communicator>& comm) {
   for (int p = 0; p < n; ++p) {
     sc[static_cast<std::size_t>(p)] = static_cast<std::size_t>((r + p) % 3);
     rc[static_cast<std::size_t>(p)] = static_cast<std::size_t>((p + r) % 3);
-    a2a_in.insert(a2a_in.end(), sc[static_cast<std::size_t>(p)], static_cast<std::uint8_t>(10 * r + p));
+    a2a_in.insert(a2a_in.end(), sc[static_cast<std::size_t>(p)],
+                  static_cast<std::uint8_t>(10 * r + p));
   }
   std::vector<std::uint8_t> a2a_out(std::accumulate(rc.begin(), rc.end(), std::size_t{0}));
   comm.all_to_all_v(cbytes_of(a2a_in), sc, bytes_of(a2a_out), rc);
   ok = true;
   at = 0;
   for (int p = 0; p < n; ++p) {
-    for (std::size_t k = 0; k < rc[static_cast<std::size_t>(p)]; ++k) ok = ok && a2a_out[at++] == 10 * p + r;
+    for (std::size_t k = 0; k < rc[static_cast<std::size_t>(p)]; ++k)
+      ok = ok && a2a_out[at++] == 10 * p + r;
   }
   expect(ok, r, "all_to_all_v");
 

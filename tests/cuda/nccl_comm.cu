@@ -68,7 +68,9 @@ struct dbuf {
   }
 };
 
-float value(int r, std::size_t i) { return static_cast<float>((r * 7 + static_cast<int>(i % 13)) % 17) * 0.25f; }
+float value(int r, std::size_t i) {
+  return static_cast<float>((r * 7 + static_cast<int>(i % 13)) % 17) * 0.25f;
+}
 
 void run_rank(nccl_communicator& c) {
   int const r = c.rank();
@@ -107,7 +109,8 @@ void run_rank(nccl_communicator& c) {
   for (std::size_t i = 0; i < len; ++i) {
     float e = 0;
     for (int p = 0; p < n; ++p) e += value(p, i);
-    ok = ok && rf[i] == e && to_float(rh[i]) == e && to_float(rb[i]) == e && rm[i] == static_cast<std::int32_t>(i) * n;
+    ok = ok && rf[i] == e && to_float(rh[i]) == e && to_float(rb[i]) == e &&
+         rm[i] == static_cast<std::int32_t>(i) * n;
   }
   expect(ok, r, n, "all_reduce f32/f16/bf16 sum, i32 max");
 
@@ -133,7 +136,9 @@ void run_rank(nccl_communicator& c) {
   c.all_gather(dg_in.span(), dg_out.span());
   auto all = dg_out.get<std::uint8_t>();
   ok = true;
-  for (int p = 0; p < n; ++p) ok = ok && all[2 * static_cast<std::size_t>(p)] == p && all[2 * static_cast<std::size_t>(p) + 1] == 50 + p;
+  for (int p = 0; p < n; ++p)
+    ok = ok && all[2 * static_cast<std::size_t>(p)] == p &&
+         all[2 * static_cast<std::size_t>(p) + 1] == 50 + p;
   expect(ok, r, n, "all_gather");
   std::vector<std::size_t> counts(un);
   std::iota(counts.begin(), counts.end(), std::size_t{0});
@@ -164,7 +169,8 @@ void run_rank(nccl_communicator& c) {
   ok = true;
   at = 0;
   for (int p = 0; p < n; ++p) {
-    for (std::size_t k = 0; k < rc[static_cast<std::size_t>(p)]; ++k) ok = ok && ao[at++] == 16 * p + r;
+    for (std::size_t k = 0; k < rc[static_cast<std::size_t>(p)]; ++k)
+      ok = ok && ao[at++] == 16 * p + r;
   }
   expect(ok, r, n, "all_to_all_v");
 
@@ -267,7 +273,8 @@ int main() {
       std::printf("NCCL adapter on %d GPU(s): %s\n", n, failures.load() == 0 ? "passed" : "FAILED");
     }
     unmatched_receive_times_out();
-    std::printf("NCCL unmatched receive: %s\n", failures.load() == 0 ? "comm_error after the timeout" : "FAILED");
+    std::printf("NCCL unmatched receive: %s\n",
+                failures.load() == 0 ? "comm_error after the timeout" : "FAILED");
   } catch (std::exception const& e) {
     std::fprintf(stderr, "FAILED: %s\n", e.what());
     return 1;

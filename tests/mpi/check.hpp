@@ -44,32 +44,34 @@ inline void fail(char const* file, int line, std::string const& what) {
 
 }  // namespace mpi_tests
 
-#define MPI_TEST(name)                                                  \
-  static void name();                                                   \
+#define MPI_TEST(name)                                                                 \
+  static void name();                                                                  \
   [[maybe_unused]] static bool const name##_registered = mpi_tests::add(#name, &name); \
   static void name()
 
-#define MPI_CHECK(...)                                                                 \
-  do {                                                                                 \
+#define MPI_CHECK(...)                                                                             \
+  do {                                                                                             \
     if (!(__VA_ARGS__)) mpi_tests::fail(__FILE__, __LINE__, "MPI_CHECK(" #__VA_ARGS__ ") failed"); \
   } while (false)
 
-#define MPI_CHECK_THROWS_WITH(expr, type, text)                                                   \
-  do {                                                                                            \
-    bool mpi_check_thrown_ = false;                                                               \
-    try {                                                                                         \
-      expr;                                                                                       \
-    } catch (type const& e) {                                                                     \
-      mpi_check_thrown_ = true;                                                                   \
-      if (std::string(e.what()).find(text) == std::string::npos) {                                \
-        mpi_tests::fail(__FILE__, __LINE__, std::string(#expr " threw '") + e.what() +            \
-                                                "', which does not contain '" + (text) + "'");    \
-      }                                                                                           \
-    } catch (std::exception const& e) {                                                           \
-      mpi_check_thrown_ = true;                                                                   \
-      mpi_tests::fail(__FILE__, __LINE__, std::string(#expr " threw another exception: ") + e.what()); \
-    }                                                                                             \
-    if (!mpi_check_thrown_) mpi_tests::fail(__FILE__, __LINE__, #expr " did not throw " #type);   \
+#define MPI_CHECK_THROWS_WITH(expr, type, text)                                                    \
+  do {                                                                                             \
+    bool mpi_check_thrown_ = false;                                                                \
+    try {                                                                                          \
+      expr;                                                                                        \
+    } catch (type const& e) {                                                                      \
+      mpi_check_thrown_ = true;                                                                    \
+      if (std::string(e.what()).find(text) == std::string::npos) {                                 \
+        mpi_tests::fail(__FILE__, __LINE__,                                                        \
+                        std::string(#expr " threw '") + e.what() + "', which does not contain '" + \
+                            (text) + "'");                                                         \
+      }                                                                                            \
+    } catch (std::exception const& e) {                                                            \
+      mpi_check_thrown_ = true;                                                                    \
+      mpi_tests::fail(__FILE__, __LINE__,                                                          \
+                      std::string(#expr " threw another exception: ") + e.what());                 \
+    }                                                                                              \
+    if (!mpi_check_thrown_) mpi_tests::fail(__FILE__, __LINE__, #expr " did not throw " #type);    \
   } while (false)
 
 #define MPI_CHECK_THROWS_AS(expr, type) MPI_CHECK_THROWS_WITH(expr, type, "")

@@ -32,7 +32,9 @@ std::span<std::byte const> cbytes_of(std::vector<T> const& v) {
 
 // Values that sum exactly in every type used here (small multiples of 1/4), so the reference does
 // not depend on the order in which MPI combines contributions.
-double value(int r, std::size_t i) { return static_cast<double>((r * 7 + static_cast<int>(i % 13)) % 17) * 0.25 - 1.0; }
+double value(int r, std::size_t i) {
+  return static_cast<double>((r * 7 + static_cast<int>(i % 13)) % 17) * 0.25 - 1.0;
+}
 
 template <class T>
 T as(double v) {
@@ -81,7 +83,8 @@ void check_all_reduce(mpi_communicator& c, std::size_t len, reduce_op op) {
 template <class T>
 void all_reduce_all_ops(mpi_communicator& c) {
   for (std::size_t len : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
-    for (reduce_op op : {reduce_op::sum, reduce_op::max, reduce_op::min}) check_all_reduce<T>(c, len, op);
+    for (reduce_op op : {reduce_op::sum, reduce_op::max, reduce_op::min})
+      check_all_reduce<T>(c, len, op);
   }
 }
 
@@ -112,8 +115,11 @@ MPI_TEST(all_reduce_16_bit_sums_round_like_in_process) {
   // Each step adds less than half an ulp to 1.0 (f16) or 256 (bf16) and rounds back, whatever
   // the order, as long as the large value is combined before the small ones add up past it.
   // With 2 ranks the result is exact to check; with more it is bounded.
-  for (half x : h) MPI_CHECK(to_float(x) >= 1.0f && to_float(x) <= 1.0f + 0.00048828125f * static_cast<float>(c.size()));
-  for (bfloat16 x : b) MPI_CHECK(to_float(x) >= 256.0f && to_float(x) <= 256.0f + static_cast<float>(c.size()));
+  for (half x : h)
+    MPI_CHECK(to_float(x) >= 1.0f &&
+              to_float(x) <= 1.0f + 0.00048828125f * static_cast<float>(c.size()));
+  for (bfloat16 x : b)
+    MPI_CHECK(to_float(x) >= 256.0f && to_float(x) <= 256.0f + static_cast<float>(c.size()));
   if (c.size() == 2) {
     for (half x : h) MPI_CHECK(to_float(x) == 1.0f);
     for (bfloat16 x : b) MPI_CHECK(to_float(x) == 256.0f);
@@ -128,7 +134,8 @@ MPI_TEST(chunked_operations_match_unchunked) {
   check_all_reduce<half>(c, 1001, reduce_op::sum);
   check_all_reduce<double>(c, 5, reduce_op::max);  // chunks are whole elements: 8 bytes each
   std::vector<std::uint8_t> b(1001);
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(c.rank() == 1 ? i * 3 : 0);
+  for (std::size_t i = 0; i < b.size(); ++i)
+    b[i] = static_cast<std::uint8_t>(c.rank() == 1 ? i * 3 : 0);
   c.broadcast(bytes_of(b), 1);
   for (std::size_t i = 0; i < b.size(); ++i) MPI_CHECK(b[i] == static_cast<std::uint8_t>(i * 3));
   int const n = c.size();
@@ -150,7 +157,8 @@ MPI_TEST(reduce_scatter_odd_and_empty_blocks) {
     c.reduce_scatter(cbytes_of(in), bytes_of(out), comm_type::f32, reduce_op::sum);
     for (std::size_t i = 0; i < block; ++i) {
       double e = 0;
-      for (int p = 0; p < c.size(); ++p) e += value(p, static_cast<std::size_t>(c.rank()) * block + i);
+      for (int p = 0; p < c.size(); ++p)
+        e += value(p, static_cast<std::size_t>(c.rank()) * block + i);
       MPI_CHECK(out[i] == static_cast<float>(e));
     }
     std::vector<bfloat16> hin(block * n);
@@ -159,7 +167,8 @@ MPI_TEST(reduce_scatter_odd_and_empty_blocks) {
     c.reduce_scatter(cbytes_of(hin), bytes_of(hout), comm_type::bf16, reduce_op::max);
     for (std::size_t i = 0; i < block; ++i) {
       double e = -1e30;
-      for (int p = 0; p < c.size(); ++p) e = std::max(e, value(p, static_cast<std::size_t>(c.rank()) * block + i));
+      for (int p = 0; p < c.size(); ++p)
+        e = std::max(e, value(p, static_cast<std::size_t>(c.rank()) * block + i));
       MPI_CHECK(to_float(hout[i]) == static_cast<float>(e));
     }
   }
@@ -171,19 +180,23 @@ MPI_TEST(all_gather_and_all_gather_v_with_empty_contributions) {
   auto const un = static_cast<std::size_t>(n);
   for (std::size_t len : {std::size_t{0}, std::size_t{5}}) {
     std::vector<std::uint8_t> mine(len);
-    for (std::size_t i = 0; i < len; ++i) mine[i] = static_cast<std::uint8_t>(10 * c.rank() + static_cast<int>(i));
+    for (std::size_t i = 0; i < len; ++i)
+      mine[i] = static_cast<std::uint8_t>(10 * c.rank() + static_cast<int>(i));
     std::vector<std::uint8_t> all(len * un);
     c.all_gather(cbytes_of(mine), bytes_of(all));
     for (int p = 0; p < n; ++p) {
-      for (std::size_t i = 0; i < len; ++i) MPI_CHECK(all[static_cast<std::size_t>(p) * len + i] == 10 * p + static_cast<int>(i));
+      for (std::size_t i = 0; i < len; ++i)
+        MPI_CHECK(all[static_cast<std::size_t>(p) * len + i] == 10 * p + static_cast<int>(i));
     }
   }
   // Rank p contributes (p * 5 + 2) % 4 bytes: some ranks nothing; and then everyone nothing.
   for (bool none : {false, true}) {
     std::vector<std::size_t> counts(un);
     for (std::size_t p = 0; p < un; ++p) counts[p] = none ? 0 : (p * 5 + 2) % 4;
-    std::vector<std::uint8_t> mine(counts[static_cast<std::size_t>(c.rank())], static_cast<std::uint8_t>(c.rank() + 1));
-    std::vector<std::uint8_t> all(std::accumulate(counts.begin(), counts.end(), std::size_t{0}), 0xee);
+    std::vector<std::uint8_t> mine(counts[static_cast<std::size_t>(c.rank())],
+                                   static_cast<std::uint8_t>(c.rank() + 1));
+    std::vector<std::uint8_t> all(std::accumulate(counts.begin(), counts.end(), std::size_t{0}),
+                                  0xee);
     c.all_gather_v(cbytes_of(mine), bytes_of(all), counts);
     std::size_t at = 0;
     for (std::size_t p = 0; p < un; ++p) {
@@ -200,15 +213,19 @@ MPI_TEST(all_to_all_v_with_empty_blocks) {
   std::vector<std::size_t> sc(un), rc(un);
   std::vector<std::uint8_t> in;
   for (int p = 0; p < n; ++p) {
-    sc[static_cast<std::size_t>(p)] = static_cast<std::size_t>((r * 3 + p) % 4);  // r sends this to p
-    rc[static_cast<std::size_t>(p)] = static_cast<std::size_t>((p * 3 + r) % 4);  // p sends this to r
-    for (std::size_t k = 0; k < sc[static_cast<std::size_t>(p)]; ++k) in.push_back(static_cast<std::uint8_t>(16 * r + p));
+    sc[static_cast<std::size_t>(p)] =
+        static_cast<std::size_t>((r * 3 + p) % 4);  // r sends this to p
+    rc[static_cast<std::size_t>(p)] =
+        static_cast<std::size_t>((p * 3 + r) % 4);  // p sends this to r
+    for (std::size_t k = 0; k < sc[static_cast<std::size_t>(p)]; ++k)
+      in.push_back(static_cast<std::uint8_t>(16 * r + p));
   }
   std::vector<std::uint8_t> out(std::accumulate(rc.begin(), rc.end(), std::size_t{0}));
   c.all_to_all_v(cbytes_of(in), sc, bytes_of(out), rc);
   std::size_t at = 0;
   for (int p = 0; p < n; ++p) {
-    for (std::size_t k = 0; k < rc[static_cast<std::size_t>(p)]; ++k) MPI_CHECK(out[at++] == 16 * p + r);
+    for (std::size_t k = 0; k < rc[static_cast<std::size_t>(p)]; ++k)
+      MPI_CHECK(out[at++] == 16 * p + r);
   }
 }
 
@@ -325,7 +342,8 @@ MPI_TEST(collective_without_peers_times_out_with_comm_error) {
   o.timeout = 300ms;
   auto c = std::make_unique<mpi_communicator>(MPI_COMM_WORLD, o);
   if (c->rank() == 0) {
-    MPI_CHECK_THROWS_WITH(c->all_reduce(bytes_of(buf), comm_type::f32, reduce_op::sum), comm_error, "timed out");
+    MPI_CHECK_THROWS_WITH(c->all_reduce(bytes_of(buf), comm_type::f32, reduce_op::sum), comm_error,
+                          "timed out");
     MPI_CHECK(c->broken());
   }
   MPI_Barrier(MPI_COMM_WORLD);

@@ -34,9 +34,9 @@
 /// ```cpp
 /// my_transport t = ...;                          // models blocking_communicator
 /// gradcomp::async_adaptor comm(std::move(t));    // models communicator
-/// gradcomp::request r = comm.iall_reduce(bytes, gradcomp::comm_type::f32, gradcomp::reduce_op::sum);
-/// compress_next_bucket();                        // overlaps the all-reduce
-/// r.wait();
+/// gradcomp::request r = comm.iall_reduce(bytes, gradcomp::comm_type::f32,
+/// gradcomp::reduce_op::sum); compress_next_bucket();                        // overlaps the
+/// all-reduce r.wait();
 /// ```
 
 #include <gradcomp/comm/detail/checks.hpp>
@@ -186,12 +186,18 @@ class async_adaptor {
 
   void barrier() { ibarrier().wait(); }
   void broadcast(std::span<std::byte> buf, int root) { ibroadcast(buf, root).wait(); }
-  void all_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) { iall_reduce(buf, t, op).wait(); }
-  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t, reduce_op op) {
+  void all_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) {
+    iall_reduce(buf, t, op).wait();
+  }
+  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
+                      reduce_op op) {
     ireduce_scatter(in, out, t, op).wait();
   }
-  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) { iall_gather(in, out).wait(); }
-  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out, std::span<std::size_t const> counts) {
+  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) {
+    iall_gather(in, out).wait();
+  }
+  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
+                    std::span<std::size_t const> counts) {
     iall_gather_v(in, out, counts).wait();
   }
   void all_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> send_counts,
@@ -216,7 +222,8 @@ class async_adaptor {
     return w_->submit([=](C& c) { c.all_reduce(buf, t, op); });
   }
 
-  request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t, reduce_op op) {
+  request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
+                          reduce_op op) {
     detail::comm_checks::reduce_scatter(in.size(), out.size(), t, op, size_);
     return w_->submit([=](C& c) { c.reduce_scatter(in, out, t, op); });
   }
@@ -227,7 +234,8 @@ class async_adaptor {
   }
 
   /// `counts` is copied: it need not outlive the call.
-  request iall_gather_v(std::span<std::byte const> in, std::span<std::byte> out, std::span<std::size_t const> counts) {
+  request iall_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
+                        std::span<std::size_t const> counts) {
     detail::comm_checks::all_gather_v(in.size(), out.size(), counts, rank_, size_);
     return w_->submit([in, out, n = std::vector<std::size_t>(counts.begin(), counts.end())](C& c) {
       c.all_gather_v(in, out, std::span<std::size_t const>(n));
@@ -238,10 +246,12 @@ class async_adaptor {
   request iall_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> send_counts,
                         std::span<std::byte> out, std::span<std::size_t const> recv_counts) {
     detail::comm_checks::all_to_all_v(in.size(), send_counts, out.size(), recv_counts, size_);
-    return w_->submit([in, out, sc = std::vector<std::size_t>(send_counts.begin(), send_counts.end()),
-                       rc = std::vector<std::size_t>(recv_counts.begin(), recv_counts.end())](C& c) {
-      c.all_to_all_v(in, std::span<std::size_t const>(sc), out, std::span<std::size_t const>(rc));
-    });
+    return w_->submit(
+        [in, out, sc = std::vector<std::size_t>(send_counts.begin(), send_counts.end()),
+         rc = std::vector<std::size_t>(recv_counts.begin(), recv_counts.end())](C& c) {
+          c.all_to_all_v(in, std::span<std::size_t const>(sc), out,
+                         std::span<std::size_t const>(rc));
+        });
   }
 
   request isend(std::span<std::byte const> in, int peer, int tag) {

@@ -103,7 +103,8 @@ inline std::string error_text(int code) {
 
 // Throws comm_error for a failed MPI call that is not tied to a communicator.
 inline void check(int rc, char const* what) {
-  if (rc != MPI_SUCCESS) throw comm_error(std::string("gradcomp: ") + what + " failed: " + error_text(rc));
+  if (rc != MPI_SUCCESS)
+    throw comm_error(std::string("gradcomp: ") + what + " failed: " + error_text(rc));
 }
 
 template <comm_type T, reduce_op O>
@@ -115,7 +116,8 @@ void user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
     // The sum is the hot path (gradients): widen both operands with the SIMD conversion
     // kernels, add in float32, round back. Bit-identical to reduce_into, which does the same
     // one element at a time.
-    constexpr auto format = T == comm_type::f16 ? cpu::kernels::half_format::f16 : cpu::kernels::half_format::bf16;
+    constexpr auto format =
+        T == comm_type::f16 ? cpu::kernels::half_format::f16 : cpu::kernels::half_format::bf16;
     cpu::isa const level = cpu::machine_isa();
     float block[1024];
     for (std::size_t at = 0; at < n; at += 1024) {
@@ -141,7 +143,8 @@ struct custom_types {
   bool ready = false;
   MPI_Datatype f16 = MPI_DATATYPE_NULL;
   MPI_Datatype bf16 = MPI_DATATYPE_NULL;
-  MPI_Op ops[2][3] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
+  MPI_Op ops[2][3] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
+                      {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
 };
 
 inline custom_types& custom() {
@@ -169,18 +172,27 @@ inline void create_custom(custom_types& c) {
   check(MPI_Type_commit(&c.f16), "MPI_Type_commit (f16)");
   check(MPI_Type_contiguous(2, MPI_BYTE, &c.bf16), "MPI_Type_contiguous (bf16)");
   check(MPI_Type_commit(&c.bf16), "MPI_Type_commit (bf16)");
-  check(MPI_Op_create(&user_reduce<comm_type::f16, reduce_op::sum>, 1, &c.ops[0][0]), "MPI_Op_create");
-  check(MPI_Op_create(&user_reduce<comm_type::f16, reduce_op::max>, 1, &c.ops[0][1]), "MPI_Op_create");
-  check(MPI_Op_create(&user_reduce<comm_type::f16, reduce_op::min>, 1, &c.ops[0][2]), "MPI_Op_create");
-  check(MPI_Op_create(&user_reduce<comm_type::bf16, reduce_op::sum>, 1, &c.ops[1][0]), "MPI_Op_create");
-  check(MPI_Op_create(&user_reduce<comm_type::bf16, reduce_op::max>, 1, &c.ops[1][1]), "MPI_Op_create");
-  check(MPI_Op_create(&user_reduce<comm_type::bf16, reduce_op::min>, 1, &c.ops[1][2]), "MPI_Op_create");
+  check(MPI_Op_create(&user_reduce<comm_type::f16, reduce_op::sum>, 1, &c.ops[0][0]),
+        "MPI_Op_create");
+  check(MPI_Op_create(&user_reduce<comm_type::f16, reduce_op::max>, 1, &c.ops[0][1]),
+        "MPI_Op_create");
+  check(MPI_Op_create(&user_reduce<comm_type::f16, reduce_op::min>, 1, &c.ops[0][2]),
+        "MPI_Op_create");
+  check(MPI_Op_create(&user_reduce<comm_type::bf16, reduce_op::sum>, 1, &c.ops[1][0]),
+        "MPI_Op_create");
+  check(MPI_Op_create(&user_reduce<comm_type::bf16, reduce_op::max>, 1, &c.ops[1][1]),
+        "MPI_Op_create");
+  check(MPI_Op_create(&user_reduce<comm_type::bf16, reduce_op::min>, 1, &c.ops[1][2]),
+        "MPI_Op_create");
   int keyval = MPI_KEYVAL_INVALID;
-  check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_custom, &keyval, nullptr), "MPI_Comm_create_keyval");
+  check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_custom, &keyval, nullptr),
+        "MPI_Comm_create_keyval");
   check(MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr), "MPI_Comm_set_attr");
 }
 
-inline std::size_t op_index(reduce_op op) { return op == reduce_op::sum ? 0 : op == reduce_op::max ? 1 : 2; }
+inline std::size_t op_index(reduce_op op) {
+  return op == reduce_op::sum ? 0 : op == reduce_op::max ? 1 : 2;
+}
 
 // The MPI datatype and operation of a reduction.
 inline std::pair<MPI_Datatype, MPI_Op> datatype_and_op(comm_type t, reduce_op op) {
@@ -272,11 +284,12 @@ struct comm_state {
 // complete, and for receives the byte count each chunk must deliver.
 class pending_op final : public request::state {
  public:
-  pending_op(std::shared_ptr<comm_state> s, std::string what) : s_(std::move(s)), what_(std::move(what)) {}
+  pending_op(std::shared_ptr<comm_state> s, std::string what)
+      : s_(std::move(s)), what_(std::move(what)) {}
 
   std::vector<MPI_Request> requests;
-  std::vector<int> ints;            // counts and displacements of the v-operations
-  std::vector<int> expect_bytes;    // receives: bytes each request must deliver
+  std::vector<int> ints;          // counts and displacements of the v-operations
+  std::vector<int> expect_bytes;  // receives: bytes each request must deliver
   bool is_recv = false;
 
   bool test() override {
@@ -316,7 +329,8 @@ class pending_op final : public request::state {
       return;
     }
     statuses_.resize(requests.size());
-    int const rc = MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, statuses_.data());
+    int const rc =
+        MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, statuses_.data());
     if (rc == MPI_ERR_IN_STATUS) {
       for (MPI_Status const& st : statuses_) {
         if (st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING) {
@@ -387,7 +401,8 @@ enum class mpi_threading : std::uint8_t {
 class mpi_environment {
  public:
   /// Initializes MPI without command-line arguments.
-  explicit mpi_environment(mpi_threading level = mpi_threading::multiple) : mpi_environment(nullptr, nullptr, level) {}
+  explicit mpi_environment(mpi_threading level = mpi_threading::multiple)
+      : mpi_environment(nullptr, nullptr, level) {}
 
   /// Initializes MPI with the program's arguments (MPI may remove its own from them). Throws
   /// `comm_error` if MPI cannot be initialized, or provides less than `MPI_THREAD_SERIALIZED`.
@@ -398,7 +413,8 @@ class mpi_environment {
       detail::mpi::check(MPI_Query_thread(&provided_), "MPI_Query_thread");
       return;
     }
-    int const required = level == mpi_threading::multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
+    int const required =
+        level == mpi_threading::multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
     detail::mpi::check(MPI_Init_thread(argc, argv, required, &provided_), "MPI_Init_thread");
     owns_ = true;
     if (provided_ < MPI_THREAD_SERIALIZED) {
@@ -439,10 +455,13 @@ class mpi_communicator {
 
   /// Wraps `comm`. With `options.duplicate` (the default) this is collective over `comm`.
   /// MPI must be initialized.
-  explicit mpi_communicator(MPI_Comm comm, mpi_options options = {}) : s_(std::make_shared<detail::mpi::comm_state>()) {
+  explicit mpi_communicator(MPI_Comm comm, mpi_options options = {})
+      : s_(std::make_shared<detail::mpi::comm_state>()) {
     using detail::mpi::check;
-    if (options.timeout.count() <= 0) throw config_error("gradcomp: the MPI timeout must be positive");
-    if (options.max_chunk_bytes == 0) throw config_error("gradcomp: mpi_options::max_chunk_bytes must be positive");
+    if (options.timeout.count() <= 0)
+      throw config_error("gradcomp: the MPI timeout must be positive");
+    if (options.max_chunk_bytes == 0)
+      throw config_error("gradcomp: mpi_options::max_chunk_bytes must be positive");
     options.max_chunk_bytes = std::min(options.max_chunk_bytes, static_cast<std::size_t>(INT_MAX));
     s_->options = options;
     if (options.duplicate) {
@@ -470,12 +489,18 @@ class mpi_communicator {
 
   void barrier() { ibarrier().wait(); }
   void broadcast(std::span<std::byte> buf, int root) { ibroadcast(buf, root).wait(); }
-  void all_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) { iall_reduce(buf, t, op).wait(); }
-  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t, reduce_op op) {
+  void all_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) {
+    iall_reduce(buf, t, op).wait();
+  }
+  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
+                      reduce_op op) {
     ireduce_scatter(in, out, t, op).wait();
   }
-  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) { iall_gather(in, out).wait(); }
-  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out, std::span<std::size_t const> counts) {
+  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) {
+    iall_gather(in, out).wait();
+  }
+  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
+                    std::span<std::size_t const> counts) {
     iall_gather_v(in, out, counts).wait();
   }
   void all_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> send_counts,
@@ -495,11 +520,12 @@ class mpi_communicator {
 
   request ibroadcast(std::span<std::byte> buf, int root) {
     detail::comm_checks::peer(root, size(), "broadcast root");
-    auto op = start("broadcast of " + std::to_string(buf.size()) + " bytes from rank " + std::to_string(root));
+    auto op = start("broadcast of " + std::to_string(buf.size()) + " bytes from rank " +
+                    std::to_string(root));
     for_chunks(buf.size(), 1, [&](std::size_t at, std::size_t n) {
       op->requests.emplace_back();
-      s_->check(MPI_Ibcast(detail::mpi::nonnull(buf.data() + at), static_cast<int>(n), MPI_BYTE, root, s_->comm,
-                           &op->requests.back()),
+      s_->check(MPI_Ibcast(detail::mpi::nonnull(buf.data() + at), static_cast<int>(n), MPI_BYTE,
+                           root, s_->comm, &op->requests.back()),
                 "MPI_Ibcast");
     });
     return request(std::move(op));
@@ -511,28 +537,31 @@ class mpi_communicator {
     MPI_Datatype const dtype = dt;
     MPI_Op const mpi_op = mop;
     std::size_t const es = comm_type_size(t);
-    auto p = start(std::string("all_reduce (") + comm_type_name(t) + ", " + reduce_op_name(op) + ", " +
-                   std::to_string(buf.size()) + " bytes)");
+    auto p = start(std::string("all_reduce (") + comm_type_name(t) + ", " + reduce_op_name(op) +
+                   ", " + std::to_string(buf.size()) + " bytes)");
     for_chunks(buf.size(), es, [&](std::size_t at, std::size_t n) {
       p->requests.emplace_back();
-      s_->check(MPI_Iallreduce(MPI_IN_PLACE, detail::mpi::nonnull(buf.data() + at), static_cast<int>(n / es), dtype,
-                               mpi_op, s_->comm, &p->requests.back()),
-                "MPI_Iallreduce");
+      s_->check(
+          MPI_Iallreduce(MPI_IN_PLACE, detail::mpi::nonnull(buf.data() + at),
+                         static_cast<int>(n / es), dtype, mpi_op, s_->comm, &p->requests.back()),
+          "MPI_Iallreduce");
     });
     return request(std::move(p));
   }
 
-  request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t, reduce_op op) {
+  request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
+                          reduce_op op) {
     detail::comm_checks::reduce_scatter(in.size(), out.size(), t, op, size());
     detail::mpi::to_int(in.size(), "reduce_scatter input");
     auto const [dt, mop] = datatype_and_op(t, op);
     int const count = static_cast<int>(out.size() / comm_type_size(t));
-    auto p = start(std::string("reduce_scatter (") + comm_type_name(t) + ", " + reduce_op_name(op) + ", " +
-                   std::to_string(out.size()) + " bytes per rank)");
+    auto p = start(std::string("reduce_scatter (") + comm_type_name(t) + ", " + reduce_op_name(op) +
+                   ", " + std::to_string(out.size()) + " bytes per rank)");
     p->requests.emplace_back();
-    s_->check(MPI_Ireduce_scatter_block(detail::mpi::nonnull(in.data()), detail::mpi::nonnull(out.data()), count, dt,
-                                        mop, s_->comm, &p->requests.back()),
-              "MPI_Ireduce_scatter_block");
+    s_->check(
+        MPI_Ireduce_scatter_block(detail::mpi::nonnull(in.data()), detail::mpi::nonnull(out.data()),
+                                  count, dt, mop, s_->comm, &p->requests.back()),
+        "MPI_Ireduce_scatter_block");
     return request(std::move(p));
   }
 
@@ -542,14 +571,16 @@ class mpi_communicator {
     int const n = static_cast<int>(in.size());
     auto p = start("all_gather (" + std::to_string(in.size()) + " bytes each)");
     p->requests.emplace_back();
-    s_->check(MPI_Iallgather(detail::mpi::nonnull(in.data()), n, MPI_BYTE, detail::mpi::nonnull(out.data()), n,
-                             MPI_BYTE, s_->comm, &p->requests.back()),
+    s_->check(MPI_Iallgather(detail::mpi::nonnull(in.data()), n, MPI_BYTE,
+                             detail::mpi::nonnull(out.data()), n, MPI_BYTE, s_->comm,
+                             &p->requests.back()),
               "MPI_Iallgather");
     return request(std::move(p));
   }
 
   /// `counts` is copied: it need not outlive the call.
-  request iall_gather_v(std::span<std::byte const> in, std::span<std::byte> out, std::span<std::size_t const> counts) {
+  request iall_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
+                        std::span<std::size_t const> counts) {
     detail::comm_checks::all_gather_v(in.size(), out.size(), counts, rank(), size());
     detail::mpi::to_int(out.size(), "all_gather_v output");
     auto p = start("all_gather_v (" + std::to_string(out.size()) + " bytes in all)");
@@ -562,9 +593,9 @@ class mpi_communicator {
       at += p->ints[r];
     }
     p->requests.emplace_back();
-    s_->check(MPI_Iallgatherv(detail::mpi::nonnull(in.data()), static_cast<int>(in.size()), MPI_BYTE,
-                              detail::mpi::nonnull(out.data()), p->ints.data(), p->ints.data() + n, MPI_BYTE,
-                              s_->comm, &p->requests.back()),
+    s_->check(MPI_Iallgatherv(detail::mpi::nonnull(in.data()), static_cast<int>(in.size()),
+                              MPI_BYTE, detail::mpi::nonnull(out.data()), p->ints.data(),
+                              p->ints.data() + n, MPI_BYTE, s_->comm, &p->requests.back()),
               "MPI_Iallgatherv");
     return request(std::move(p));
   }
@@ -575,8 +606,8 @@ class mpi_communicator {
     detail::comm_checks::all_to_all_v(in.size(), send_counts, out.size(), recv_counts, size());
     detail::mpi::to_int(in.size(), "all_to_all_v input");
     detail::mpi::to_int(out.size(), "all_to_all_v output");
-    auto p = start("all_to_all_v (" + std::to_string(in.size()) + " bytes out, " + std::to_string(out.size()) +
-                   " in)");
+    auto p = start("all_to_all_v (" + std::to_string(in.size()) + " bytes out, " +
+                   std::to_string(out.size()) + " in)");
     auto const n = static_cast<std::size_t>(size());
     p->ints.resize(4 * n);
     int* sc = p->ints.data();
@@ -594,20 +625,21 @@ class mpi_communicator {
       rat += rc[r];
     }
     p->requests.emplace_back();
-    s_->check(MPI_Ialltoallv(detail::mpi::nonnull(in.data()), sc, sd, MPI_BYTE, detail::mpi::nonnull(out.data()), rc,
-                             rd, MPI_BYTE, s_->comm, &p->requests.back()),
+    s_->check(MPI_Ialltoallv(detail::mpi::nonnull(in.data()), sc, sd, MPI_BYTE,
+                             detail::mpi::nonnull(out.data()), rc, rd, MPI_BYTE, s_->comm,
+                             &p->requests.back()),
               "MPI_Ialltoallv");
     return request(std::move(p));
   }
 
   request isend(std::span<std::byte const> in, int peer, int tag) {
     check_p2p(peer, tag, "send peer");
-    auto p = start("send of " + std::to_string(in.size()) + " bytes to rank " + std::to_string(peer) + " (tag " +
-                   std::to_string(tag) + ")");
+    auto p = start("send of " + std::to_string(in.size()) + " bytes to rank " +
+                   std::to_string(peer) + " (tag " + std::to_string(tag) + ")");
     for_chunks(in.size(), 1, [&](std::size_t at, std::size_t n) {
       p->requests.emplace_back();
-      s_->check(MPI_Isend(detail::mpi::nonnull(in.data() + at), static_cast<int>(n), MPI_BYTE, peer, tag, s_->comm,
-                          &p->requests.back()),
+      s_->check(MPI_Isend(detail::mpi::nonnull(in.data() + at), static_cast<int>(n), MPI_BYTE, peer,
+                          tag, s_->comm, &p->requests.back()),
                 "MPI_Isend");
     });
     return request(std::move(p));
@@ -616,14 +648,14 @@ class mpi_communicator {
   /// Receives exactly `out.size()` bytes; a message of another size is a `comm_error`.
   request irecv(std::span<std::byte> out, int peer, int tag) {
     check_p2p(peer, tag, "recv peer");
-    auto p = start("recv of " + std::to_string(out.size()) + " bytes from rank " + std::to_string(peer) + " (tag " +
-                   std::to_string(tag) + ")");
+    auto p = start("recv of " + std::to_string(out.size()) + " bytes from rank " +
+                   std::to_string(peer) + " (tag " + std::to_string(tag) + ")");
     p->is_recv = true;
     for_chunks(out.size(), 1, [&](std::size_t at, std::size_t n) {
       p->requests.emplace_back();
       p->expect_bytes.push_back(static_cast<int>(n));
-      s_->check(MPI_Irecv(detail::mpi::nonnull(out.data() + at), static_cast<int>(n), MPI_BYTE, peer, tag, s_->comm,
-                          &p->requests.back()),
+      s_->check(MPI_Irecv(detail::mpi::nonnull(out.data() + at), static_cast<int>(n), MPI_BYTE,
+                          peer, tag, s_->comm, &p->requests.back()),
                 "MPI_Irecv");
     });
     return request(std::move(p));
@@ -647,8 +679,8 @@ class mpi_communicator {
     detail::comm_checks::peer(peer, size(), what);
     detail::comm_checks::tag(tag);
     if (tag > s_->tag_ub) {
-      throw config_error("gradcomp: message tag " + std::to_string(tag) + " exceeds this MPI's MPI_TAG_UB (" +
-                         std::to_string(s_->tag_ub) + ")");
+      throw config_error("gradcomp: message tag " + std::to_string(tag) +
+                         " exceeds this MPI's MPI_TAG_UB (" + std::to_string(s_->tag_ub) + ")");
     }
   }
 

@@ -151,14 +151,16 @@ struct comm_state {
   void check(ncclResult_t r, char const* what) {
     if (r != ncclSuccess && r != ncclInProgress) {
       char const* last = ncclGetLastError(comm);
-      fail(std::string(what) + " failed: " + ncclGetErrorString(r) + " (" + (last != nullptr ? last : "") + ")");
+      fail(std::string(what) + " failed: " + ncclGetErrorString(r) + " (" +
+           (last != nullptr ? last : "") + ")");
     }
   }
 
   void check(cudaError_t e, char const* what) {
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      fail(std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+      fail(std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+           ")");
     }
   }
 };
@@ -166,8 +168,10 @@ struct comm_state {
 // One enqueued operation: an event recorded on the stream after it.
 class event_op final : public request::state {
  public:
-  event_op(std::shared_ptr<comm_state> s, std::string what) : s_(std::move(s)), what_(std::move(what)) {
-    s_->check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  event_op(std::shared_ptr<comm_state> s, std::string what)
+      : s_(std::move(s)), what_(std::move(what)) {
+    s_->check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming),
+              "cudaEventCreateWithFlags");
   }
   event_op(event_op const&) = delete;
   event_op& operator=(event_op const&) = delete;
@@ -217,8 +221,8 @@ class event_op final : public request::state {
       return true;
     }
     ncclResult_t async = ncclSuccess;
-    if (s_->comm != nullptr && ncclCommGetAsyncError(s_->comm, &async) == ncclSuccess && async != ncclSuccess &&
-        async != ncclInProgress) {
+    if (s_->comm != nullptr && ncclCommGetAsyncError(s_->comm, &async) == ncclSuccess &&
+        async != ncclSuccess && async != ncclInProgress) {
       error_ = what_ + ": NCCL reported " + ncclGetErrorString(async);
       done_ = true;
       return true;
@@ -251,13 +255,13 @@ class nccl_communicator {
   /// Creates rank `rank` of an `nranks`-rank NCCL communicator identified by `id`
   /// (`ncclGetUniqueId` on one rank, shared with the others out of band) on the current
   /// device; collective over the ranks. The communicator is destroyed with the last copy.
-  static nccl_communicator init_rank(int nranks, ncclUniqueId const& id, int rank, cudaStream_t stream,
-                                     nccl_options options = {}) {
+  static nccl_communicator init_rank(int nranks, ncclUniqueId const& id, int rank,
+                                     cudaStream_t stream, nccl_options options = {}) {
     ncclComm_t comm = nullptr;
     ncclResult_t const r = ncclCommInitRank(&comm, nranks, id, rank);
     if (r != ncclSuccess) {
-      throw comm_error(std::string("gradcomp: ncclCommInitRank(rank ") + std::to_string(rank) + " of " +
-                       std::to_string(nranks) + ") failed: " + ncclGetErrorString(r));
+      throw comm_error(std::string("gradcomp: ncclCommInitRank(rank ") + std::to_string(rank) +
+                       " of " + std::to_string(nranks) + ") failed: " + ncclGetErrorString(r));
     }
     nccl_communicator c(comm, stream, options);
     c.s_->owned = true;
@@ -273,16 +277,23 @@ class nccl_communicator {
 
   void barrier() {
     auto op = start("barrier");
-    s_->check(ncclAllReduce(s_->scratch, s_->scratch, 1, ncclInt32, ncclSum, s_->comm, s_->stream), "ncclAllReduce");
+    s_->check(ncclAllReduce(s_->scratch, s_->scratch, 1, ncclInt32, ncclSum, s_->comm, s_->stream),
+              "ncclAllReduce");
     finish(std::move(op)).wait();
   }
   void broadcast(std::span<std::byte> buf, int root) { ibroadcast(buf, root).wait(); }
-  void all_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) { iall_reduce(buf, t, op).wait(); }
-  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t, reduce_op op) {
+  void all_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) {
+    iall_reduce(buf, t, op).wait();
+  }
+  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
+                      reduce_op op) {
     ireduce_scatter(in, out, t, op).wait();
   }
-  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) { iall_gather(in, out).wait(); }
-  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out, std::span<std::size_t const> counts) {
+  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) {
+    iall_gather(in, out).wait();
+  }
+  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
+                    std::span<std::size_t const> counts) {
     iall_gather_v(in, out, counts).wait();
   }
   void all_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> send_counts,
@@ -295,26 +306,30 @@ class nccl_communicator {
   request ibroadcast(std::span<std::byte> buf, int root) {
     gradcomp::detail::comm_checks::peer(root, size(), "broadcast root");
     auto op = start("broadcast");
-    s_->check(ncclBroadcast(buf.data(), buf.data(), buf.size(), ncclUint8, root, s_->comm, s_->stream),
-              "ncclBroadcast");
+    s_->check(
+        ncclBroadcast(buf.data(), buf.data(), buf.size(), ncclUint8, root, s_->comm, s_->stream),
+        "ncclBroadcast");
     return finish(std::move(op));
   }
 
   request iall_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) {
     gradcomp::detail::comm_checks::reduction(buf.size(), t, op, "all_reduce");
-    auto p = start(std::string("all_reduce (") + comm_type_name(t) + ", " + reduce_op_name(op) + ", " +
-                   std::to_string(buf.size()) + " bytes)");
-    s_->check(ncclAllReduce(buf.data(), buf.data(), buf.size() / comm_type_size(t), detail::nccl::data_type(t),
-                            detail::nccl::red_op(op), s_->comm, s_->stream),
-              "ncclAllReduce");
+    auto p = start(std::string("all_reduce (") + comm_type_name(t) + ", " + reduce_op_name(op) +
+                   ", " + std::to_string(buf.size()) + " bytes)");
+    s_->check(
+        ncclAllReduce(buf.data(), buf.data(), buf.size() / comm_type_size(t),
+                      detail::nccl::data_type(t), detail::nccl::red_op(op), s_->comm, s_->stream),
+        "ncclAllReduce");
     return finish(std::move(p));
   }
 
-  request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t, reduce_op op) {
+  request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
+                          reduce_op op) {
     gradcomp::detail::comm_checks::reduce_scatter(in.size(), out.size(), t, op, size());
     auto p = start("reduce_scatter");
-    s_->check(ncclReduceScatter(in.data(), out.data(), out.size() / comm_type_size(t), detail::nccl::data_type(t),
-                                detail::nccl::red_op(op), s_->comm, s_->stream),
+    s_->check(ncclReduceScatter(in.data(), out.data(), out.size() / comm_type_size(t),
+                                detail::nccl::data_type(t), detail::nccl::red_op(op), s_->comm,
+                                s_->stream),
               "ncclReduceScatter");
     return finish(std::move(p));
   }
@@ -322,11 +337,13 @@ class nccl_communicator {
   request iall_gather(std::span<std::byte const> in, std::span<std::byte> out) {
     gradcomp::detail::comm_checks::all_gather(in.size(), out.size(), size());
     auto p = start("all_gather");
-    s_->check(ncclAllGather(in.data(), out.data(), in.size(), ncclUint8, s_->comm, s_->stream), "ncclAllGather");
+    s_->check(ncclAllGather(in.data(), out.data(), in.size(), ncclUint8, s_->comm, s_->stream),
+              "ncclAllGather");
     return finish(std::move(p));
   }
 
-  request iall_gather_v(std::span<std::byte const> in, std::span<std::byte> out, std::span<std::size_t const> counts) {
+  request iall_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
+                        std::span<std::size_t const> counts) {
     gradcomp::detail::comm_checks::all_gather_v(in.size(), out.size(), counts, rank(), size());
     auto p = start("all_gather_v");
     // Every rank sends its block to every peer; the own block is a local copy.
@@ -338,14 +355,17 @@ class nccl_communicator {
       if (q == rank()) {
         mine = at;
       } else {
-        if (!in.empty()) s_->check(ncclSend(in.data(), in.size(), ncclUint8, q, s_->comm, s_->stream), "ncclSend");
-        if (c != 0) s_->check(ncclRecv(out.data() + at, c, ncclUint8, q, s_->comm, s_->stream), "ncclRecv");
+        if (!in.empty())
+          s_->check(ncclSend(in.data(), in.size(), ncclUint8, q, s_->comm, s_->stream), "ncclSend");
+        if (c != 0)
+          s_->check(ncclRecv(out.data() + at, c, ncclUint8, q, s_->comm, s_->stream), "ncclRecv");
       }
       at += c;
     }
     s_->check(ncclGroupEnd(), "ncclGroupEnd");
     if (!in.empty()) {
-      s_->check(cudaMemcpyAsync(out.data() + mine, in.data(), in.size(), cudaMemcpyDeviceToDevice, s_->stream),
+      s_->check(cudaMemcpyAsync(out.data() + mine, in.data(), in.size(), cudaMemcpyDeviceToDevice,
+                                s_->stream),
                 "cudaMemcpyAsync");
     }
     return finish(std::move(p));
@@ -353,7 +373,8 @@ class nccl_communicator {
 
   request iall_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> send_counts,
                         std::span<std::byte> out, std::span<std::size_t const> recv_counts) {
-    gradcomp::detail::comm_checks::all_to_all_v(in.size(), send_counts, out.size(), recv_counts, size());
+    gradcomp::detail::comm_checks::all_to_all_v(in.size(), send_counts, out.size(), recv_counts,
+                                                size());
     auto const me = static_cast<std::size_t>(rank());
     if (send_counts[me] != recv_counts[me]) {
       throw config_error("gradcomp: all_to_all_v sends " + std::to_string(send_counts[me]) +
@@ -372,10 +393,12 @@ class nccl_communicator {
         self_to = rat;
       } else {
         if (send_counts[uq] != 0) {
-          s_->check(ncclSend(in.data() + sat, send_counts[uq], ncclUint8, q, s_->comm, s_->stream), "ncclSend");
+          s_->check(ncclSend(in.data() + sat, send_counts[uq], ncclUint8, q, s_->comm, s_->stream),
+                    "ncclSend");
         }
         if (recv_counts[uq] != 0) {
-          s_->check(ncclRecv(out.data() + rat, recv_counts[uq], ncclUint8, q, s_->comm, s_->stream), "ncclRecv");
+          s_->check(ncclRecv(out.data() + rat, recv_counts[uq], ncclUint8, q, s_->comm, s_->stream),
+                    "ncclRecv");
         }
       }
       sat += send_counts[uq];
@@ -410,7 +433,8 @@ class nccl_communicator {
 
  private:
   void init(cudaStream_t stream, nccl_options options) {
-    if (options.timeout.count() <= 0) throw config_error("gradcomp: the NCCL timeout must be positive");
+    if (options.timeout.count() <= 0)
+      throw config_error("gradcomp: the NCCL timeout must be positive");
     s_->stream = stream;
     s_->options = options;
     s_->check(cudaGetDevice(&s_->device), "cudaGetDevice");

@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   if (c.rank() == 1) std::raise(SIGKILL);
   std::vector<float> v(1024, 1.0f);
   try {
-    c.all_reduce(std::as_writable_bytes(std::span(v)), gradcomp::comm_type::f32, gradcomp::reduce_op::sum);
+    c.all_reduce(std::as_writable_bytes(std::span(v)), gradcomp::comm_type::f32,
+                 gradcomp::reduce_op::sum);
     std::printf("survivor %d: the all-reduce completed without rank 1\n", c.rank());
     return 1;
   } catch (gradcomp::comm_error const& e) {

@@ -33,15 +33,19 @@ struct blocking_only {
   void barrier() { c.barrier(); }
   void broadcast(std::span<std::byte> b, int root) { c.broadcast(b, root); }
   void all_reduce(std::span<std::byte> b, comm_type t, reduce_op op) { c.all_reduce(b, t, op); }
-  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t, reduce_op op) {
+  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
+                      reduce_op op) {
     c.reduce_scatter(in, out, t, op);
   }
-  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) { c.all_gather(in, out); }
-  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out, std::span<std::size_t const> n) {
+  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) {
+    c.all_gather(in, out);
+  }
+  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
+                    std::span<std::size_t const> n) {
     c.all_gather_v(in, out, n);
   }
-  void all_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> sc, std::span<std::byte> out,
-                    std::span<std::size_t const> rc) {
+  void all_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> sc,
+                    std::span<std::byte> out, std::span<std::size_t const> rc) {
     c.all_to_all_v(in, sc, out, rc);
   }
   void send(std::span<std::byte const> in, int peer, int tag) { c.send(in, peer, tag); }
@@ -57,10 +61,13 @@ struct failing_one_rank {
   [[nodiscard]] int size() const { return 1; }
   void barrier() { *barrier_thread = std::this_thread::get_id(); }
   void broadcast(std::span<std::byte>, int) {}
-  void all_reduce(std::span<std::byte>, comm_type, reduce_op) { throw comm_error("test: the link went down"); }
+  void all_reduce(std::span<std::byte>, comm_type, reduce_op) {
+    throw comm_error("test: the link went down");
+  }
   void reduce_scatter(std::span<std::byte const>, std::span<std::byte>, comm_type, reduce_op) {}
   void all_gather(std::span<std::byte const>, std::span<std::byte>) {}
-  void all_gather_v(std::span<std::byte const>, std::span<std::byte>, std::span<std::size_t const>) {}
+  void all_gather_v(std::span<std::byte const>, std::span<std::byte>,
+                    std::span<std::size_t const>) {}
   void all_to_all_v(std::span<std::byte const>, std::span<std::size_t const>, std::span<std::byte>,
                     std::span<std::size_t const>) {}
   void send(std::span<std::byte const>, int, int) {}
@@ -76,7 +83,9 @@ std::span<std::byte const> cbytes_of(std::vector<T> const& v) {
   return std::as_bytes(std::span(v));
 }
 
-float value(int r, std::size_t i) { return static_cast<float>((r * 5 + static_cast<int>(i % 11)) % 19) * 0.5f; }
+float value(int r, std::size_t i) {
+  return static_cast<float>((r * 5 + static_cast<int>(i % 11)) % 19) * 0.5f;
+}
 
 }  // namespace
 
@@ -85,7 +94,8 @@ static_assert(!communicator<blocking_only>);
 static_assert(communicator<async_adaptor<blocking_only>>);
 static_assert(communicator<async_adaptor<failing_one_rank>>);
 
-TEST_CASE("async_adaptor: every operation matches a reference on 1..5 ranks", "[comm][async_adaptor]") {
+TEST_CASE("async_adaptor: every operation matches a reference on 1..5 ranks",
+          "[comm][async_adaptor]") {
   for (int n = 1; n <= 5; ++n) {
     REQUIRE_NOTHROW(run_in_process(n, [n](in_process_communicator& ic) {
       async_adaptor<blocking_only> c(blocking_only{ic});
@@ -114,7 +124,8 @@ TEST_CASE("async_adaptor: every operation matches a reference on 1..5 ranks", "[
       }
 
       // all_gather
-      std::vector<std::uint8_t> mine{static_cast<std::uint8_t>(r), static_cast<std::uint8_t>(100 + r)};
+      std::vector<std::uint8_t> mine{static_cast<std::uint8_t>(r),
+                                     static_cast<std::uint8_t>(100 + r)};
       std::vector<std::uint8_t> all(2 * un);
       c.all_gather(cbytes_of(mine), bytes_of(all));
       for (int p = 0; p < n; ++p) {
@@ -139,13 +150,15 @@ TEST_CASE("async_adaptor: every operation matches a reference on 1..5 ranks", "[
       for (int p = 0; p < n; ++p) {
         sc[static_cast<std::size_t>(p)] = static_cast<std::size_t>((r + p) % 3);
         rc[static_cast<std::size_t>(p)] = static_cast<std::size_t>((p + r) % 3);
-        a2a_in.insert(a2a_in.end(), sc[static_cast<std::size_t>(p)], static_cast<std::uint8_t>(10 * r + p));
+        a2a_in.insert(a2a_in.end(), sc[static_cast<std::size_t>(p)],
+                      static_cast<std::uint8_t>(10 * r + p));
       }
       std::vector<std::uint8_t> a2a_out(std::accumulate(rc.begin(), rc.end(), std::size_t{0}));
       c.all_to_all_v(cbytes_of(a2a_in), sc, bytes_of(a2a_out), rc);
       at = 0;
       for (int p = 0; p < n; ++p) {
-        for (std::size_t k = 0; k < rc[static_cast<std::size_t>(p)]; ++k) RANK_REQUIRE(a2a_out[at++] == 10 * p + r);
+        for (std::size_t k = 0; k < rc[static_cast<std::size_t>(p)]; ++k)
+          RANK_REQUIRE(a2a_out[at++] == 10 * p + r);
       }
 
       // broadcast from the last rank
@@ -192,7 +205,8 @@ TEST_CASE("async_adaptor: non-blocking operations run in issue order and overlap
   }));
 }
 
-TEST_CASE("async_adaptor: a request is pending while a peer has not joined", "[comm][async_adaptor]") {
+TEST_CASE("async_adaptor: a request is pending while a peer has not joined",
+          "[comm][async_adaptor]") {
   std::atomic<bool> checked{false};
   REQUIRE_NOTHROW(run_in_process(2, [&](in_process_communicator& ic) {
     async_adaptor<blocking_only> c(blocking_only{ic});
@@ -213,7 +227,8 @@ TEST_CASE("async_adaptor: a request is pending while a peer has not joined", "[c
   }));
 }
 
-TEST_CASE("async_adaptor: failures reach wait(), argument errors the call", "[comm][async_adaptor]") {
+TEST_CASE("async_adaptor: failures reach wait(), argument errors the call",
+          "[comm][async_adaptor]") {
   std::thread::id barrier_thread;
   async_adaptor<failing_one_rank> c(failing_one_rank{&barrier_thread});
   std::vector<float> v(2);
@@ -238,10 +253,12 @@ TEST_CASE("async_adaptor: failures reach wait(), argument errors the call", "[co
   CHECK_THROWS_AS(c.iall_gather_v(two, two, counts), config_error);
   std::vector<std::size_t> one{3};
   CHECK_THROWS_AS(c.iall_to_all_v(two, one, odd, one), config_error);
-  CHECK_THROWS_AS(c.ireduce_scatter(odd, odd, comm_type::u8, static_cast<reduce_op>(9)), config_error);
+  CHECK_THROWS_AS(c.ireduce_scatter(odd, odd, comm_type::u8, static_cast<reduce_op>(9)),
+                  config_error);
 }
 
-TEST_CASE("async_adaptor: a peer that leaves gives comm_error from wait(), not a hang", "[comm][async_adaptor]") {
+TEST_CASE("async_adaptor: a peer that leaves gives comm_error from wait(), not a hang",
+          "[comm][async_adaptor]") {
   in_process_world world(2, 5s);
   std::vector<float> v(3, 1.0f);
   world.leave(1);  // rank 1 returns without taking part
