@@ -132,8 +132,13 @@ ip netns exec "$ns" tc qdisc add dev lo root tbf rate "$rate" burst "$burst" lat
 echo "netlab: namespace $ns, lo shaped to $rate (burst $burst bytes, latency $latency)" >&2
 
 export GRADCOMP_NETLAB_RATE=$rate GRADCOMP_NETLAB_BPS=$bps
+# In the background and waited for: bash runs a trap only once a foreground command returns,
+# while `wait` returns as soon as a signal arrives, so a TERM cleans up at once. `<&0` keeps
+# the command's standard input (a background job would otherwise read /dev/null).
 set +e
-ip netns exec "$ns" "$@"
+ip netns exec "$ns" "$@" <&0 &
+child=$!
+wait "$child"
 status=$?
 set -e
 exit "$status"
