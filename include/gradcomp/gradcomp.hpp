@@ -15,6 +15,7 @@
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
 #include <gradcomp/comm/any_communicator.hpp>
+#include <gradcomp/comm/async_adaptor.hpp>
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/comm/reduce.hpp>
 #include <gradcomp/comm/request.hpp>
