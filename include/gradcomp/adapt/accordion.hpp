@@ -68,12 +68,12 @@ class accordion_controller {
                         "a finite factor >= 1 (1 = dense)");
     detail::check_param(cfg_.high_factor, who, "high_factor", cfg_.low_factor, true, 1e300, true,
                         "a finite factor >= low_factor");
-    detail::check_param(cfg_.eta, who, "eta", 0.0, false, 1e300, true,
-                        "a finite threshold > 0");
+    detail::check_param(cfg_.eta, who, "eta", 0.0, false, 1e300, true, "a finite threshold > 0");
     if (cfg_.interval == 0 || cfg_.accumulation == 0 || cfg_.accumulation > cfg_.interval) {
-      throw config_error("gradcomp: Accordion needs 1 <= accumulation <= interval, got "
-                         "accumulation = " + std::to_string(cfg_.accumulation) +
-                         " and interval = " + std::to_string(cfg_.interval));
+      throw config_error(
+          "gradcomp: Accordion needs 1 <= accumulation <= interval, got "
+          "accumulation = " +
+          std::to_string(cfg_.accumulation) + " and interval = " + std::to_string(cfg_.interval));
     }
     if (static_cast<unsigned>(cfg_.scope) > 1) {
       throw config_error("gradcomp: Accordion configuration holds a scope out of range");

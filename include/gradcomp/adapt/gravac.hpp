@@ -67,14 +67,14 @@ enum class gravac_dense : std::uint8_t {
 
 /// Parameters of `gravac_controller`; defaults are the paper's (§IV-B, Exponential runs).
 struct gravac_config {
-  double theta_min = 10.0;    ///< initial minimum factor θmin, finite and > 1
-  double theta_max = 1000.0;  ///< cap on the candidate, finite and >= theta_min
-  double epsilon = 0.7;       ///< gain a factor needs to be sent, in [0, 1]
-  double omega = 0.01;        ///< saturation tolerance for gains and throughputs, in [0, 1)
-  std::uint64_t window = 500; ///< steps per candidate evaluation, >= 1
-  double step_factor = 2.0;   ///< initial θs (first candidate = θs · θmin), finite and > 1
+  double theta_min = 10.0;     ///< initial minimum factor θmin, finite and > 1
+  double theta_max = 1000.0;   ///< cap on the candidate, finite and >= theta_min
+  double epsilon = 0.7;        ///< gain a factor needs to be sent, in [0, 1]
+  double omega = 0.01;         ///< saturation tolerance for gains and throughputs, in [0, 1)
+  std::uint64_t window = 500;  ///< steps per candidate evaluation, >= 1
+  double step_factor = 2.0;    ///< initial θs (first candidate = θs · θmin), finite and > 1
   gravac_policy policy = gravac_policy::exponential;  ///< how θs grows
-  double ratio = 2.0;         ///< common ratio of the geometric policy, finite and > 1
+  double ratio = 2.0;  ///< common ratio of the geometric policy, finite and > 1
   /// EWMA weight of the newest sample, in (0, 1]; 0 (the default) means min(1, N/100) with N
   /// = `step_stats::workers`, the paper's N/100 clamped.
   double smoothing = 0.0;
@@ -86,12 +86,12 @@ struct gravac_config {
 
 /// What happened at the last window boundary (for logs and tests).
 struct gravac_window_event {
-  std::uint64_t step = 0;     ///< the boundary step (its decide call)
-  bool promoted = false;      ///< θmin was raised to the candidate
-  bool saturated = false;     ///< the two best throughputs were within ω; the search stopped
-  bool scaled = false;        ///< the candidate moved up by the scaling policy
-  double theta_min = 0.0;     ///< θmin after the boundary
-  double candidate = 0.0;     ///< candidate after the boundary
+  std::uint64_t step = 0;  ///< the boundary step (its decide call)
+  bool promoted = false;   ///< θmin was raised to the candidate
+  bool saturated = false;  ///< the two best throughputs were within ω; the search stopped
+  bool scaled = false;     ///< the candidate moved up by the scaling policy
+  double theta_min = 0.0;  ///< θmin after the boundary
+  double candidate = 0.0;  ///< candidate after the boundary
 
   friend bool operator==(gravac_window_event const&, gravac_window_event const&) = default;
 };
@@ -189,8 +189,7 @@ class gravac_controller {
       double const t = s.last_step.backprop + s.last_step.sync +
                        (pending_factor_ > 1.0 ? s.last_step.compress : 0.0);
       if (t > 0.0) {
-        double const tsys =
-            static_cast<double>(s.workers) * static_cast<double>(s.batch_size) / t;
+        double const tsys = static_cast<double>(s.workers) * static_cast<double>(s.batch_size) / t;
         record(pending_factor_, tsys * pending_gain_);
       }
     }
@@ -216,8 +215,8 @@ class gravac_controller {
       d.send = send_kind::dense;
       d.factor = 1.0;
       d.gain = 1.0;
-      d.residual = cfg_.dense_fallback == gravac_dense::flush ? residual_rule::zero
-                                                               : residual_rule::keep;
+      d.residual =
+          cfg_.dense_fallback == gravac_dense::flush ? residual_rule::zero : residual_rule::keep;
     }
     pending_ = true;
     pending_factor_ = d.factor;
@@ -319,8 +318,8 @@ class gravac_controller {
         ev.saturated = true;
       } else if (candidate_ < cfg_.theta_max) {
         // 3. Scale the candidate up.
-        theta_s_ = cfg_.policy == gravac_policy::exponential ? theta_s_ * theta_s_
-                                                              : theta_s_ * cfg_.ratio;
+        theta_s_ =
+            cfg_.policy == gravac_policy::exponential ? theta_s_ * theta_s_ : theta_s_ * cfg_.ratio;
         double const base =
             cfg_.candidate_base == gravac_base::initial ? cfg_.theta_min : theta_min_;
         set_candidate(std::max(std::min(base * theta_s_, cfg_.theta_max), theta_min_));

@@ -82,9 +82,11 @@ class schedule_controller {
       detail::check_param(points_[i].factor, "schedule controller", "factor", 1.0, true, 1e300,
                           true, "a finite compression factor >= 1 (1 = dense)");
       if (i > 0 && points_[i].start <= points_[i - 1].start) {
-        throw config_error("gradcomp: schedule controller's points must have strictly increasing "
-                           "starts, but step " + std::to_string(points_[i].start) +
-                           " follows step " + std::to_string(points_[i - 1].start));
+        throw config_error(
+            "gradcomp: schedule controller's points must have strictly increasing "
+            "starts, but step " +
+            std::to_string(points_[i].start) + " follows step " +
+            std::to_string(points_[i - 1].start));
       }
     }
     plan_.measure = detail::single_factor_measure(factor_at(0));
@@ -92,8 +94,9 @@ class schedule_controller {
 
   /// The factor the schedule gives step `step`.
   [[nodiscard]] double factor_at(std::uint64_t step) const noexcept {
-    auto it = std::upper_bound(points_.begin(), points_.end(), step,
-                               [](std::uint64_t s, schedule_point const& p) { return s < p.start; });
+    auto it =
+        std::upper_bound(points_.begin(), points_.end(), step,
+                         [](std::uint64_t s, schedule_point const& p) { return s < p.start; });
     return std::prev(it)->factor;
   }
   [[nodiscard]] std::vector<schedule_point> const& points() const noexcept { return points_; }

@@ -33,9 +33,9 @@ struct controller_tag {};
 /// decisions everywhere, with no other communication.
 template <class C>
 concept controller = std::derived_from<typename C::controller_concept, controller_tag> &&
-                     requires(C& c, C const& cc, step_stats const& s) {
-                       { cc.plan() } -> std::convertible_to<step_plan const&>;
-                       { c.decide(s) } -> std::same_as<decision>;
-                     };
+    requires(C& c, C const& cc, step_stats const& s) {
+  { cc.plan() } -> std::convertible_to<step_plan const&>;
+  { c.decide(s) } -> std::same_as<decision>;
+};
 
 GRADCOMP_NAMESPACE_END
