@@ -309,7 +309,8 @@ TEST_CASE("make_controller builds each controller from its spec", "[controller]"
   CHECK(c.throughput == gc::gravac_throughput::last);
   CHECK(c.candidate_base == gc::gravac_base::current);
   CHECK(c.dense_fallback == gc::gravac_dense::keep);
-  auto const& d = gc::make_controller("gravac").target<gc::gravac_controller>()->config();
+  auto const defaults = gc::make_controller("gravac");
+  auto const& d = defaults.target<gc::gravac_controller>()->config();
   CHECK(d.window == 500);
   CHECK(d.policy == gc::gravac_policy::exponential);
 
