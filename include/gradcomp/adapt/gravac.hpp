@@ -288,9 +288,9 @@ class gravac_controller {
     ev.step = step;
     if (searching_) {
       // 1. Promote θmin to the candidate just evaluated when their gains are within ω.
-      double const gm = min_.gain(), gc = cand_.gain();
-      if (candidate_ > theta_min_ && cand_.seeded && gm > 0.0 &&
-          std::fabs(gm - gc) / gm <= cfg_.omega) {
+      double const gmin = min_.gain(), gcand = cand_.gain();
+      if (candidate_ > theta_min_ && cand_.seeded && gmin > 0.0 &&
+          std::fabs(gmin - gcand) / gmin <= cfg_.omega) {
         theta_min_ = candidate_;
         min_ = cand_;  // the same factor: its average carries over
         cand_ = {};
