@@ -2,9 +2,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// Umbrella header of the CPU library: every codec, error-feedback policy and core type.
+/// Umbrella header of the CPU library: every codec, error-feedback policy, controller and core
+/// type.
 /// CUDA code lives in gradcomp/cuda/*.cuh and is never included from here.
 
+#include <gradcomp/adapt/accordion.hpp>
+#include <gradcomp/adapt/any_controller.hpp>
+#include <gradcomp/adapt/gravac.hpp>
+#include <gradcomp/adapt/protocol.hpp>
+#include <gradcomp/adapt/schedule.hpp>
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/cast.hpp>
 #include <gradcomp/codec/context.hpp>
@@ -21,6 +27,7 @@
 #include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/controller.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
