@@ -67,7 +67,8 @@ double parse_number(char const* name, char const* text) {
   char* end = nullptr;
   double const v = std::strtod(text, &end);
   if (end == text || *end != '\0') {
-    throw gc::config_error(std::string("gradcomp_planner: ") + name + " expects a number, got \"" + text + "\"");
+    throw gc::config_error(std::string("gradcomp_planner: ") + name + " expects a number, got \"" +
+                           text + "\"");
   }
   return v;
 }
@@ -84,22 +85,37 @@ settings parse(int argc, char** argv) {
       s.overlap = false;
       continue;
     }
-    if (i + 1 >= argc) throw gc::config_error("gradcomp_planner: " + std::string(a) + " needs a value (see --help)");
+    if (i + 1 >= argc)
+      throw gc::config_error("gradcomp_planner: " + std::string(a) + " needs a value (see --help)");
     double const v = parse_number(argv[i], argv[i + 1]);
     ++i;
-    if (a == "--params") s.params = v;
-    else if (a == "--ranks") s.ranks = static_cast<int>(v);
-    else if (a == "--ranks-per-node") s.ranks_per_node = static_cast<int>(v);
-    else if (a == "--intra-gbytes") s.intra_gbytes = v;
-    else if (a == "--inter-gbits") s.inter_gbits = v;
-    else if (a == "--intra-latency-us") s.intra_latency_us = v;
-    else if (a == "--inter-latency-us") s.inter_latency_us = v;
-    else if (a == "--compute-ms") s.compute_ms = v;
-    else if (a == "--compute-std-ms") s.compute_std_ms = v;
-    else if (a == "--backward-fraction") s.backward_fraction = v;
-    else if (a == "--optimizer-ms") s.optimizer_ms = v;
-    else if (a == "--codec-speed") s.codec_speed = v;
-    else throw gc::config_error("gradcomp_planner: unknown option " + std::string(a) + " (see --help)");
+    if (a == "--params")
+      s.params = v;
+    else if (a == "--ranks")
+      s.ranks = static_cast<int>(v);
+    else if (a == "--ranks-per-node")
+      s.ranks_per_node = static_cast<int>(v);
+    else if (a == "--intra-gbytes")
+      s.intra_gbytes = v;
+    else if (a == "--inter-gbits")
+      s.inter_gbits = v;
+    else if (a == "--intra-latency-us")
+      s.intra_latency_us = v;
+    else if (a == "--inter-latency-us")
+      s.inter_latency_us = v;
+    else if (a == "--compute-ms")
+      s.compute_ms = v;
+    else if (a == "--compute-std-ms")
+      s.compute_std_ms = v;
+    else if (a == "--backward-fraction")
+      s.backward_fraction = v;
+    else if (a == "--optimizer-ms")
+      s.optimizer_ms = v;
+    else if (a == "--codec-speed")
+      s.codec_speed = v;
+    else
+      throw gc::config_error("gradcomp_planner: unknown option " + std::string(a) +
+                             " (see --help)");
   }
   if (!(s.params > 0)) throw gc::config_error("gradcomp_planner: --params must be > 0");
   if (!(s.codec_speed > 0)) throw gc::config_error("gradcomp_planner: --codec-speed must be > 0");
@@ -114,8 +130,8 @@ struct row {
 
 // A codec as the model sees it: bytes per fp32 element on the wire and one-core throughput
 // (GB/s of fp32 input) from docs/performance.md (2^24 elements, one thread).
-gc::codec_params codec(gc::aggregation_kind k, double bytes_per_element, double compress_gbs, double decompress_gbs,
-                       double speed) {
+gc::codec_params codec(gc::aggregation_kind k, double bytes_per_element, double compress_gbs,
+                       double decompress_gbs, double speed) {
   gc::codec_params c;
   c.aggregation = k;
   c.ratio = 4.0 / bytes_per_element;
@@ -148,52 +164,73 @@ int main(int argc, char** argv) {
 
     std::vector<row> rows;
     rows.push_back({"all-reduce fp32", "exact", gc::predict_allreduce(bytes, cl, cp)});
-    rows.push_back({"all-reduce fp16", "lossy", gc::predict_compressed_allreduce(bytes, cl, cp, codec(ak::summable, 2.0, 12.5, 14.0, sp))});
-    rows.push_back({"int8 (gather)", "lossy", gc::predict_compressed_allreduce(bytes, cl, cp, codec(ak::gather, 1.016, 12.6, 17.2, sp))});
-    rows.push_back({"qsgd s=7 (gather)", "lossy", gc::predict_compressed_allreduce(bytes, cl, cp, codec(ak::gather, 0.508, 5.46, 13.3, sp))});
-    rows.push_back({"onebit (gather)", "lossy", gc::predict_compressed_allreduce(bytes, cl, cp, codec(ak::gather, 0.125, 23.2, 23.1, sp))});
+    rows.push_back({"all-reduce fp16", "lossy",
+                    gc::predict_compressed_allreduce(bytes, cl, cp,
+                                                     codec(ak::summable, 2.0, 12.5, 14.0, sp))});
+    rows.push_back({"int8 (gather)", "lossy",
+                    gc::predict_compressed_allreduce(bytes, cl, cp,
+                                                     codec(ak::gather, 1.016, 12.6, 17.2, sp))});
+    rows.push_back({"qsgd s=7 (gather)", "lossy",
+                    gc::predict_compressed_allreduce(bytes, cl, cp,
+                                                     codec(ak::gather, 0.508, 5.46, 13.3, sp))});
+    rows.push_back({"onebit (gather)", "lossy",
+                    gc::predict_compressed_allreduce(bytes, cl, cp,
+                                                     codec(ak::gather, 0.125, 23.2, 23.1, sp))});
     // top-k speeds are an estimate (no measured row in docs/performance.md yet).
-    rows.push_back({"top-k 1% (gather)", "lossy", gc::predict_compressed_allreduce(bytes, cl, cp, codec(ak::gather, 0.08, 2.0, 20.0, sp))});
-    rows.push_back({"two-way onebit", "lossy", gc::predict_two_way(bytes, cl, cp, codec(ak::gather, 0.125, 23.2, 23.1, sp))});
-    rows.push_back({"two-way top-k 1%", "lossy", gc::predict_two_way(bytes, cl, cp, codec(ak::gather, 0.08, 2.0, 20.0, sp))});
+    rows.push_back(
+        {"top-k 1% (gather)", "lossy",
+         gc::predict_compressed_allreduce(bytes, cl, cp, codec(ak::gather, 0.08, 2.0, 20.0, sp))});
+    rows.push_back({"two-way onebit", "lossy",
+                    gc::predict_two_way(bytes, cl, cp, codec(ak::gather, 0.125, 23.2, 23.1, sp))});
+    rows.push_back({"two-way top-k 1%", "lossy",
+                    gc::predict_two_way(bytes, cl, cp, codec(ak::gather, 0.08, 2.0, 20.0, sp))});
 
     std::vector<gc::topology> tops;
     tops.push_back(gc::topology::complete(s.ranks));
     if (s.ranks % 2 == 0) tops.push_back(gc::topology::ring(s.ranks));
     tops.push_back(gc::topology::static_ring(s.ranks));
-    if (std::has_single_bit(static_cast<unsigned>(s.ranks))) tops.push_back(gc::topology::one_peer_exponential(s.ranks));
+    if (std::has_single_bit(static_cast<unsigned>(s.ranks)))
+      tops.push_back(gc::topology::one_peer_exponential(s.ranks));
     int const nodes = cl.nodes();
     if (nodes >= 2 && std::has_single_bit(static_cast<unsigned>(nodes))) {
       tops.push_back(gc::topology::alternating_exp_ring(s.ranks, s.ranks_per_node));
     }
     for (auto const& t : tops) {
-      rows.push_back({std::string("gossip ") + t.name(), "decentral", gc::predict_gossip(bytes, cl, cp, t)});
+      rows.push_back(
+          {std::string("gossip ") + t.name(), "decentral", gc::predict_gossip(bytes, cl, cp, t)});
     }
     auto const choco = codec(ak::gather, 0.125, 23.2, 23.1, sp);
     rows.push_back({"CHOCO onebit static-ring", "decentral",
                     gc::predict_gossip(bytes, cl, cp, gc::topology::static_ring(s.ranks), &choco)});
 
     double const base = rows.front().t.total();
-    std::printf("model %.1fM parameters (%.1f MB fp32), %d ranks on %d node(s), intra %.0f GB/s, inter %.1f Gb/s\n",
-                s.params / 1e6, bytes / 1e6, s.ranks, nodes, s.intra_gbytes, s.inter_gbits);
-    std::printf("compute %.1f +- %.1f ms (backward %.0f%%), optimizer %.1f ms, overlap %s\n\n", s.compute_ms,
-                s.compute_std_ms, 100.0 * s.backward_fraction, s.optimizer_ms, s.overlap ? "on" : "off");
-    std::printf("%-26s %-9s %10s %9s %9s %9s %9s %9s %8s\n", "configuration", "kind", "MB/rank", "comm ms", "exposed",
-                "codec ms", "compute", "total ms", "speedup");
+    std::printf(
+        "model %.1fM parameters (%.1f MB fp32), %d ranks on %d node(s), intra %.0f GB/s, inter "
+        "%.1f Gb/s\n",
+        s.params / 1e6, bytes / 1e6, s.ranks, nodes, s.intra_gbytes, s.inter_gbits);
+    std::printf("compute %.1f +- %.1f ms (backward %.0f%%), optimizer %.1f ms, overlap %s\n\n",
+                s.compute_ms, s.compute_std_ms, 100.0 * s.backward_fraction, s.optimizer_ms,
+                s.overlap ? "on" : "off");
+    std::printf("%-26s %-9s %10s %9s %9s %9s %9s %9s %8s\n", "configuration", "kind", "MB/rank",
+                "comm ms", "exposed", "codec ms", "compute", "total ms", "speedup");
     for (auto const& r : rows) {
-      std::printf("%-26s %-9s %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7.2fx\n", r.name.c_str(), r.kind,
-                  r.t.bytes_sent / 1e6, r.t.communication * 1e3, r.t.exposed * 1e3, r.t.codec * 1e3,
-                  r.t.compute * 1e3, r.t.total() * 1e3, base / r.t.total());
+      std::printf("%-26s %-9s %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7.2fx\n", r.name.c_str(),
+                  r.kind, r.t.bytes_sent / 1e6, r.t.communication * 1e3, r.t.exposed * 1e3,
+                  r.t.codec * 1e3, r.t.compute * 1e3, r.t.total() * 1e3, base / r.t.total());
     }
-    auto const best = std::min_element(rows.begin(), rows.end(),
-                                       [](row const& a, row const& b) { return a.t.total() < b.t.total(); });
-    std::printf("\nrecommended: %s (%.2f ms per iteration, %.2fx over dense all-reduce)\n", best->name.c_str(),
-                best->t.total() * 1e3, base / best->t.total());
+    auto const best = std::min_element(rows.begin(), rows.end(), [](row const& a, row const& b) {
+      return a.t.total() < b.t.total();
+    });
+    std::printf("\nrecommended: %s (%.2f ms per iteration, %.2fx over dense all-reduce)\n",
+                best->name.c_str(), best->t.total() * 1e3, base / best->t.total());
     if (best->t.total() > 0.95 * base) {
-      std::puts("communication is (nearly) hidden already: compression or gossip gains little here.");
+      std::puts(
+          "communication is (nearly) hidden already: compression or gossip gains little here.");
     } else if (std::string_view(best->kind) != "exact") {
-      std::puts("note: this option changes the optimization (lossy gradients or gossip averaging); check "
-                "that it reaches your accuracy in the same number of iterations (docs/decentralized.md).");
+      std::puts(
+          "note: this option changes the optimization (lossy gradients or gossip averaging); check "
+          "that it reaches your accuracy in the same number of iterations "
+          "(docs/decentralized.md).");
     }
     return 0;
   } catch (std::exception const& e) {

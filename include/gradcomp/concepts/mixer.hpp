@@ -28,10 +28,9 @@ struct mixer_tag {};
 /// outstanding at a time.
 template <class M>
 concept parameter_mixer = std::derived_from<typename M::mixer_concept, mixer_tag> &&
-                          requires(M& m, std::span<float const> cx, std::span<float> x,
-                                   std::uint64_t step) {
-                            m.start_mixing(cx, step);
-                            m.wait_mixing(x);
-                          };
+    requires(M& m, std::span<float const> cx, std::span<float> x, std::uint64_t step) {
+  m.start_mixing(cx, step);
+  m.wait_mixing(x);
+};
 
 GRADCOMP_NAMESPACE_END

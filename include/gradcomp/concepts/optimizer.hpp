@@ -25,11 +25,10 @@ struct optimizer_tag {};
 /// `o.set_lr(double)` and `co.lr()` for learning-rate schedules.
 template <class O>
 concept local_optimizer = std::derived_from<typename O::optimizer_concept, optimizer_tag> &&
-                          requires(O& o, O const& co, std::span<float> x,
-                                   std::span<float const> g, double lr) {
-                            o.step(x, g);
-                            o.set_lr(lr);
-                            { co.lr() } -> std::convertible_to<double>;
-                          };
+    requires(O& o, O const& co, std::span<float> x, std::span<float const> g, double lr) {
+  o.step(x, g);
+  o.set_lr(lr);
+  { co.lr() } -> std::convertible_to<double>;
+};
 
 GRADCOMP_NAMESPACE_END

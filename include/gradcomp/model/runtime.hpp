@@ -40,18 +40,24 @@ struct cluster_params {
 
   [[nodiscard]] int nodes() const noexcept { return ranks / ranks_per_node; }
   /// The slowest link a collective over all ranks crosses.
-  [[nodiscard]] link_params const& bottleneck() const noexcept { return nodes() > 1 ? inter : intra; }
+  [[nodiscard]] link_params const& bottleneck() const noexcept {
+    return nodes() > 1 ? inter : intra;
+  }
 
   void validate() const {
-    auto fail = [](std::string const& what) { throw config_error("gradcomp: runtime model: " + what); };
+    auto fail = [](std::string const& what) {
+      throw config_error("gradcomp: runtime model: " + what);
+    };
     if (ranks < 1) fail("ranks must be >= 1, got " + std::to_string(ranks));
     if (ranks_per_node < 1 || ranks % ranks_per_node != 0) {
-      fail("ranks_per_node must be >= 1 and divide ranks; got " + std::to_string(ranks_per_node) + " for " +
-           std::to_string(ranks) + " ranks");
+      fail("ranks_per_node must be >= 1 and divide ranks; got " + std::to_string(ranks_per_node) +
+           " for " + std::to_string(ranks) + " ranks");
     }
     for (link_params const* l : {&intra, &inter}) {
-      if (!(std::isfinite(l->latency) && l->latency >= 0.0)) fail("link latency must be finite and >= 0");
-      if (!(std::isfinite(l->bandwidth) && l->bandwidth > 0.0)) fail("link bandwidth must be finite and > 0");
+      if (!(std::isfinite(l->latency) && l->latency >= 0.0))
+        fail("link latency must be finite and >= 0");
+      if (!(std::isfinite(l->bandwidth) && l->bandwidth > 0.0))
+        fail("link bandwidth must be finite and > 0");
     }
   }
 };
@@ -65,11 +71,15 @@ struct compute_params {
   bool overlap = true;                   ///< communication may run during the computation
 
   void validate() const {
-    auto fail = [](std::string const& what) { throw config_error("gradcomp: runtime model: " + what); };
+    auto fail = [](std::string const& what) {
+      throw config_error("gradcomp: runtime model: " + what);
+    };
     if (!(std::isfinite(mean) && mean >= 0.0)) fail("compute mean must be finite and >= 0");
     if (!(std::isfinite(stddev) && stddev >= 0.0)) fail("compute stddev must be finite and >= 0");
-    if (!(backward_fraction >= 0.0 && backward_fraction <= 1.0)) fail("backward_fraction must be in [0, 1]");
-    if (!(std::isfinite(optimizer) && optimizer >= 0.0)) fail("optimizer time must be finite and >= 0");
+    if (!(backward_fraction >= 0.0 && backward_fraction <= 1.0))
+      fail("backward_fraction must be in [0, 1]");
+    if (!(std::isfinite(optimizer) && optimizer >= 0.0))
+      fail("optimizer time must be finite and >= 0");
   }
 };
 
@@ -83,7 +93,9 @@ struct codec_params {
   double decompress_bandwidth = std::numeric_limits<double>::infinity();
 
   void validate() const {
-    auto fail = [](std::string const& what) { throw config_error("gradcomp: runtime model: " + what); };
+    auto fail = [](std::string const& what) {
+      throw config_error("gradcomp: runtime model: " + what);
+    };
     if (!(std::isfinite(ratio) && ratio > 0.0)) fail("codec ratio must be finite and > 0");
     if (!(compress_bandwidth > 0.0)) fail("codec compress bandwidth must be > 0");
     if (!(decompress_bandwidth > 0.0)) fail("codec decompress bandwidth must be > 0");
@@ -97,7 +109,7 @@ struct iteration_time {
   double communication = 0.0;  ///< collective time
   double exposed = 0.0;        ///< communication not hidden behind computation
   double optimizer = 0.0;
-  double bytes_sent = 0.0;     ///< bytes each rank sends per iteration
+  double bytes_sent = 0.0;  ///< bytes each rank sends per iteration
   /// compute + codec + exposed + optimizer.
   [[nodiscard]] double total() const noexcept { return compute + codec + exposed + optimizer; }
 };
@@ -153,7 +165,8 @@ namespace detail {
 
 inline void check_bytes(double bytes) {
   if (!(std::isfinite(bytes) && bytes >= 0.0)) {
-    throw config_error("gradcomp: runtime model: message bytes must be finite and >= 0, got " + std::to_string(bytes));
+    throw config_error("gradcomp: runtime model: message bytes must be finite and >= 0, got " +
+                       std::to_string(bytes));
   }
 }
 
@@ -167,7 +180,8 @@ inline double window(compute_params const& c, bool whole_compute) {
 /// Dense all-reduce of the gradient (`bytes`), hidden behind the backward pass:
 /// compute = E[max over n], comm = ring_allreduce(bytes, n, bottleneck),
 /// exposed = max(0, comm - backward_fraction * mean).
-[[nodiscard]] inline iteration_time predict_allreduce(double bytes, cluster_params const& cl, compute_params const& c) {
+[[nodiscard]] inline iteration_time predict_allreduce(double bytes, cluster_params const& cl,
+                                                      compute_params const& c) {
   detail::check_bytes(bytes);
   cl.validate();
   c.validate();
@@ -188,8 +202,10 @@ inline double window(compute_params const& c, bool whole_compute) {
 ///   decompress M.
 /// Codec time is not hidden (it runs on the computing device); communication is, behind the
 /// backward pass.
-[[nodiscard]] inline iteration_time predict_compressed_allreduce(double bytes, cluster_params const& cl,
-                                                                 compute_params const& c, codec_params const& k) {
+[[nodiscard]] inline iteration_time predict_compressed_allreduce(double bytes,
+                                                                 cluster_params const& cl,
+                                                                 compute_params const& c,
+                                                                 codec_params const& k) {
   detail::check_bytes(bytes);
   cl.validate();
   c.validate();
@@ -227,7 +243,8 @@ inline double window(compute_params const& c, bool whole_compute) {
 /// and sums its n shard packets, re-compresses its shard, and the compressed shards are
 /// all-gathered. comm = reduce_scatter(M_c) + allgather(M_c / n);
 /// codec = (M + M/n) / compress + 2 M / decompress.
-[[nodiscard]] inline iteration_time predict_two_way(double bytes, cluster_params const& cl, compute_params const& c,
+[[nodiscard]] inline iteration_time predict_two_way(double bytes, cluster_params const& cl,
+                                                    compute_params const& c,
                                                     codec_params const& k) {
   detail::check_bytes(bytes);
   cl.validate();
@@ -251,7 +268,8 @@ inline double window(compute_params const& c, bool whole_compute) {
 /// between nodes gets inter.bandwidth divided by the number of edges leaving its source node
 /// in this phase; edges inside a node get the intra link.
 [[nodiscard]] inline std::vector<double> gossip_group_times(double bytes, cluster_params const& cl,
-                                                            topology const& topo, std::uint64_t step) {
+                                                            topology const& topo,
+                                                            std::uint64_t step) {
   auto node = [&](int r) { return r / cl.ranks_per_node; };
   std::vector<mixing_group> const groups = topo.groups(step);
   std::vector<int> leaving(static_cast<std::size_t>(cl.nodes()), 0);
@@ -299,8 +317,9 @@ inline double window(compute_params const& c, bool whole_compute) {
 /// - With a codec (CHOCO / DeepSqueeze), or for static-ring: each rank sends its packet to each
 ///   peer in turn, T = sum over peers of (alpha + M_c / beta) on the link to that peer;
 ///   codec = compress M + decompress (degree) * M.
-[[nodiscard]] inline iteration_time predict_gossip(double bytes, cluster_params const& cl, compute_params const& c,
-                                                   topology const& topo, codec_params const* k = nullptr) {
+[[nodiscard]] inline iteration_time predict_gossip(double bytes, cluster_params const& cl,
+                                                   compute_params const& c, topology const& topo,
+                                                   codec_params const* k = nullptr) {
   detail::check_bytes(bytes);
   cl.validate();
   c.validate();
@@ -309,9 +328,11 @@ inline double window(compute_params const& c, bool whole_compute) {
     throw config_error("gradcomp: runtime model: the topology has " + std::to_string(topo.size()) +
                        " ranks but the cluster " + std::to_string(cl.ranks));
   }
-  if (topo.kind() == topology_kind::alternating_exp_ring && topo.ranks_per_node() != cl.ranks_per_node) {
-    throw config_error("gradcomp: runtime model: the aer topology has " + std::to_string(topo.ranks_per_node()) +
-                       " ranks per node but the cluster " + std::to_string(cl.ranks_per_node));
+  if (topo.kind() == topology_kind::alternating_exp_ring &&
+      topo.ranks_per_node() != cl.ranks_per_node) {
+    throw config_error("gradcomp: runtime model: the aer topology has " +
+                       std::to_string(topo.ranks_per_node()) + " ranks per node but the cluster " +
+                       std::to_string(cl.ranks_per_node));
   }
   auto node = [&](int r) { return r / cl.ranks_per_node; };
   double const mc = k != nullptr ? bytes / k->ratio : bytes;
@@ -352,7 +373,8 @@ inline double window(compute_params const& c, bool whole_compute) {
     t.exposed = std::max(0.0, comm - win);
     t.bytes_sent = sent;
     if (k != nullptr) {
-      t.codec = bytes / k->compress_bandwidth + static_cast<double>(max_degree) * bytes / k->decompress_bandwidth;
+      t.codec = bytes / k->compress_bandwidth +
+                static_cast<double>(max_degree) * bytes / k->decompress_bandwidth;
     }
     sum.compute += t.compute;
     sum.communication += t.communication;

@@ -43,20 +43,24 @@ enum class weight_decay_mode : std::uint8_t {
 
 /// Hyperparameters of Adam / AdamW / AccumAdam.
 struct adam_options {
-  double lr = 1e-3;            ///< learning rate, >= 0
-  double beta1 = 0.9;          ///< first-moment decay, in [0, 1)
-  double beta2 = 0.999;        ///< second-moment decay, in [0, 1)
-  double eps = 1e-8;           ///< added to the bias-corrected sqrt(v), >= 0
-  double weight_decay = 0.0;   ///< >= 0
+  double lr = 1e-3;           ///< learning rate, >= 0
+  double beta1 = 0.9;         ///< first-moment decay, in [0, 1)
+  double beta2 = 0.999;       ///< second-moment decay, in [0, 1)
+  double eps = 1e-8;          ///< added to the bias-corrected sqrt(v), >= 0
+  double weight_decay = 0.0;  ///< >= 0
   weight_decay_mode decay = weight_decay_mode::l2;
 
   /// Throws `config_error` naming the first invalid field.
   void validate() const {
     auto fail = [](std::string const& what) { throw config_error("gradcomp: adam " + what); };
-    if (!(std::isfinite(lr) && lr >= 0.0)) fail("lr must be finite and >= 0, got " + std::to_string(lr));
-    if (!(beta1 >= 0.0 && beta1 < 1.0)) fail("beta1 must be in [0, 1), got " + std::to_string(beta1));
-    if (!(beta2 >= 0.0 && beta2 < 1.0)) fail("beta2 must be in [0, 1), got " + std::to_string(beta2));
-    if (!(std::isfinite(eps) && eps >= 0.0)) fail("eps must be finite and >= 0, got " + std::to_string(eps));
+    if (!(std::isfinite(lr) && lr >= 0.0))
+      fail("lr must be finite and >= 0, got " + std::to_string(lr));
+    if (!(beta1 >= 0.0 && beta1 < 1.0))
+      fail("beta1 must be in [0, 1), got " + std::to_string(beta1));
+    if (!(beta2 >= 0.0 && beta2 < 1.0))
+      fail("beta2 must be in [0, 1), got " + std::to_string(beta2));
+    if (!(std::isfinite(eps) && eps >= 0.0))
+      fail("eps must be finite and >= 0, got " + std::to_string(eps));
     if (!(std::isfinite(weight_decay) && weight_decay >= 0.0)) {
       fail("weight_decay must be finite and >= 0, got " + std::to_string(weight_decay));
     }
@@ -80,8 +84,8 @@ struct adam_coefficients {
   float step_size;       // lr / (1 - beta1^k)
   float bc2_sqrt;        // sqrt(1 - beta2^k)
   float eps;
-  float decay_mul;       // 1 - lr*wd (decoupled)
-  float l2;              // wd (l2)
+  float decay_mul;  // 1 - lr*wd (decoupled)
+  float l2;         // wd (l2)
   bool decoupled;
   bool has_decay;
 };
@@ -117,7 +121,8 @@ GRADCOMP_FORCEINLINE float adam_decay(float& x, float g, adam_coefficients const
 }
 
 // x - step_size * m / (sqrt(v)/bc2_sqrt + eps)
-GRADCOMP_FORCEINLINE float adam_apply(float x, float m, float v, adam_coefficients const& c) noexcept {
+GRADCOMP_FORCEINLINE float adam_apply(float x, float m, float v,
+                                      adam_coefficients const& c) noexcept {
   float const denom = std::sqrt(v) / c.bc2_sqrt + c.eps;
   return x - c.step_size * (m / denom);
 }
@@ -125,7 +130,8 @@ GRADCOMP_FORCEINLINE float adam_apply(float x, float m, float v, adam_coefficien
 inline void check_step_spans(std::size_t nx, std::size_t ng, std::size_t state, char const* who) {
   if (nx != ng) {
     throw config_error(std::string("gradcomp: ") + who + " got " + std::to_string(nx) +
-                       " parameters but " + std::to_string(ng) + " gradient values (expected equal)");
+                       " parameters but " + std::to_string(ng) +
+                       " gradient values (expected equal)");
   }
   if (state != 0 && state != nx) {
     throw config_error(std::string("gradcomp: ") + who + " state holds " + std::to_string(state) +
@@ -198,7 +204,8 @@ class accum_adam {
   using optimizer_concept = optimizer_tag;
 
   /// `accumulation` = T >= 1 (the reference code's `accum_iter`).
-  explicit accum_adam(adam_options o = {}, std::uint32_t accumulation = 1) : opt_(o), window_(accumulation) {
+  explicit accum_adam(adam_options o = {}, std::uint32_t accumulation = 1)
+      : opt_(o), window_(accumulation) {
     opt_.validate();
     if (accumulation < 1) {
       throw config_error("gradcomp: accum_adam accumulation must be >= 1, got 0");

@@ -44,13 +44,15 @@ namespace detail {
 
 inline void check_gossip_setup(mixing_row const& row, double gamma, char const* who) {
   if (!(gamma > 0.0 && gamma <= 1.0)) {
-    throw config_error(std::string("gradcomp: ") + who + " consensus step size gamma must be in (0, 1], got " +
+    throw config_error(std::string("gradcomp: ") + who +
+                       " consensus step size gamma must be in (0, 1], got " +
                        std::to_string(gamma));
   }
   double sum = 0.0;
   bool self = false;
   for (auto const& e : row.entries) {
-    if (!(e.weight >= 0.0)) throw config_error(std::string("gradcomp: ") + who + " mixing weights must be >= 0");
+    if (!(e.weight >= 0.0))
+      throw config_error(std::string("gradcomp: ") + who + " mixing weights must be >= 0");
     sum += e.weight;
     self = self || e.rank == row.rank;
   }
@@ -65,8 +67,14 @@ inline void check_gossip_setup(mixing_row const& row, double gamma, char const* 
 template <class Codec>
 class gossip_common {
  public:
-  gossip_common(Codec codec, mixing_row row, double gamma, codec_context ctx, tensor_id id, char const* who)
-      : codec_(std::move(codec)), row_(std::move(row)), gamma_(gamma), ctx_(ctx), id_(id), who_(who) {
+  gossip_common(Codec codec, mixing_row row, double gamma, codec_context ctx, tensor_id id,
+                char const* who)
+      : codec_(std::move(codec)),
+        row_(std::move(row)),
+        gamma_(gamma),
+        ctx_(ctx),
+        id_(id),
+        who_(who) {
     check_gossip_setup(row_, gamma_, who);
     self_weight_ = row_.self_weight();
     for (auto const& e : row_.entries) {
@@ -86,17 +94,19 @@ class gossip_common {
  protected:
   void check_size(std::size_t n) const {
     if (n_ != 0 && n != n_) {
-      throw config_error(std::string("gradcomp: ") + who_ + " holds state for " + std::to_string(n_) +
-                         " parameters but got " + std::to_string(n));
+      throw config_error(std::string("gradcomp: ") + who_ + " holds state for " +
+                         std::to_string(n_) + " parameters but got " + std::to_string(n));
     }
   }
   void check_peer_packets(std::size_t got) const {
     if (got != peer_weights_.size()) {
-      throw config_error(std::string("gradcomp: ") + who_ + " expected " + std::to_string(peer_weights_.size()) +
+      throw config_error(std::string("gradcomp: ") + who_ + " expected " +
+                         std::to_string(peer_weights_.size()) +
                          " peer packets (one per peer of the mixing row, ascending rank) but got " +
                          std::to_string(got));
     }
-    if (!prepared_) throw config_error(std::string("gradcomp: ") + who_ + "::finish called without prepare");
+    if (!prepared_)
+      throw config_error(std::string("gradcomp: ") + who_ + "::finish called without prepare");
   }
   codec_context round_context() const {
     codec_context c = ctx_;
@@ -105,7 +115,8 @@ class gossip_common {
   }
   std::span<std::byte const> compress(std::span<float const> v) {
     packet_.resize(codec_.max_compressed_bytes(v.size()));
-    std::size_t const bytes = codec_.compress(tensor_view<float const>(v, id_), std::span<std::byte>(packet_), round_context());
+    std::size_t const bytes = codec_.compress(tensor_view<float const>(v, id_),
+                                              std::span<std::byte>(packet_), round_context());
     packet_size_ = bytes;
     return std::span<std::byte const>(packet_.data(), bytes);
   }
@@ -137,7 +148,8 @@ class choco_gossip : public detail::gossip_common<Codec> {
  public:
   /// `row`: this rank's fixed mixing row; `gamma`: consensus step size in (0, 1]; `ctx`: seed
   /// and first step of the codec's random stream; `id`: tensor id given to the codec.
-  choco_gossip(Codec codec, mixing_row row, double gamma, codec_context ctx = {}, tensor_id id = tensor_id{0})
+  choco_gossip(Codec codec, mixing_row row, double gamma, codec_context ctx = {},
+               tensor_id id = tensor_id{0})
       : base(std::move(codec), std::move(row), gamma, ctx, id, "choco_gossip") {}
 
   /// Compresses x - x^_i; returns the packet for every peer (valid until the next call).
@@ -162,9 +174,11 @@ class choco_gossip : public detail::gossip_common<Codec> {
     codec_context const c = this->round_context();
     auto const own = this->own_packet();
     this->codec_.decompress_add(own, std::span<float>(xhat_), 1.0f, c);
-    this->codec_.decompress_add(own, std::span<float>(s_), static_cast<float>(this->self_weight_), c);
+    this->codec_.decompress_add(own, std::span<float>(s_), static_cast<float>(this->self_weight_),
+                                c);
     for (std::size_t j = 0; j < peer_packets.size(); ++j) {
-      this->codec_.decompress_add(peer_packets[j], std::span<float>(s_), static_cast<float>(this->peer_weights_[j]), c);
+      this->codec_.decompress_add(peer_packets[j], std::span<float>(s_),
+                                  static_cast<float>(this->peer_weights_[j]), c);
     }
     float const g = static_cast<float>(this->gamma_);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = x[i] + g * (s_[i] - xhat_[i]);
@@ -223,9 +237,11 @@ class deepsqueeze_gossip : public detail::gossip_common<Codec> {
     codec_context const c = this->round_context();
     auto const own = this->own_packet();
     acc_.assign(x.size(), 0.0f);
-    this->codec_.decompress_add(own, std::span<float>(acc_), static_cast<float>(this->self_weight_ - 1.0), c);
+    this->codec_.decompress_add(own, std::span<float>(acc_),
+                                static_cast<float>(this->self_weight_ - 1.0), c);
     for (std::size_t j = 0; j < peer_packets.size(); ++j) {
-      this->codec_.decompress_add(peer_packets[j], std::span<float>(acc_), static_cast<float>(this->peer_weights_[j]), c);
+      this->codec_.decompress_add(peer_packets[j], std::span<float>(acc_),
+                                  static_cast<float>(this->peer_weights_[j]), c);
     }
     float const g = static_cast<float>(this->gamma_);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = x[i] + g * acc_[i];

@@ -43,8 +43,9 @@ GRADCOMP_NAMESPACE_BEGIN
 /// of the new step. Both must be finite and > 0.
 [[nodiscard]] inline double lr_correction(double lr_prev, double lr) {
   if (!(std::isfinite(lr_prev) && lr_prev > 0.0 && std::isfinite(lr) && lr > 0.0)) {
-    throw config_error("gradcomp: the learning-rate correction needs finite learning rates > 0; got " +
-                       std::to_string(lr_prev) + " and " + std::to_string(lr));
+    throw config_error(
+        "gradcomp: the learning-rate correction needs finite learning rates > 0; got " +
+        std::to_string(lr_prev) + " and " + std::to_string(lr));
   }
   return lr_prev / lr;
 }
@@ -62,7 +63,8 @@ class nesterov_momentum {
  public:
   explicit nesterov_momentum(double mu) : mu_(mu) {
     if (!(mu >= 0.0 && mu < 1.0)) {
-      throw config_error("gradcomp: nesterov momentum must be in [0, 1), got " + std::to_string(mu));
+      throw config_error("gradcomp: nesterov momentum must be in [0, 1), got " +
+                         std::to_string(mu));
     }
   }
   /// Replaces `g` by its Nesterov-corrected value and updates the momentum.
@@ -100,15 +102,17 @@ class lr_corrected_compressor {
   std::size_t compress(tensor_view<float const> g, std::span<std::byte> out, double lr,
                        codec_context const& ctx = {}) {
     if (!(std::isfinite(lr) && lr >= 0.0)) {
-      throw config_error("gradcomp: lr_corrected_compressor needs a finite learning rate >= 0; got " +
-                         std::to_string(lr));
+      throw config_error(
+          "gradcomp: lr_corrected_compressor needs a finite learning rate >= 0; got " +
+          std::to_string(lr));
     }
     if (lr > 0.0) {
       auto const it = last_lr_.find(g.id());
       if (it == last_lr_.end()) {
         last_lr_.emplace(g.id(), lr);
       } else if (it->second != lr) {
-        rescale_residual(std::span<float>(inner_.state(g.id()).data), lr_correction(it->second, lr));
+        rescale_residual(std::span<float>(inner_.state(g.id()).data),
+                         lr_correction(it->second, lr));
         it->second = lr;  // residual and recorded lr change together, whatever compress does
       }
     }
@@ -116,7 +120,9 @@ class lr_corrected_compressor {
   }
 
   [[nodiscard]] Codec const& codec() const noexcept { return inner_.codec(); }
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const { return inner_.max_compressed_bytes(n); }
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
+    return inner_.max_compressed_bytes(n);
+  }
   /// The residual compressor (state save/restore).
   [[nodiscard]] compressor<Codec, residual_feedback>& inner() noexcept { return inner_; }
   /// The residual of tensor `id` (empty until its first step).
@@ -129,9 +135,9 @@ class lr_corrected_compressor {
 
 /// Options of `compressed_adam`.
 struct compressed_adam_options {
-  adam_options adam{};          ///< the Adam / AdamW applied to the aggregate
-  double nesterov = 0.0;        ///< worker-side Nesterov momentum mu (0: off)
-  bool correct_for_lr = true;   ///< rescale residuals by lr_prev / lr (false: plain EF)
+  adam_options adam{};         ///< the Adam / AdamW applied to the aggregate
+  double nesterov = 0.0;       ///< worker-side Nesterov momentum mu (0: off)
+  bool correct_for_lr = true;  ///< rescale residuals by lr_prev / lr (false: plain EF)
 };
 
 /// Two-way compressed Adam (file comment) for one flat parameter span.
@@ -144,7 +150,8 @@ class compressed_adam {
   }
 
   /// Worker side: (Nesterov,) error feedback and compression of the local gradient `g`.
-  std::size_t worker_compress(tensor_view<float const> g, std::span<std::byte> out, codec_context const& ctx = {}) {
+  std::size_t worker_compress(tensor_view<float const> g, std::span<std::byte> out,
+                              codec_context const& ctx = {}) {
     if (momentum_.empty()) return worker_.compress(g, out, ef_lr(), ctx);
     scratch_.assign(g.span().begin(), g.span().end());
     momentum_.front().apply(scratch_);
@@ -153,11 +160,13 @@ class compressed_adam {
 
   /// Server side: decodes the workers' packets into `out` and scales the sum by `scale`
   /// (1/n for the mean): out = scale * sum_w D(packets[w]), summed in the given order.
-  void aggregate(std::span<std::span<std::byte const> const> packets, std::span<float> out, double scale,
-                 codec_context const& ctx = {}) const {
-    if (packets.empty()) throw config_error("gradcomp: compressed_adam::aggregate needs at least one packet");
+  void aggregate(std::span<std::span<std::byte const> const> packets, std::span<float> out,
+                 double scale, codec_context const& ctx = {}) const {
+    if (packets.empty())
+      throw config_error("gradcomp: compressed_adam::aggregate needs at least one packet");
     worker_.codec().decompress(packets[0], out, ctx);
-    for (std::size_t w = 1; w < packets.size(); ++w) worker_.codec().decompress_add(packets[w], out, 1.0f, ctx);
+    for (std::size_t w = 1; w < packets.size(); ++w)
+      worker_.codec().decompress_add(packets[w], out, 1.0f, ctx);
     if (scale != 1.0) {
       float const s = static_cast<float>(scale);
       for (float& v : out) v = v * s;
@@ -186,7 +195,9 @@ class compressed_adam {
   [[nodiscard]] adam& optimizer() noexcept { return adam_; }
   [[nodiscard]] lr_corrected_compressor<Codec>& worker_feedback() noexcept { return worker_; }
   [[nodiscard]] lr_corrected_compressor<Codec>& server_feedback() noexcept { return server_; }
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const { return worker_.max_compressed_bytes(n); }
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
+    return worker_.max_compressed_bytes(n);
+  }
 
  private:
   // With the correction off the residual is never rescaled: use a constant "learning rate".

@@ -34,13 +34,16 @@ GRADCOMP_NAMESPACE_BEGIN
 template <local_optimizer Optimizer, parameter_mixer Mixer>
 class decentralized_optimizer {
  public:
-  decentralized_optimizer(Optimizer opt, Mixer mixer) : opt_(std::move(opt)), mixer_(std::move(mixer)) {}
+  decentralized_optimizer(Optimizer opt, Mixer mixer)
+      : opt_(std::move(opt)), mixer_(std::move(mixer)) {}
 
   /// Overlapped form: launches the mixing of the initial parameters x^(0) (identical on every
   /// rank after the initial broadcast). Call once before the first `step`, and again after
   /// `drain` to resume.
   void start(std::span<float const> x) {
-    if (pending_) throw config_error("gradcomp: decentralized_optimizer::start called while a mixing is outstanding");
+    if (pending_)
+      throw config_error(
+          "gradcomp: decentralized_optimizer::start called while a mixing is outstanding");
     mixer_.start_mixing(x, k_);
     pending_ = true;
   }
@@ -50,8 +53,9 @@ class decentralized_optimizer {
   /// the new parameters for iteration k + 1. Leave `x` unchanged between calls.
   void step(std::span<float> x, std::span<float const> g) {
     if (!pending_) {
-      throw config_error("gradcomp: decentralized_optimizer::step needs an outstanding mixing; call "
-                         "start(x) before the first step (or use step_blocking)");
+      throw config_error(
+          "gradcomp: decentralized_optimizer::step needs an outstanding mixing; call "
+          "start(x) before the first step (or use step_blocking)");
     }
     mixer_.wait_mixing(x);
     pending_ = false;
@@ -65,8 +69,9 @@ class decentralized_optimizer {
   /// outstanding (do not mix with the overlapped form without `drain`).
   void step_blocking(std::span<float> x, std::span<float const> g) {
     if (pending_) {
-      throw config_error("gradcomp: decentralized_optimizer::step_blocking called while a mixing "
-                         "is outstanding; call drain(x) first");
+      throw config_error(
+          "gradcomp: decentralized_optimizer::step_blocking called while a mixing "
+          "is outstanding; call drain(x) first");
     }
     mixer_.start_mixing(std::span<float const>(x), k_);
     mixer_.wait_mixing(x);

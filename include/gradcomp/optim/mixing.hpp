@@ -54,6 +54,29 @@ void mix_row(mixing_row const& row, Lookup&& x_of, std::span<float> out) {
   }
 }
 
+/// How a transport mixes a group with one all-reduce (Decent-DP's arithmetic): every member
+/// sends `send_scale * x` into an all-reduce-sum over the group, then sets
+/// x <- self_scale * x + sum, which gives keep * x_i + (1 - keep)/(|G| - 1) * sum of the others.
+/// For uniform groups self_scale is 0 and the result is the sum itself.
+struct group_mixing_coefficients {
+  double send_scale = 1.0;  ///< (1 - keep) / (|G| - 1); 1 for a group of one
+  double self_scale = 0.0;  ///< keep - send_scale
+};
+
+/// The all-reduce coefficients of a group (see `group_mixing_coefficients`).
+[[nodiscard]] inline group_mixing_coefficients group_mixing(mixing_group const& g) {
+  if (g.ranks.empty()) throw config_error("gradcomp: a mixing group is empty");
+  group_mixing_coefficients c;
+  if (g.ranks.size() == 1) {
+    c.send_scale = 1.0;
+    c.self_scale = g.keep - 1.0;
+    return c;
+  }
+  c.send_scale = (1.0 - g.keep) / static_cast<double>(g.ranks.size() - 1);
+  c.self_scale = g.keep - c.send_scale;
+  return c;
+}
+
 /// Single-threaded in-process gossip over a topology (file comment).
 class gossip_board {
  public:
@@ -80,7 +103,8 @@ class gossip_board {
 
     void wait_mixing(std::span<float> x) {
       if (!pending_) {
-        throw config_error("gradcomp: rank " + std::to_string(rank_) + " waits for a mixing it never started");
+        throw config_error("gradcomp: rank " + std::to_string(rank_) +
+                           " waits for a mixing it never started");
       }
       board_->collect(rank_, step_, x);
       pending_ = false;
@@ -108,7 +132,9 @@ class gossip_board {
 
   [[nodiscard]] topology const& topo() const noexcept { return topo_; }
   /// Parameter bytes rank `rank` has sent so far (its posts times the peers that read them).
-  [[nodiscard]] std::uint64_t bytes_sent(int rank) const { return sent_.at(static_cast<std::size_t>(rank)); }
+  [[nodiscard]] std::uint64_t bytes_sent(int rank) const {
+    return sent_.at(static_cast<std::size_t>(rank));
+  }
 
  private:
   struct slot {
@@ -122,8 +148,9 @@ class gossip_board {
     slot& s = slots_[step % 2][static_cast<std::size_t>(rank)];
     if (s.posted && s.unread > 0) {
       throw config_error("gradcomp: rank " + std::to_string(rank) + " posts step " +
-                         std::to_string(step) + " while its post of step " + std::to_string(s.step) +
-                         " is still unread by " + std::to_string(s.unread) + " rank(s)");
+                         std::to_string(step) + " while its post of step " +
+                         std::to_string(s.step) + " is still unread by " +
+                         std::to_string(s.unread) + " rank(s)");
     }
     s.x.assign(x.begin(), x.end());
     s.step = step;
@@ -146,7 +173,8 @@ class gossip_board {
                            "step before any rank waits for it)");
       }
     }
-    mix_row(r, [&](int j) { return std::span<float const>(bank[static_cast<std::size_t>(j)].x); }, x);
+    mix_row(
+        r, [&](int j) { return std::span<float const>(bank[static_cast<std::size_t>(j)].x); }, x);
     for (auto const& e : r.entries) --bank[static_cast<std::size_t>(e.rank)].unread;
   }
 
@@ -160,7 +188,8 @@ class gossip_board {
 template <class AllReduceSum>
 void average_parameters(std::span<float> x, int world, AllReduceSum&& sum) {
   if (world < 1) {
-    throw config_error("gradcomp: averaging needs a world of at least one rank; got " + std::to_string(world));
+    throw config_error("gradcomp: averaging needs a world of at least one rank; got " +
+                       std::to_string(world));
   }
   sum(x);
   float const n = static_cast<float>(world);

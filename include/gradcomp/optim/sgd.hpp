@@ -36,10 +36,14 @@ struct sgd_options {
 
   void validate() const {
     auto fail = [](std::string const& what) { throw config_error("gradcomp: sgd " + what); };
-    if (!(std::isfinite(lr) && lr >= 0.0)) fail("lr must be finite and >= 0, got " + std::to_string(lr));
-    if (!(momentum >= 0.0 && momentum < 1.0)) fail("momentum must be in [0, 1), got " + std::to_string(momentum));
-    if (!(dampening >= 0.0 && dampening <= 1.0)) fail("dampening must be in [0, 1], got " + std::to_string(dampening));
-    if (nesterov && (momentum == 0.0 || dampening != 0.0)) fail("nesterov needs momentum > 0 and dampening 0");
+    if (!(std::isfinite(lr) && lr >= 0.0))
+      fail("lr must be finite and >= 0, got " + std::to_string(lr));
+    if (!(momentum >= 0.0 && momentum < 1.0))
+      fail("momentum must be in [0, 1), got " + std::to_string(momentum));
+    if (!(dampening >= 0.0 && dampening <= 1.0))
+      fail("dampening must be in [0, 1], got " + std::to_string(dampening));
+    if (nesterov && (momentum == 0.0 || dampening != 0.0))
+      fail("nesterov needs momentum > 0 and dampening 0");
     if (!(std::isfinite(weight_decay) && weight_decay >= 0.0)) {
       fail("weight_decay must be finite and >= 0, got " + std::to_string(weight_decay));
     }

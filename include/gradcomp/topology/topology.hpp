@@ -19,7 +19,7 @@
 /// | ring (alternating pairs, n even) | 2 | (2k, 2k+1); then (2k+1, 2k+2 mod n) |
 /// | static_ring | 1 | not group based: self, left, right, 1/3 each |
 /// | one_peer_exponential (n = 2^d) | d | pairs (j, j xor 2^r) in phase r |
-/// | alternating_exp_ring (N = n/p nodes, N = 2^e >= 2) | 2e | per node pair of round r: the node's p ranks, or both nodes' 2p ranks |
+/// | alternating_exp_ring (N = n/p = 2^e >= 2) | 2e | a node's p ranks, or a node pair's 2p |
 ///
 /// Ranks are laid out node by node: rank r lives on node r / ranks_per_node. See
 /// docs/decentralized.md for the choices and their sources.
@@ -98,7 +98,8 @@ struct mixing_row {
     return entries.size() - (contains(rank) ? 1 : 0);
   }
   [[nodiscard]] bool contains(int r) const noexcept {
-    return std::any_of(entries.begin(), entries.end(), [r](mixing_entry const& e) { return e.rank == r; });
+    return std::any_of(entries.begin(), entries.end(),
+                       [r](mixing_entry const& e) { return e.rank == r; });
   }
   /// The peers (every entry but the rank itself), ascending.
   [[nodiscard]] std::vector<int> peers() const {
@@ -124,8 +125,10 @@ class topology {
   static topology ring(int n) {
     check_size(n, "ring");
     if (n % 2 != 0) {
-      throw config_error("gradcomp: topology ring pairs ranks, so it needs an even number of "
-                         "ranks; got " + std::to_string(n) + " (use static-ring for odd n)");
+      throw config_error(
+          "gradcomp: topology ring pairs ranks, so it needs an even number of "
+          "ranks; got " +
+          std::to_string(n) + " (use static-ring for odd n)");
     }
     return topology(topology_kind::ring, n, n);
   }
@@ -143,8 +146,10 @@ class topology {
   static topology one_peer_exponential(int n) {
     check_size(n, "exp");
     if (!std::has_single_bit(static_cast<unsigned>(n))) {
-      throw config_error("gradcomp: topology exp (one-peer exponential) needs a power-of-two "
-                         "number of ranks; got " + std::to_string(n));
+      throw config_error(
+          "gradcomp: topology exp (one-peer exponential) needs a power-of-two "
+          "number of ranks; got " +
+          std::to_string(n));
     }
     return topology(topology_kind::one_peer_exponential, n, n);
   }
@@ -157,9 +162,10 @@ class topology {
   static topology alternating_exp_ring(int n, int ranks_per_node) {
     check_size(n, "aer");
     if (ranks_per_node < 1 || n % ranks_per_node != 0) {
-      throw config_error("gradcomp: topology aer needs ranks_per_node >= 1 dividing the number of "
-                         "ranks; got " + std::to_string(ranks_per_node) + " for " +
-                         std::to_string(n) + " ranks");
+      throw config_error(
+          "gradcomp: topology aer needs ranks_per_node >= 1 dividing the number of "
+          "ranks; got " +
+          std::to_string(ranks_per_node) + " for " + std::to_string(n) + " ranks");
     }
     int const nodes = n / ranks_per_node;
     if (nodes < 2 || !std::has_single_bit(static_cast<unsigned>(nodes))) {
@@ -198,7 +204,8 @@ class topology {
       case topology_kind::complete:
       case topology_kind::static_ring: return 1;
       case topology_kind::ring: return n_ > 2 ? 2 : 1;
-      case topology_kind::one_peer_exponential: return n_ > 1 ? std::countr_zero(static_cast<unsigned>(n_)) : 1;
+      case topology_kind::one_peer_exponential:
+        return n_ > 1 ? std::countr_zero(static_cast<unsigned>(n_)) : 1;
       case topology_kind::alternating_exp_ring:
         return 2 * static_cast<std::uint64_t>(std::countr_zero(static_cast<unsigned>(n_ / p_)));
     }
@@ -289,7 +296,8 @@ class topology {
     if (n_ == 1) {
       out.entries = {{0, 1.0}};
     } else if (n_ == 2) {
-      out.entries = {{0, rank == 0 ? 1.0 / 3.0 : 2.0 / 3.0}, {1, rank == 1 ? 1.0 / 3.0 : 2.0 / 3.0}};
+      out.entries = {{0, rank == 0 ? 1.0 / 3.0 : 2.0 / 3.0},
+                     {1, rank == 1 ? 1.0 / 3.0 : 2.0 / 3.0}};
     } else {
       int const left = (rank + n_ - 1) % n_;
       int const right = (rank + 1) % n_;
@@ -301,7 +309,9 @@ class topology {
   }
 
   /// Number of peers of `rank` at step `step`.
-  [[nodiscard]] std::size_t degree(std::uint64_t step, int rank) const { return row(step, rank).degree(); }
+  [[nodiscard]] std::size_t degree(std::uint64_t step, int rank) const {
+    return row(step, rank).degree();
+  }
 
   /// Largest number of peers of any rank in any phase.
   [[nodiscard]] std::size_t max_degree() const {

@@ -104,7 +104,9 @@ TEST_CASE("runtime model: all-reduce, compressed all-reduce and two-way", "[runt
           Approx(2 * gc::ring_allreduce_time(mc / 2, 16, cl.inter)).epsilon(1e-12));
 
   auto const tw = gc::predict_two_way(m, cl, cp, k);
-  REQUIRE(tw.communication == Approx(15 * 1e-5 + 15.0 / 16 * mc / 1.25e9 + 15 * (1e-5 + mc / 16 / 1.25e9)).epsilon(1e-12));
+  REQUIRE(
+      tw.communication ==
+      Approx(15 * 1e-5 + 15.0 / 16 * mc / 1.25e9 + 15 * (1e-5 + mc / 16 / 1.25e9)).epsilon(1e-12));
   REQUIRE(tw.communication == Approx(gc::ring_allreduce_time(mc, 16, cl.inter)).epsilon(1e-12));
   REQUIRE(tw.codec == Approx((m + m / 16) / 1e10 + 2 * m / 2e10).epsilon(1e-12));
 }
@@ -133,7 +135,8 @@ TEST_CASE("runtime model: gossip over the topologies", "[runtime_model]") {
 
   // Complete: one all-reduce of the parameters, hidden behind the whole computation.
   auto const comp = gc::predict_gossip(m, cl, cp, gc::topology::complete(16));
-  REQUIRE(comp.communication == Approx(gc::predict_allreduce(m, cl, cp).communication).epsilon(1e-12));
+  REQUIRE(comp.communication ==
+          Approx(gc::predict_allreduce(m, cl, cp).communication).epsilon(1e-12));
   REQUIRE(comp.exposed == Approx(comp.communication - 0.1).epsilon(1e-12));
 
   // Static ring: two sends in turn; ranks 3 -> 4 etc. cross nodes.
@@ -148,7 +151,8 @@ TEST_CASE("runtime model: gossip over the topologies", "[runtime_model]") {
   k.compress_bandwidth = 1e10;
   k.decompress_bandwidth = 1e10;
   auto const cg = gc::predict_gossip(m, cl, cp, gc::topology::static_ring(16), &k);
-  REQUIRE(cg.communication == Approx((1e-6 + m / 8 / 1e11) + (1e-5 + m / 8 / 1.25e9)).epsilon(1e-12));
+  REQUIRE(cg.communication ==
+          Approx((1e-6 + m / 8 / 1e11) + (1e-5 + m / 8 / 1.25e9)).epsilon(1e-12));
   REQUIRE(cg.codec == Approx(m / 1e10 + 2 * m / 1e10).epsilon(1e-12));
 
   // Decentralized wins here: the all-reduce is exposed, AER's gossip much less.
@@ -185,5 +189,6 @@ TEST_CASE("runtime model rejects invalid parameters", "[runtime_model]") {
   k.compress_bandwidth = 0.0;
   REQUIRE_THROWS_AS(gc::predict_two_way(1.0, cl, cp, k), gc::config_error);
   REQUIRE_THROWS_AS(gc::predict_gossip(1.0, cl, cp, gc::topology::ring(8)), gc::config_error);
-  REQUIRE_THROWS_AS(gc::predict_gossip(1.0, cl, cp, gc::topology::alternating_exp_ring(16, 8)), gc::config_error);
+  REQUIRE_THROWS_AS(gc::predict_gossip(1.0, cl, cp, gc::topology::alternating_exp_ring(16, 8)),
+                    gc::config_error);
 }

@@ -25,7 +25,8 @@ struct quadratic_problem {
 
   // Curvatures in [0.5, 2]; centers N(0, 1) shared by all ranks (heterogeneous = false) or
   // drawn per rank.
-  quadratic_problem(std::size_t ranks, std::size_t dim, bool heterogeneous, double noise, std::uint64_t seed)
+  quadratic_problem(std::size_t ranks, std::size_t dim, bool heterogeneous, double noise,
+                    std::uint64_t seed)
       : n(ranks), d(dim), sigma(noise) {
     test_rng r(seed);
     std::vector<float> shared(d);
@@ -55,7 +56,8 @@ struct quadratic_problem {
   }
 
   // Stochastic gradient of rank i at x for step s (deterministic noise).
-  [[nodiscard]] std::vector<float> gradient(std::size_t i, std::vector<float> const& x, std::uint64_t s) const {
+  [[nodiscard]] std::vector<float> gradient(std::size_t i, std::vector<float> const& x,
+                                            std::uint64_t s) const {
     test_rng r(0x9E37u * (s + 1) + 7919u * i + 1);
     std::vector<float> g(d);
     for (std::size_t k = 0; k < d; ++k) {
@@ -67,7 +69,8 @@ struct quadratic_problem {
 
 // Cosine learning rate from lr0 to 0 over `steps`.
 inline double cosine_lr(double lr0, std::uint64_t s, std::uint64_t steps) {
-  return 0.5 * lr0 * (1.0 + std::cos(3.141592653589793 * static_cast<double>(s) / static_cast<double>(steps)));
+  return 0.5 * lr0 *
+         (1.0 + std::cos(3.141592653589793 * static_cast<double>(s) / static_cast<double>(steps)));
 }
 
 inline double max_abs_error(std::vector<float> const& x, std::vector<double> const& ref) {

@@ -27,14 +27,16 @@ using gradcomp_test::quadratic_problem;
 
 // n ranks of SGD + compressed gossip (Gossip = choco_gossip<C> or deepsqueeze_gossip<C>).
 template <class Gossip, class Codec>
-std::vector<std::vector<float>> run_gossip(gc::topology const& topo, quadratic_problem const& p, Codec codec,
-                                           double gamma, std::uint64_t steps, double lr0) {
+std::vector<std::vector<float>> run_gossip(gc::topology const& topo, quadratic_problem const& p,
+                                           Codec codec, double gamma, std::uint64_t steps,
+                                           double lr0) {
   std::vector<gc::sgd> opt;
   std::vector<Gossip> gossip;
   std::vector<std::vector<float>> x(p.n, std::vector<float>(p.d, 0.0f));
   for (std::size_t i = 0; i < p.n; ++i) {
     opt.emplace_back(gc::sgd_options{lr0});
-    gossip.emplace_back(codec, topo.row(0, static_cast<int>(i)), gamma, gc::codec_context{.seed = 100 + i});
+    gossip.emplace_back(codec, topo.row(0, static_cast<int>(i)), gamma,
+                        gc::codec_context{.seed = 100 + i});
   }
   std::vector<std::span<std::byte const>> packets(p.n);
   for (std::uint64_t s = 0; s < steps; ++s) {
@@ -55,7 +57,8 @@ std::vector<std::vector<float>> run_gossip(gc::topology const& topo, quadratic_p
 double spread(std::vector<std::vector<float>> const& x) {
   double s = 0.0;
   for (auto const& xi : x)
-    for (std::size_t k = 0; k < xi.size(); ++k) s = std::max(s, static_cast<double>(std::abs(xi[k] - x[0][k])));
+    for (std::size_t k = 0; k < xi.size(); ++k)
+      s = std::max(s, static_cast<double>(std::abs(xi[k] - x[0][k])));
   return s;
 }
 
@@ -81,8 +84,8 @@ TEST_CASE("CHOCO-SGD and DeepSqueeze with biased codecs reach the optimum", "[op
     // DeepSqueeze compresses x itself, not a difference, so its compression noise does not
     // vanish: it needs a small gamma and is slower. Measured: 0.068 (top-k 50%) against 0.050
     // for the identity codec at the same gamma = 0.1 and 4000 steps.
-    auto const x = run_gossip<gc::deepsqueeze_gossip<gc::topk_codec>>(topo, p, gc::topk_codec::ratio(0.5), 0.1,
-                                                                       4000, 0.2);
+    auto const x = run_gossip<gc::deepsqueeze_gossip<gc::topk_codec>>(
+        topo, p, gc::topk_codec::ratio(0.5), 0.1, 4000, 0.2);
     for (auto const& xi : x) REQUIRE(gradcomp_test::max_abs_error(xi, opt) < 0.08);
   }
   // Packet accounting.
@@ -100,7 +103,8 @@ TEST_CASE("CHOCO-SGD and DeepSqueeze with biased codecs reach the optimum", "[op
 TEST_CASE("CHOCO with the identity codec and gamma = 1 is D-PSGD", "[optim]") {
   quadratic_problem const p(6, 16, true, 0.05, 22);
   auto const topo = gc::topology::static_ring(6);
-  auto const choco = run_gossip<gc::choco_gossip<gc::identity_codec>>(topo, p, gc::identity_codec{}, 1.0, 50, 0.1);
+  auto const choco =
+      run_gossip<gc::choco_gossip<gc::identity_codec>>(topo, p, gc::identity_codec{}, 1.0, 50, 0.1);
   // D-PSGD in the same order: local step, then x <- W x.
   std::vector<gc::sgd> opt;
   std::vector<std::vector<float>> x(p.n, std::vector<float>(p.d, 0.0f));
@@ -112,8 +116,9 @@ TEST_CASE("CHOCO with the identity codec and gamma = 1 is D-PSGD", "[optim]") {
     }
     auto next = x;
     for (std::size_t i = 0; i < p.n; ++i) {
-      gc::mix_row(topo.row(s, static_cast<int>(i)),
-                  [&](int j) { return std::span<float const>(x[static_cast<std::size_t>(j)]); }, next[i]);
+      gc::mix_row(
+          topo.row(s, static_cast<int>(i)),
+          [&](int j) { return std::span<float const>(x[static_cast<std::size_t>(j)]); }, next[i]);
     }
     x = next;
   }

@@ -25,12 +25,14 @@ using gradcomp_test::quadratic_problem;
 
 // n workers and one server (simulated): returns the workers' parameters after `steps`.
 template <class Codec>
-std::vector<std::vector<float>> run_two_way(quadratic_problem const& p, Codec codec, gc::compressed_adam_options o,
-                                            std::uint64_t steps, double lr0) {
+std::vector<std::vector<float>> run_two_way(quadratic_problem const& p, Codec codec,
+                                            gc::compressed_adam_options o, std::uint64_t steps,
+                                            double lr0) {
   std::vector<gc::compressed_adam<Codec>> w;
   for (std::size_t i = 0; i < p.n; ++i) w.emplace_back(codec, o);
   std::vector<std::vector<float>> x(p.n, std::vector<float>(p.d, 0.0f));
-  std::vector<std::vector<std::byte>> bufs(p.n, std::vector<std::byte>(w[0].max_compressed_bytes(p.d)));
+  std::vector<std::vector<std::byte>> bufs(p.n,
+                                           std::vector<std::byte>(w[0].max_compressed_bytes(p.d)));
   std::vector<std::byte> down(w[0].max_compressed_bytes(p.d));
   std::vector<float> agg(p.d);
   for (std::uint64_t s = 0; s < steps; ++s) {
@@ -44,7 +46,8 @@ std::vector<std::vector<float>> run_two_way(quadratic_problem const& p, Codec co
     // Server role played by worker 0's object (its server residual).
     w[0].aggregate(packets, agg, 1.0 / static_cast<double>(p.n));
     std::size_t const b = w[0].server_compress(gc::tensor_view<float const>(agg), down);
-    for (std::size_t i = 0; i < p.n; ++i) w[i].apply(x[i], std::span<std::byte const>(down.data(), b));
+    for (std::size_t i = 0; i < p.n; ++i)
+      w[i].apply(x[i], std::span<std::byte const>(down.data(), b));
   }
   return x;
 }
@@ -76,7 +79,8 @@ TEST_CASE("compressed Adam with the identity codec is bit-identical to Adam", "[
   }
 }
 
-TEST_CASE("learning-rate corrected error feedback rescales the residual by lr_prev / lr", "[optim]") {
+TEST_CASE("learning-rate corrected error feedback rescales the residual by lr_prev / lr",
+          "[optim]") {
   gc::lr_corrected_compressor<gc::topk_codec> c(gc::topk_codec::count(1));
   std::vector<std::byte> out(c.max_compressed_bytes(2));
   std::vector<float> const g1 = {1.0f, 0.5f};
@@ -123,8 +127,9 @@ TEST_CASE("two-way compressed Adam with onebit and top-k reaches the optimum", "
   o.nesterov = 0.5;
   auto const x3 = run_two_way(p, gc::topk_codec::ratio(0.1), o, 1500, 0.05);
   for (std::size_t i = 0; i < p.n; ++i) {
-    INFO(gradcomp_test::max_abs_error(x1[i], opt) << " " << gradcomp_test::max_abs_error(x2[i], opt) << " "
-                                                  << gradcomp_test::max_abs_error(x3[i], opt));
+    INFO(gradcomp_test::max_abs_error(x1[i], opt)
+         << " " << gradcomp_test::max_abs_error(x2[i], opt) << " "
+         << gradcomp_test::max_abs_error(x3[i], opt));
     REQUIRE(gradcomp_test::max_abs_error(x1[i], opt) < 6e-2);
     REQUIRE(gradcomp_test::max_abs_error(x2[i], opt) < 3e-2);
     REQUIRE(gradcomp_test::max_abs_error(x3[i], opt) < 3e-2);

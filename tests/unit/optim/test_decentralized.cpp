@@ -34,13 +34,15 @@ using dec = gc::decentralized_optimizer<Opt, gc::gossip_board::endpoint>;
 
 // Runs n ranks for `steps` iterations of the overlapped path; returns their parameters.
 template <class Opt>
-std::vector<std::vector<float>> run_decentralized(gc::topology const& topo, quadratic_problem const& p,
-                                                  std::function<Opt()> const& make, std::uint64_t steps,
-                                                  double lr0) {
+std::vector<std::vector<float>> run_decentralized(gc::topology const& topo,
+                                                  quadratic_problem const& p,
+                                                  std::function<Opt()> const& make,
+                                                  std::uint64_t steps, double lr0) {
   gc::gossip_board board(topo);
   std::vector<dec<Opt>> ranks;
   std::vector<std::vector<float>> x(p.n, std::vector<float>(p.d, 0.0f));
-  for (std::size_t i = 0; i < p.n; ++i) ranks.emplace_back(make(), board.mixer(static_cast<int>(i)));
+  for (std::size_t i = 0; i < p.n; ++i)
+    ranks.emplace_back(make(), board.mixer(static_cast<int>(i)));
   for (std::size_t i = 0; i < p.n; ++i) ranks[i].start(x[i]);
   for (std::uint64_t s = 0; s < steps; ++s) {
     for (std::size_t i = 0; i < p.n; ++i) {
@@ -54,7 +56,8 @@ std::vector<std::vector<float>> run_decentralized(gc::topology const& topo, quad
 }
 
 // Centralised (all-reduce) Adam: one optimizer on the mean gradient.
-std::vector<float> run_central(quadratic_problem const& p, gc::adam_options o, std::uint64_t steps, double lr0) {
+std::vector<float> run_central(quadratic_problem const& p, gc::adam_options o, std::uint64_t steps,
+                               double lr0) {
   gc::adam opt(o);
   std::vector<float> x(p.d, 0.0f);
   for (std::uint64_t s = 0; s < steps; ++s) {
@@ -84,14 +87,15 @@ TEST_CASE("DAdam and AccumAdam reach the optimum of centralised Adam", "[optim]"
   double const tol = 2e-2;  // stated tolerance, max-abs over coordinates
   REQUIRE(gradcomp_test::max_abs_error(central, opt) < tol);
 
-  for (auto const& topo : {gc::topology::one_peer_exponential(8), gc::topology::alternating_exp_ring(8, 2),
-                           gc::topology::ring(8)}) {
+  for (auto const& topo : {gc::topology::one_peer_exponential(8),
+                           gc::topology::alternating_exp_ring(8, 2), gc::topology::ring(8)}) {
     INFO(topo.name());
-    auto const dadam = run_decentralized<gc::adam>(topo, p, [&] { return gc::adam(o); }, steps, lr0);
+    auto const dadam = run_decentralized<gc::adam>(
+        topo, p, [&] { return gc::adam(o); }, steps, lr0);
     gc::adam_options oa = o;
     oa.beta2 = 0.999;
-    auto const accum =
-        run_decentralized<gc::accum_adam>(topo, p, [&] { return gc::accum_adam(oa, 4); }, steps, lr0);
+    auto const accum = run_decentralized<gc::accum_adam>(
+        topo, p, [&] { return gc::accum_adam(oa, 4); }, steps, lr0);
     for (std::size_t i = 0; i < p.n; ++i) {
       REQUIRE(gradcomp_test::max_abs_error(dadam[i], opt) < tol);
       REQUIRE(gradcomp_test::max_abs_error(accum[i], opt) < tol);
@@ -102,8 +106,9 @@ TEST_CASE("DAdam and AccumAdam reach the optimum of centralised Adam", "[optim]"
 TEST_CASE("D-PSGD reaches the optimum of a sum of heterogeneous quadratics", "[optim]") {
   quadratic_problem const p(8, 16, true, 0.05, 12);
   std::vector<double> const opt = p.optimum();
-  auto const x = run_decentralized<gc::sgd>(gc::topology::one_peer_exponential(8), p,
-                                            [] { return gc::sgd(gc::sgd_options{0.1}); }, 3000, 0.2);
+  auto const x = run_decentralized<gc::sgd>(
+      gc::topology::one_peer_exponential(8), p, [] { return gc::sgd(gc::sgd_options{0.1}); }, 3000,
+      0.2);
   for (std::size_t i = 0; i < p.n; ++i) REQUIRE(gradcomp_test::max_abs_error(x[i], opt) < 2e-2);
 }
 
@@ -192,7 +197,8 @@ TEST_CASE("global averaging gives every rank the mean and training resumes", "[o
   one.step(y, std::vector<float>{1.0f, 1.0f});
   one.global_average(y, 1, [](std::span<float>) {});
   REQUIRE(one.pending());
-  REQUIRE_THROWS_AS(gc::average_parameters(std::span<float>(y), 0, [](std::span<float>) {}), gc::config_error);
+  REQUIRE_THROWS_AS(gc::average_parameters(std::span<float>(y), 0, [](std::span<float>) {}),
+                    gc::config_error);
 }
 
 TEST_CASE("decentralized optimizer and gossip board reject misuse", "[optim]") {
@@ -237,7 +243,7 @@ TEST_CASE("DAdam with heterogeneous local optima is biased (documented limitatio
   }
   for (std::size_t i = 0; i < 3; ++i) ranks[i].drain(x[i]);
   for (std::size_t i = 0; i < 3; ++i) {
-    REQUIRE(std::abs(x[i][0] - 0.0f) < 0.05f);         // the median
-    REQUIRE(std::abs(x[i][0] - 4.0f / 3.0f) > 1.0f);   // not the optimum of the sum
+    REQUIRE(std::abs(x[i][0] - 0.0f) < 0.05f);        // the median
+    REQUIRE(std::abs(x[i][0] - 4.0f / 3.0f) > 1.0f);  // not the optimum of the sum
   }
 }

@@ -34,7 +34,8 @@ std::vector<gc::topology> every_topology() {
   return out;
 }
 
-std::vector<double> multiply(std::vector<double> const& a, std::vector<double> const& b, std::size_t n) {
+std::vector<double> multiply(std::vector<double> const& a, std::vector<double> const& b,
+                             std::size_t n) {
   std::vector<double> c(n * n, 0.0);
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t k = 0; k < n; ++k)
@@ -64,8 +65,10 @@ double consensus_distance(std::vector<std::vector<float>> const& x) {
 void mix_all(gc::topology const& t, std::uint64_t step, std::vector<std::vector<float>>& x) {
   std::vector<std::vector<float>> next = x;
   for (int i = 0; i < t.size(); ++i) {
-    gc::mix_row(t.row(step, i), [&](int j) { return std::span<float const>(x[static_cast<std::size_t>(j)]); },
-                std::span<float>(next[static_cast<std::size_t>(i)]));
+    gc::mix_row(
+        t.row(step, i),
+        [&](int j) { return std::span<float const>(x[static_cast<std::size_t>(j)]); },
+        std::span<float>(next[static_cast<std::size_t>(i)]));
   }
   x = std::move(next);
 }
@@ -106,7 +109,9 @@ TEST_CASE("mixing matrices are symmetric and doubly stochastic; groups partition
           double const expect = 1.0 / static_cast<double>(g.ranks.size());
           for (int a : g.ranks) {
             for (int b : g.ranks) {
-              uniform = uniform && std::abs(w[static_cast<std::size_t>(a) * n + static_cast<std::size_t>(b)] - expect) <= 1e-15;
+              uniform = uniform &&
+                        std::abs(w[static_cast<std::size_t>(a) * n + static_cast<std::size_t>(b)] -
+                                 expect) <= 1e-15;
             }
           }
         }
@@ -219,7 +224,8 @@ TEST_CASE("gossip shrinks the consensus distance and keeps the mean", "[topology
   for (auto const& t : tops) {
     INFO(t.name());
     std::vector<std::vector<float>> x;
-    for (int r = 0; r < t.size(); ++r) x.push_back(gradcomp_test::gaussian(20, 100 + static_cast<std::uint64_t>(r)));
+    for (int r = 0; r < t.size(); ++r)
+      x.push_back(gradcomp_test::gaussian(20, 100 + static_cast<std::uint64_t>(r)));
     double mean0 = 0.0;
     for (auto const& xi : x) mean0 += xi[3];
     double const d0 = consensus_distance(x);
@@ -227,7 +233,8 @@ TEST_CASE("gossip shrinks the consensus distance and keeps the mean", "[topology
     for (std::uint64_t s = 0; s < 60; ++s) {
       mix_all(t, s, x);
       double const d = consensus_distance(x);
-      REQUIRE(d <= prev + 1e-12 * d0);  // ||W z|| <= ||z|| for symmetric stochastic W (float rounding)
+      REQUIRE(d <=
+              prev + 1e-12 * d0);  // ||W z|| <= ||z|| for symmetric stochastic W (float rounding)
       prev = d;
     }
     REQUIRE(prev < 1e-3 * d0);
@@ -243,8 +250,9 @@ TEST_CASE("topologies reject invalid parameters", "[topology]") {
   REQUIRE_THROWS_AS(gc::topology::static_ring(-1), gc::config_error);
   REQUIRE_THROWS_AS(gc::topology::one_peer_exponential(6), gc::config_error);
   REQUIRE_THROWS_AS(gc::topology::alternating_exp_ring(12, 4), gc::config_error);  // 3 nodes
-  REQUIRE_THROWS_AS(gc::topology::alternating_exp_ring(8, 3), gc::config_error);   // 3 does not divide 8
-  REQUIRE_THROWS_AS(gc::topology::alternating_exp_ring(4, 4), gc::config_error);   // one node
+  REQUIRE_THROWS_AS(gc::topology::alternating_exp_ring(8, 3),
+                    gc::config_error);  // 3 does not divide 8
+  REQUIRE_THROWS_AS(gc::topology::alternating_exp_ring(4, 4), gc::config_error);  // one node
   REQUIRE_THROWS_AS(gc::topology::alternating_exp_ring(8, 0), gc::config_error);
   REQUIRE_THROWS_AS(gc::topology::from_name("star", 4), gc::config_error);
   REQUIRE_THROWS_WITH(gc::topology::one_peer_exponential(12), Catch::Contains("power-of-two"));
@@ -255,9 +263,30 @@ TEST_CASE("topologies reject invalid parameters", "[topology]") {
 
   using G = gc::mixing_group;
   REQUIRE_NOTHROW(gc::check_partition({G{{0, 1}, 0.5}, G{{2}, 1.0}}, 3));
-  REQUIRE_THROWS_AS(gc::check_partition({G{{0, 1}, 0.5}}, 3), gc::config_error);                 // 2 missing
-  REQUIRE_THROWS_AS(gc::check_partition({G{{0, 1}, 0.5}, G{{1, 2}, 0.5}}, 3), gc::config_error);  // 1 twice
-  REQUIRE_THROWS_AS(gc::check_partition({G{{1, 0}, 0.5}, G{{2}, 1.0}}, 3), gc::config_error);     // order
-  REQUIRE_THROWS_AS(gc::check_partition({G{{0, 1, 2}, 0.0}}, 3), gc::config_error);               // keep 0
-  REQUIRE_THROWS_AS(gc::check_partition({G{{0, 3}, 0.5}}, 3), gc::config_error);                  // rank 3
+  REQUIRE_THROWS_AS(gc::check_partition({G{{0, 1}, 0.5}}, 3), gc::config_error);  // 2 missing
+  REQUIRE_THROWS_AS(gc::check_partition({G{{0, 1}, 0.5}, G{{1, 2}, 0.5}}, 3),
+                    gc::config_error);  // 1 twice
+  REQUIRE_THROWS_AS(gc::check_partition({G{{1, 0}, 0.5}, G{{2}, 1.0}}, 3),
+                    gc::config_error);                                               // order
+  REQUIRE_THROWS_AS(gc::check_partition({G{{0, 1, 2}, 0.0}}, 3), gc::config_error);  // keep 0
+  REQUIRE_THROWS_AS(gc::check_partition({G{{0, 3}, 0.5}}, 3), gc::config_error);     // rank 3
+}
+
+TEST_CASE("group all-reduce coefficients reproduce the mixing row", "[topology]") {
+  std::vector<gc::mixing_group> const groups = {gc::mixing_group{{0, 2, 5}, 0.5}, gc::mixing_group{{1, 3}, 0.5},
+                                                gc::mixing_group{{4}, 1.0},
+                                                gc::mixing_group{{0, 1, 2, 3}, 0.25}};
+  std::vector<double> const x = {1.5, -2.0, 4.0, 0.25, 8.0, -3.0};
+  for (auto const& g : groups) {
+    auto const c = gc::group_mixing(g);
+    double sum = 0.0;
+    for (int r : g.ranks) sum += c.send_scale * x[static_cast<std::size_t>(r)];
+    for (int i : g.ranks) {
+      double expect = 0.0;
+      for (int j : g.ranks) expect += g.weight(i, j) * x[static_cast<std::size_t>(j)];
+      REQUIRE(c.self_scale * x[static_cast<std::size_t>(i)] + sum == Approx(expect).epsilon(1e-12));
+    }
+  }
+  REQUIRE(gc::group_mixing(gc::mixing_group{{0, 1}, 0.5}).self_scale == 0.0);
+  REQUIRE_THROWS_AS(gc::group_mixing(gc::mixing_group{}), gc::config_error);
 }
