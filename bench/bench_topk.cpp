@@ -118,7 +118,8 @@ void bm_topk(benchmark::State& state, op o, std::string const& dist, double r, s
   state.counters["GB/s"] = t > 0 ? static_cast<double>(n * sizeof(float)) / t / 1e9 : 0.0;
   state.counters["ratio"] = t > 0 ? tb / t : 0.0;
   state.counters["k"] = static_cast<double>(codec.k_for(n));
-  if (o == op::compress) state.counters["B/elem"] = static_cast<double>(out) / static_cast<double>(n);
+  if (o == op::compress)
+    state.counters["B/elem"] = static_cast<double>(out) / static_cast<double>(n);
 }
 
 void bm_read(benchmark::State& state, std::size_t n, unsigned threads) {
