@@ -14,8 +14,10 @@ sets torch.set_num_threads(THREADS), and times, median of REPS calls after one w
   torch.topk(x.abs(), k)                    the issue's baseline (|x| computed, values sorted)
   torch.topk(ax, k, sorted=False)           on a precomputed ax = |x| (no abs, no sort)
 
-with k = max(1, floor(ratio * n)), as topk_codec::ratio uses. It prints one markdown table:
-gradcomp's select and compress (median ms) and the speed-up of each over both torch variants.
+with k = max(1, floor(ratio * n)), as topk_codec::ratio uses. It prints two markdown tables,
+wall-clock time and the calling thread's CPU time (both sides run on one thread; on a busy
+machine the CPU times are the steadier comparison): gradcomp's select and compress (median ms)
+and the speed-up of each over both torch variants.
 
 If PyTorch cannot be imported, prints one "skipped" line and exits 0.
 """
@@ -28,19 +30,22 @@ import time
 
 
 def median_seconds(fn, reps, warmup=1):
+    """(median wall seconds, median thread CPU seconds) of `reps` calls."""
     for _ in range(warmup):
         fn()
-    times = []
+    wall, cpu = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         fn()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2]
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - c0)
+    wall.sort()
+    cpu.sort()
+    return wall[len(wall) // 2], cpu[len(cpu) // 2]
 
 
 def gradcomp_numbers(path, threads):
-    """{(op, dist, ratio, n): median ms} for the given thread count."""
+    """{(op, dist, ratio, n): (median wall ms, median CPU ms)} for the given thread count."""
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     found = {}
@@ -53,7 +58,8 @@ def gradcomp_numbers(path, threads):
         if parts[4] != "threads:%d" % threads or not parts[2].startswith("ratio="):
             continue
         key = (parts[0], parts[1], float(parts[2][6:]), int(parts[3][2:]))
-        found[key] = b["ms"]
+        scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b.get("time_unit", "ns")]
+        found[key] = (b["ms"], b["cpu_time"] * scale)
     return found
 
 
@@ -96,14 +102,7 @@ def main():
     torch.set_num_threads(args.threads)
     cases = sorted({(d, r, n) for (_, d, r, n) in ours}, key=lambda c: (c[2], c[0], -c[1]))
 
-    print("PyTorch %s, %d thread(s), float32; times are medians of %d calls (ms); "
-          "speed-up = torch time / gradcomp time"
-          % (torch.__version__, torch.get_num_threads(), args.reps))
-    print()
-    print("| n | distribution | k | gradcomp select | gradcomp compress | "
-          "torch.topk(x.abs(), k) | select speed-up | compress speed-up | "
-          "torch.topk(ax, k, sorted=False) | select speed-up | compress speed-up |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
     inputs = {}
     for dist, ratio, n in cases:
         if (dist, n) not in inputs:
@@ -113,21 +112,35 @@ def main():
             inputs[(dist, n)] = (x, x.abs())
         x, ax = inputs[(dist, n)]
         k = max(1, min(n, math.floor(ratio * n)))
-        t_full = median_seconds(lambda: torch.topk(x.abs(), k), args.reps) * 1e3
-        t_bare = median_seconds(lambda: torch.topk(ax, k, sorted=False), args.reps) * 1e3
-        sel = ours.get(("select", dist, ratio, n))
-        com = ours.get(("compress", dist, ratio, n))
+        full = median_seconds(lambda: torch.topk(x.abs(), k), args.reps)
+        bare = median_seconds(lambda: torch.topk(ax, k, sorted=False), args.reps)
+        rows.append((dist, ratio, n, k, ours.get(("select", dist, ratio, n)),
+                     ours.get(("compress", dist, ratio, n)), full, bare))
 
-        def ms(v):
-            return "%.2f" % v if v is not None else "—"
+    def ms(v):
+        return "%.2f" % v if v is not None else "—"
 
-        def ratio_of(t, v):
-            return "%.1f×" % (t / v) if v else "—"
+    def speedup(t, v):
+        return "%.1f×" % (t / v) if v else "—"
 
-        print("| %s | %s | %d (%g%%) | %s | %s | %.1f | %s | %s | %.1f | %s | %s |"
-              % (size_label(n), dist, k, ratio * 100, ms(sel), ms(com), t_full,
-                 ratio_of(t_full, sel), ratio_of(t_full, com), t_bare,
-                 ratio_of(t_bare, sel), ratio_of(t_bare, com)))
+    for which, label in ((0, "wall-clock"), (1, "CPU time of the calling thread")):
+        print("PyTorch %s, %d thread(s), float32, %s; medians (ms) of %d torch calls and of "
+              "gradcomp_bench_topk; speed-up = torch time / gradcomp time"
+              % (torch.__version__, torch.get_num_threads(), label, args.reps))
+        print()
+        print("| n | distribution | k | gradcomp select | gradcomp compress | "
+              "torch.topk(x.abs(), k) | select speed-up | compress speed-up | "
+              "torch.topk(ax, k, sorted=False) | select speed-up | compress speed-up |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for dist, ratio, n, k, sel, com, full, bare in rows:
+            s_ = sel[which] if sel else None
+            c_ = com[which] if com else None
+            tf = full[which] * 1e3
+            tb = bare[which] * 1e3
+            print("| %s | %s | %d (%g%%) | %s | %s | %.1f | %s | %s | %.1f | %s | %s |"
+                  % (size_label(n), dist, k, ratio * 100, ms(s_), ms(c_), tf, speedup(tf, s_),
+                     speedup(tf, c_), tb, speedup(tb, s_), speedup(tb, c_)))
+        print()
     return 0
 
 
