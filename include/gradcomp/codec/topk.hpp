@@ -260,6 +260,7 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
       lo = sample[static_cast<std::size_t>(r)];
     }
     double const expected = std::min(lo_rank, static_cast<double>(s)) / static_cast<double>(s);
+    bool const many = expected >= 0.01;  // the scan's hint (same result either way)
     cpu::isa const level = cpu::effective_isa(ctx.isa);
     constexpr std::size_t slack = cpu::kernels::collect_slack;
     // Scans x[b, e) in blocks of `block`, making room for a whole block before each; returns
@@ -275,7 +276,7 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
           v.resize(at.size());
         }
         cpu::kernels::collect_counts const got = cpu::kernels::collect_at_least(
-            x + i, len, static_cast<std::uint32_t>(i), lo, at.data() + m, v.data() + m, level);
+            x + i, len, static_cast<std::uint32_t>(i), lo, at.data() + m, v.data() + m, level, many);
         m += got.count;
         nonfinite |= got.nonfinite;
       }

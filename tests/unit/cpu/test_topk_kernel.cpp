@@ -1,7 +1,7 @@
 // SPDX-FileCopyrightText: 2026 The gradcomp authors
 // SPDX-License-Identifier: Apache-2.0
 // The scan kernel of exact top-k (`cpu::kernels::collect_at_least`): every SIMD level writes the
-// same entries as the scalar reference and as a plain loop (indices ascending, values bit for
+// same entries as the scalar reference and as a plain loop, with and without the "many" hint (indices ascending, values bit for
 // bit, the bound inclusive, tails and offsets handled), flags non-finite values it collects, and
 // leaves the outputs past its count alone beyond the stated slack.
 
@@ -45,12 +45,12 @@ collected plain(std::vector<float> const& x, std::size_t b, std::size_t len, std
 }
 
 collected run(std::vector<float> const& x, std::size_t b, std::size_t len, std::uint32_t base,
-              std::uint32_t lo, isa level) {
+              std::uint32_t lo, isa level, bool many = false) {
   // Sentinels after the room the caller must give (count + slack) must survive.
   std::size_t const room = len + kn::collect_slack;
   std::vector<std::uint32_t> at(room + 8, 0xdeadbeefu);
   std::vector<float> v(room + 8, -7.0f);
-  kn::collect_counts const got = kn::collect_at_least(x.data() + b, len, base, lo, at.data(), v.data(), level);
+  kn::collect_counts const got = kn::collect_at_least(x.data() + b, len, base, lo, at.data(), v.data(), level, many);
   REQUIRE(got.count <= len);
   for (std::size_t i = room; i < room + 8; ++i) {
     REQUIRE(at[i] == 0xdeadbeefu);
@@ -83,12 +83,14 @@ TEST_CASE("topk scan kernel: every level collects what a plain loop does", "[cpu
         collected const want = plain(x, b, len, base, lo);
         for (isa level : gradcomp_test::isa_levels) {
           if (static_cast<unsigned>(level) > static_cast<unsigned>(gc::cpu::machine_isa())) continue;
-          CAPTURE(bf, b, len, gc::cpu::isa_name(level));
-          collected const got = run(x, b, len, base, lo, level);
-          REQUIRE(got.at == want.at);
-          REQUIRE(got.bits == want.bits);
-          REQUIRE(got.nonfinite == want.nonfinite);
-          REQUIRE_FALSE(got.nonfinite);
+          for (bool many : {false, true}) {
+            CAPTURE(bf, b, len, gc::cpu::isa_name(level), many);
+            collected const got = run(x, b, len, base, lo, level, many);
+            REQUIRE(got.at == want.at);
+            REQUIRE(got.bits == want.bits);
+            REQUIRE(got.nonfinite == want.nonfinite);
+            REQUIRE_FALSE(got.nonfinite);
+          }
         }
       }
     }
@@ -109,13 +111,15 @@ TEST_CASE("topk scan kernel: non-finite values are collected and flagged", "[cpu
       x[where] = bad;
       for (isa level : gradcomp_test::isa_levels) {
         if (static_cast<unsigned>(level) > static_cast<unsigned>(gc::cpu::machine_isa())) continue;
-        CAPTURE(where, gc::cpu::isa_name(level));
-        collected const got = run(x, 0, x.size(), 0, std::bit_cast<std::uint32_t>(2.0f), level);
-        REQUIRE(got.nonfinite);
-        REQUIRE(std::find(got.at.begin(), got.at.end(), static_cast<std::uint32_t>(where)) != got.at.end());
-        collected const want = plain(x, 0, x.size(), 0, std::bit_cast<std::uint32_t>(2.0f));
-        REQUIRE(got.at == want.at);
-        REQUIRE(got.bits == want.bits);
+        for (bool many : {false, true}) {
+          CAPTURE(where, gc::cpu::isa_name(level), many);
+          collected const got = run(x, 0, x.size(), 0, std::bit_cast<std::uint32_t>(2.0f), level, many);
+          REQUIRE(got.nonfinite);
+          REQUIRE(std::find(got.at.begin(), got.at.end(), static_cast<std::uint32_t>(where)) != got.at.end());
+          collected const want = plain(x, 0, x.size(), 0, std::bit_cast<std::uint32_t>(2.0f));
+          REQUIRE(got.at == want.at);
+          REQUIRE(got.bits == want.bits);
+        }
       }
     }
   }

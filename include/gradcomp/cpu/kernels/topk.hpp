@@ -73,8 +73,8 @@ GRADCOMP_TARGET_AVX512 inline void collect_emit(__m512i raw, __m512i k, __mmask1
 
 GRADCOMP_TARGET_AVX512 inline collect_counts collect_at_least(float const* x, std::size_t len,
                                                               std::uint32_t base, std::uint32_t lo,
-                                                              std::uint32_t* at,
-                                                              float* values) noexcept {
+                                                              std::uint32_t* at, float* values,
+                                                              bool branch_free) noexcept {
   __m512i const absmask = _mm512_set1_epi32(0x7fffffff);
   __m512i const vlo = _mm512_set1_epi32(static_cast<int>(lo));
   __m512i const sixteen = _mm512_set1_epi32(16);
@@ -85,6 +85,14 @@ GRADCOMP_TARGET_AVX512 inline collect_counts collect_at_least(float const* x, st
   std::uint32_t* a = at;
   float* v = values;
   std::size_t i = 0;
+  if (branch_free) {  // many hits: a mispredicted branch costs more than an empty emit
+    for (; i + 16 <= len; i += 16) {
+      __m512i const raw = _mm512_loadu_si512(x + i);
+      __m512i const k = _mm512_and_si512(raw, absmask);
+      collect_emit(raw, k, _mm512_cmpge_epu32_mask(k, vlo), pos, a, v, top);
+      pos = _mm512_add_epi32(pos, sixteen);
+    }
+  }
   for (; i + 16 <= len; i += 16) {
     __m512i const raw = _mm512_loadu_si512(x + i);
     __m512i const k = _mm512_and_si512(raw, absmask);
@@ -146,13 +154,15 @@ GRADCOMP_SIMD_DIAGNOSTICS_POP
 /// Writes to `at` the indices base + i, and to `values` the values, of the elements of
 /// x[0, len) whose key is at least `lo`, in ascending order; returns how many and whether one
 /// of them is non-finite. Each output needs room for the entries plus `collect_slack`.
-/// base + len must fit in 32 bits.
+/// base + len must fit in 32 bits. `many` says that more than about 1% of the elements are
+/// expected to qualify (a hint for the AVX-512 loop, which then stores every group instead of
+/// branching around the empty ones; the result is the same).
 inline collect_counts collect_at_least(float const* x, std::size_t len, std::uint32_t base,
                                        std::uint32_t lo, std::uint32_t* at, float* values,
-                                       isa level) noexcept {
+                                       isa level, bool many = false) noexcept {
   if (lo > 0x7fffffffu) return {};  // no key reaches it
 #if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::collect_at_least(x, len, base, lo, at, values);
+  if (level == isa::avx512) return avx512::collect_at_least(x, len, base, lo, at, values, many);
   if (level == isa::avx2) return avx2::collect_at_least(x, len, base, lo, at, values);
 #endif
   (void)level;
