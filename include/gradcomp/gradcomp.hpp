@@ -39,7 +39,9 @@
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cpu/thread_pool.hpp>
 #include <gradcomp/feedback/compressor.hpp>
+#include <gradcomp/feedback/dgc.hpp>
 #include <gradcomp/feedback/policies.hpp>
+#include <gradcomp/feedback/sparsity_schedule.hpp>
 #include <gradcomp/model/runtime.hpp>
 #include <gradcomp/optim/adam.hpp>
 #include <gradcomp/optim/choco.hpp>

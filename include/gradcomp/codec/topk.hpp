@@ -5,12 +5,16 @@
 /// `topk_codec`: the k elements of largest |x|, exactly, with k a count or a ratio of n.
 ///
 /// Selection is a radix select in O(n) on the key `bits(x) & 0x7fffffff`, which orders like |x|
-/// for finite floats: one histogram pass over the top 11 key bits (per chunk on the pool; the
-/// counts are exact, so the result does not depend on the thread count) finds the boundary
-/// bucket; one pass in index order emits the elements of the buckets above it and collects the
-/// boundary bucket's candidates; two 10-bit histogram passes over the candidates find the k-th
-/// largest key T. The selection is every element with key > T plus the first elements (lowest
-/// indices) with key == T, so ties break toward the lower index; indices are ascending.
+/// for finite floats. For n >= 2^16 (0 < k < n), a fixed-stride sample of 2^14 keys gives a
+/// bound a little below the k-th largest key, and one vectorized pass (per chunk on the pool,
+/// joined in index order) collects the indices and values of the elements at or above it,
+/// typically k plus a few percent; otherwise (or in the rare case that fewer than k were
+/// collected), one histogram pass over the top 11 key bits finds the boundary bucket and one
+/// pass collects the elements of the buckets at or above it. Up to three histogram passes over
+/// the collected keys (11, 10 and 10 bits) then find the k-th largest key T. The selection is
+/// every element with key > T plus the first elements (lowest indices) with key == T, so ties
+/// break toward the lower index; indices are ascending. The result depends neither on the path
+/// nor on the thread count or the SIMD level.
 ///
 /// Payload: the sparse payload (`detail/sparse.hpp`, docs/wire-format.md). Biased; aggregation
 /// kind gather. A NaN or infinity (which has no place in the order) is a `numeric_error`
@@ -18,6 +22,8 @@
 
 #include <gradcomp/codec/detail/sparse.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/kernels/topk.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <algorithm>
@@ -89,10 +95,30 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
   /// Ascending indices of the top k_for(n) elements of `x` by |x| (ties: lower index first).
   void select(float const* x, std::size_t n, std::vector<std::uint32_t>& idx,
               codec_context const& ctx) const {
+    std::vector<float> values;
+    select(x, n, idx, values, ctx);
+  }
+
+  /// As `select`, and their values in `values` (values[j] = x[idx[j]], taken during the scan,
+  /// which spares the packet writer a gather over x).
+  void select(float const* x, std::size_t n, std::vector<std::uint32_t>& idx,
+              std::vector<float>& values, codec_context const& ctx) const {
     idx.clear();
+    values.clear();
     if (n == 0) return;
     std::size_t const k = k_for(n);
-    if (k > 0 && k < n && n >= (std::size_t{1} << 16) && select_banded(x, n, k, idx, ctx)) return;
+    if (k > 0 && k < n && n >= (std::size_t{1} << 16) &&
+        select_sampled(x, n, k, idx, values, ctx)) {
+      return;
+    }
+    select_histogram(x, n, k, idx, values, ctx);
+  }
+
+ private:
+  /// The radix select of the file comment (any n, any k).
+  void select_histogram(float const* x, std::size_t n, std::size_t k,
+                        std::vector<std::uint32_t>& idx, std::vector<float>& values,
+                        codec_context const& ctx) const {
     constexpr std::size_t bins = 2048;
     std::size_t const chunks = cpu::chunk_count(n, 64);
     std::vector<std::uint32_t> hist(chunks * bins);
@@ -114,6 +140,7 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
     if (k == n) {
       idx.resize(n);
       std::iota(idx.begin(), idx.end(), std::uint32_t{0});
+      values.assign(x, x + n);
       return;
     }
     // Boundary bucket B: fewer than k keys lie above it, at least k at or above it.
@@ -124,138 +151,190 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
       if (above + total[bucket] >= k) break;
       above += total[bucket];
     }
-    // Per-chunk output offsets from the per-chunk histograms.
-    std::vector<std::uint64_t> off_a(chunks + 1), off_c(chunks + 1);
+    // Per-chunk output offsets from the per-chunk histograms; the elements of buckets >= B are
+    // collected in index order.
+    std::vector<std::uint64_t> off(chunks + 1);
     for (std::size_t c = 0; c < chunks; ++c) {
       std::uint32_t const* h = hist.data() + c * bins;
       std::uint64_t a = 0;
-      for (std::size_t d = bucket + 1; d < bins; ++d) a += h[d];
-      off_a[c + 1] = off_a[c] + a;
-      off_c[c + 1] = off_c[c] + h[bucket];
+      for (std::size_t d = bucket; d < bins; ++d) a += h[d];
+      off[c + 1] = off[c] + a;
     }
-    std::vector<std::uint32_t> greater(static_cast<std::size_t>(above));
-    std::vector<std::uint32_t> cand(static_cast<std::size_t>(total[bucket]));
+    idx.resize(static_cast<std::size_t>(off[chunks]));
+    values.resize(idx.size());
     auto const bk = static_cast<std::uint32_t>(bucket);
     cpu::for_each_chunk(n, 64, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
-      std::uint32_t* ga = greater.data() + off_a[c];
-      std::uint32_t* ca = cand.data() + off_c[c];
+      std::uint32_t* o = idx.data() + off[c];
+      float* v = values.data() + off[c];
       for (std::size_t i = b; i < e; ++i) {
-        std::uint32_t const d = key(x[i]) >> 20;
-        if (d > bk) {
-          *ga++ = static_cast<std::uint32_t>(i);
-        } else if (d == bk) {
-          *ca++ = static_cast<std::uint32_t>(i);
+        if ((key(x[i]) >> 20) >= bk) {
+          *o++ = static_cast<std::uint32_t>(i);
+          *v++ = x[i];
         }
       }
     });
-    finish(x, k, greater, cand, bk << 20, 0xfff00000u, idx);
+    finish(k, above, bk << 20, 0xfff00000u, idx, values);
   }
 
- private:
-  /// Completes a selection: `greater` (ascending) are all above the boundary, `cand`
-  /// (ascending) hold the k-th largest key, which starts with the bits `prefix` under `known`.
-  static void finish(float const* x, std::size_t k, std::vector<std::uint32_t> const& greater,
-                     std::vector<std::uint32_t> const& cand, std::uint32_t prefix,
-                     std::uint32_t known, std::vector<std::uint32_t>& idx) {
-    std::uint64_t const above = greater.size();
-    // Exact k-th largest key among the candidates: the remaining digits, 10 bits each (the
-    // top one 11), most significant first.
-    std::uint64_t need = k - above;  // rank of T among the candidates, 1-based
-    std::vector<std::uint32_t> ck(cand.size());
-    for (std::size_t j = 0; j < cand.size(); ++j) ck[j] = key(x[cand[j]]);
+  /// Completes a selection from the candidates `idx` (ascending, values `values`), which hold
+  /// every element of key >= T, the k-th largest key: `above` of them have keys above all keys
+  /// starting with the bits `prefix` under `known`, and T starts with those bits. Reduces the
+  /// candidates to the k selected, in place.
+  static void finish(std::size_t k, std::uint64_t above, std::uint32_t prefix, std::uint32_t known,
+                     std::vector<std::uint32_t>& idx, std::vector<float>& values) {
+    // T: the remaining digits, 10 bits each (the top one 11), most significant first.
+    std::uint64_t need = k - above;  // rank of T among the keys starting with prefix, 1-based
     for (unsigned shift : {20u, 10u, 0u}) {
       if ((known >> shift & 1u) != 0) continue;
       std::uint32_t const width = shift == 20 ? 2048u : 1024u;
-      std::vector<std::uint64_t> h(width);
-      for (std::uint32_t kk : ck) {
-        if ((kk & known) == prefix) ++h[(kk >> shift) & (width - 1)];
+      // Four interleaved sub-histograms break the store-to-load chains of repeated digits;
+      // keys outside the prefix count in an extra bin, without a branch.
+      std::size_t const stride = width + 1;
+      std::vector<std::uint32_t> h(4 * stride);
+      auto const bin = [&](float v) {
+        std::uint32_t const kk = key(v);
+        return (kk & known) == prefix ? (kk >> shift) & (width - 1) : width;
+      };
+      std::size_t const m = values.size();
+      std::size_t j = 0;
+      for (; j + 4 <= m; j += 4) {
+        ++h[bin(values[j])];
+        ++h[stride + bin(values[j + 1])];
+        ++h[2 * stride + bin(values[j + 2])];
+        ++h[3 * stride + bin(values[j + 3])];
       }
+      for (; j < m; ++j) ++h[bin(values[j])];
       std::uint32_t dig = width;
       while (dig > 0) {
         --dig;
-        if (h[dig] >= need) break;
-        need -= h[dig];
+        std::uint64_t const c =
+            std::uint64_t{h[dig]} + h[stride + dig] + h[2 * stride + dig] + h[3 * stride + dig];
+        if (c >= need) break;
+        need -= c;
       }
       prefix |= dig << shift;
       known |= (shift == 20 ? 2047u : 1023u) << shift;
     }
+    // Keep keys > T and the first `need` keys == T (ties: lowest indices first).
     std::uint32_t const t = prefix;
-    std::uint64_t ties = need;  // elements with key == T to take, lowest indices first
-    std::vector<std::uint32_t> chosen;
-    chosen.reserve(static_cast<std::size_t>(k - above));
-    for (std::size_t j = 0; j < cand.size(); ++j) {
-      if (ck[j] > t) {
-        chosen.push_back(cand[j]);
-      } else if (ck[j] == t && ties > 0) {
-        chosen.push_back(cand[j]);
-        --ties;
-      }
+    std::uint64_t ties = need;
+    std::size_t o = 0;
+    for (std::size_t j = 0; j < idx.size() && o < k; ++j) {
+      std::uint32_t const kk = key(values[j]);
+      bool const tie = kk == t && ties > 0;
+      ties -= tie ? 1 : 0;
+      idx[o] = idx[j];
+      values[o] = values[j];
+      o += (kk > t || tie) ? 1 : 0;
     }
     idx.resize(k);
-    std::merge(greater.begin(), greater.end(), chosen.begin(), chosen.end(), idx.begin());
+    values.resize(k);
   }
 
-  /// One-pass selection for large n: a fixed-stride sample brackets the k-th largest key in a
-  /// band [lo, hi]; one pass collects the indices above hi and those in the band (checking
-  /// for non-finite values), and the band is then selected exactly. Returns false, with no
-  /// effect, when the band missed (the caller then runs the histogram select); the result
-  /// is the same either way.
-  bool select_banded(float const* x, std::size_t n, std::size_t k, std::vector<std::uint32_t>& idx,
-                     codec_context const& ctx) const {
+  /// One-pass selection for large n: a fixed-stride sample gives a bound lo a little below the
+  /// k-th largest key; one vectorized pass (`cpu::kernels::collect_at_least`) collects the
+  /// elements with key >= lo and their values, flagging non-finite ones (every non-finite
+  /// value is above the largest sample key, which is finite, so it is collected); `finish`
+  /// selects among them. Returns false, with no effect, when fewer than k were collected (the
+  /// caller then runs the histogram select); the result is the same either way.
+  bool select_sampled(float const* x, std::size_t n, std::size_t k, std::vector<std::uint32_t>& idx,
+                      std::vector<float>& values, codec_context const& ctx) const {
     std::size_t const s = std::size_t{1} << 14;
     std::size_t const stride = n / s;
     std::vector<std::uint32_t> sample(s);
-    for (std::size_t j = 0; j < s; ++j) sample[j] = key(x[j * stride]);
-    std::sort(sample.begin(), sample.end(), std::greater<std::uint32_t>());
-    if (sample[0] >= 0x7f800000u) return false;  // the histogram path reports it
+    std::uint32_t largest = 0;
+    for (std::size_t j = 0; j < s; ++j) {
+      sample[j] = key(x[j * stride]);
+      largest = std::max(largest, sample[j]);
+    }
+    if (largest >= 0x7f800000u) return false;  // the histogram path reports it
+    // lo: the sample key of rank p + margin (0 = largest), p the expected rank of the k-th
+    // largest key; the margin (4 standard deviations of the sample count, plus 16) makes
+    // collecting fewer than k very rare.
     double const p = static_cast<double>(k) * static_cast<double>(s) / static_cast<double>(n);
-    double const margin = 4.0 * std::sqrt(p) + 16.0;
-    double const hi_rank = p - margin, lo_rank = p + margin;
-    std::uint32_t const hi = hi_rank < 0.0 ? 0xffffffffu : sample[static_cast<std::size_t>(hi_rank)];
-    std::uint32_t const lo = lo_rank >= static_cast<double>(s) ? 0u : sample[static_cast<std::size_t>(lo_rank)];
-    std::size_t const chunks = cpu::chunk_count(n, 64);
-    std::vector<std::vector<std::uint32_t>> ga(chunks), ca(chunks);
-    std::vector<unsigned char> bad(chunks);
-    cpu::for_each_chunk(n, 64, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
-      std::uint32_t nonfinite = 0;
-      std::size_t i = b;
-      for (; i + 16 <= e; i += 16) {
-        std::uint32_t any = 0;
-        for (std::size_t j = 0; j < 16; ++j) any |= static_cast<std::uint32_t>(key(x[i + j]) >= lo);
-        if (any == 0) continue;
-        std::uint32_t mask = 0;  // elements at or above lo, visited by their set bits
-        for (std::size_t j = 0; j < 16; ++j) mask |= static_cast<std::uint32_t>(key(x[i + j]) >= lo) << j;
-        while (mask != 0) {
-          std::size_t const j = i + static_cast<std::size_t>(std::countr_zero(mask));
-          mask &= mask - 1;
-          std::uint32_t const kk = key(x[j]);
-          nonfinite |= kk >= 0x7f800000u;
-          (kk > hi ? ga[c] : ca[c]).push_back(static_cast<std::uint32_t>(j));
+    double const lo_rank = p + 4.0 * std::sqrt(p) + 16.0;
+    std::uint32_t lo = 0;
+    if (lo_rank < static_cast<double>(s)) {
+      auto const r = static_cast<std::ptrdiff_t>(lo_rank);
+      std::nth_element(sample.begin(), sample.begin() + r, sample.end(), std::greater<>());
+      lo = sample[static_cast<std::size_t>(r)];
+    }
+    double const expected = std::min(lo_rank, static_cast<double>(s)) / static_cast<double>(s);
+    bool const many = expected >= 0.01;  // the scan's hint (same result either way)
+    cpu::isa const level = cpu::effective_isa(ctx.isa);
+    constexpr std::size_t slack = cpu::kernels::collect_slack;
+    // Scans x[b, e) in blocks of `block`, making room for a whole block before each; returns
+    // whether a non-finite value was collected.
+    auto const scan = [&](std::size_t b, std::size_t e, std::size_t block,
+                          std::vector<std::uint32_t>& at, std::vector<float>& v) {
+      std::size_t m = 0;
+      bool nonfinite = false;
+      for (std::size_t i = b; i < e; i += block) {
+        std::size_t const len = std::min(block, e - i);
+        if (at.size() < m + len + slack) {
+          at.resize(std::max(m + len + slack, 2 * at.size()));
+          v.resize(at.size());
         }
+        cpu::kernels::collect_counts const got = cpu::kernels::collect_at_least(
+            x + i, len, static_cast<std::uint32_t>(i), lo, at.data() + m, v.data() + m, level, many);
+        m += got.count;
+        nonfinite |= got.nonfinite;
       }
-      for (; i < e; ++i) {
-        std::uint32_t const kk = key(x[i]);
-        nonfinite |= kk >= 0x7f800000u;
-        if (kk > hi) {
-          ga[c].push_back(static_cast<std::uint32_t>(i));
-        } else if (kk >= lo) {
-          ca[c].push_back(static_cast<std::uint32_t>(i));
-        }
+      at.resize(m);
+      v.resize(m);
+      return nonfinite;
+    };
+    auto const room = [&](std::size_t len, std::size_t block) {
+      return static_cast<std::size_t>(expected * 1.25 * static_cast<double>(len)) + block + slack;
+    };
+    bool nonfinite = false;
+    if (n < ctx.parallel_threshold || ctx.threads().size() == 1) {
+      // One thread: one pass in index order straight into the result.
+      constexpr std::size_t block = 4096;
+      idx.resize(room(n, block));
+      values.resize(idx.size());
+      nonfinite = scan(0, n, block, idx, values);
+    } else {
+      // Per chunk on the pool (buffers sized here, on the calling thread), then joined in
+      // chunk order.
+      constexpr std::size_t block = 512;  // small: each chunk needs room for one block
+      std::size_t const chunks = cpu::chunk_count(n, 64);
+      std::vector<std::vector<std::uint32_t>> at(chunks);
+      std::vector<std::vector<float>> v(chunks);
+      std::vector<unsigned char> bad(chunks);
+      for (std::size_t c = 0; c < chunks; ++c) {
+        at[c].resize(room(cpu::chunk_length(64), block));
+        v[c].resize(at[c].size());
       }
-      bad[c] = nonfinite != 0;
-    });
-    for (std::size_t c = 0; c < chunks; ++c) {
-      if (bad[c]) {
-        std::size_t const at = detail::first_nonfinite(x, n);
-        detail::throw_nonfinite(id, at, x[at]);
+      cpu::for_each_chunk(n, 64, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
+        bad[c] = scan(b, e, block, at[c], v[c]) ? 1 : 0;
+      });
+      std::size_t total = 0;
+      for (std::size_t c = 0; c < chunks; ++c) {
+        total += at[c].size();
+        nonfinite |= bad[c] != 0;
+      }
+      idx.resize(total);
+      values.resize(total);
+      std::size_t o = 0;
+      for (std::size_t c = 0; c < chunks; ++c) {
+        std::copy(at[c].begin(), at[c].end(), idx.begin() + static_cast<std::ptrdiff_t>(o));
+        std::copy(v[c].begin(), v[c].end(), values.begin() + static_cast<std::ptrdiff_t>(o));
+        o += at[c].size();
       }
     }
-    std::vector<std::uint32_t> greater, cand;
-    for (auto const& v : ga) greater.insert(greater.end(), v.begin(), v.end());
-    if (greater.size() >= k) return false;
-    for (auto const& v : ca) cand.insert(cand.end(), v.begin(), v.end());
-    if (greater.size() + cand.size() < k) return false;
-    finish(x, k, greater, cand, 0u, 0u, idx);
+    if (nonfinite) {
+      idx.clear();
+      values.clear();
+      std::size_t const at = detail::first_nonfinite(x, n);
+      detail::throw_nonfinite(id, at, x[at]);
+    }
+    if (idx.size() < k) {
+      idx.clear();
+      values.clear();
+      return false;
+    }
+    finish(k, 0, 0u, 0u, idx, values);
     return true;
   }
 

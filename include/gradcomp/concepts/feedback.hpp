@@ -23,7 +23,7 @@ GRADCOMP_NAMESPACE_BEGIN
 struct feedback_tag {};
 
 /// Identifies a policy in serialized state.
-enum class feedback_id : std::uint8_t { none = 0, residual = 1, ef21 = 2 };
+enum class feedback_id : std::uint8_t { none = 0, residual = 1, ef21 = 2, dgc = 3 };
 
 /// An error-feedback policy usable with codec `C`.
 ///

@@ -7,7 +7,9 @@
 /// the compression factor); the residual carries over, so no gradient mass is lost.
 ///
 /// Saved state format (little-endian): "GCEF", u8 version 1, u8 feedback_id, u16 0,
-/// u32 tensor count, u32 0, then per tensor (ascending id): u32 id, u64 n, n x f32.
+/// u32 tensor count, u32 0, then per tensor (ascending id): u32 id, u64 n, n x f32, where the n
+/// floats are the policy state's `values()` (the residual, n = the tensor's elements; for
+/// `dgc_feedback` momentum and accumulation, n = twice the elements).
 
 #include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace {
@@ -288,6 +289,76 @@ TEST_CASE("topk on large inputs that mislead a sample equals the reference", "[c
       auto const p = compress(gc::topk_codec::count(k), x, parallel_ctx(2));
       REQUIRE(packet_indices(p) == reference_topk(x, k));
       REQUIRE(p == compress(gc::topk_codec::count(k), x, serial_ctx()));
+    }
+  }
+}
+
+TEST_CASE("topk falls back to the histogram select when the sample overshoots", "[codec][topk]") {
+  // The sampled elements (multiples of n / 2^14 = 16) are the largest: the sampled bound lies
+  // above the k-th largest key for any k beyond 2^14, fewer than k elements reach it, and the
+  // histogram path must give the same result.
+  std::size_t const n = std::size_t{1} << 18;
+  auto x = gaussian(n, 31);
+  for (std::size_t i = 0; i < n; i += 16) x[i] = 100.0f + static_cast<float>(i % 7);
+  for (std::size_t k : {std::size_t{100}, std::size_t{20000}, n / 3}) {
+    CAPTURE(k);
+    auto const ref = reference_topk(x, k);
+    for (auto level : isa_levels) {
+      REQUIRE(packet_indices(compress(gc::topk_codec::count(k), x, serial_ctx(level))) == ref);
+      REQUIRE(packet_indices(compress(gc::topk_codec::count(k), x, parallel_ctx(3, level))) == ref);
+    }
+  }
+}
+
+TEST_CASE("topk select with values returns x at the selected indices", "[codec][topk]") {
+  std::size_t const n = (std::size_t{1} << 17) + 5;
+  for (auto const& x : {gaussian(n, 41), heavy_tailed(n, 42), tie_input(n, 43, 3)}) {
+    for (double r : {0.001, 0.01, 0.2}) {
+      gc::topk_codec const c = gc::topk_codec::ratio(r);
+      auto const ref = reference_topk(x, c.k_for(n));
+      for (auto level : isa_levels) {
+        for (auto const& ctx : {serial_ctx(level), parallel_ctx(2, level)}) {
+          CAPTURE(r, gc::cpu::isa_name(level));
+          std::vector<std::uint32_t> idx, idx2;
+          std::vector<float> values;
+          c.select(x.data(), n, idx, values, ctx);
+          c.select(x.data(), n, idx2, ctx);
+          REQUIRE(idx == ref);
+          REQUIRE(idx2 == ref);
+          REQUIRE(values.size() == idx.size());
+          for (std::size_t j = 0; j < idx.size(); ++j) REQUIRE(bits_of(values[j]) == bits_of(x[idx[j]]));
+        }
+      }
+    }
+  }
+  // The histogram path (small n) fills the values too.
+  auto const small = gaussian(1000, 44);
+  std::vector<std::uint32_t> idx;
+  std::vector<float> values;
+  gc::topk_codec::count(10).select(small.data(), small.size(), idx, values, serial_ctx());
+  REQUIRE(idx == reference_topk(small, 10));
+  for (std::size_t j = 0; j < idx.size(); ++j) REQUIRE(values[j] == small[idx[j]]);
+  gc::topk_codec::count(5000).select(small.data(), small.size(), idx, values, serial_ctx());
+  REQUIRE(values == small);
+}
+
+TEST_CASE("topk reports the first non-finite value wherever the sample falls", "[codec][topk]") {
+  std::size_t const n = std::size_t{1} << 18;  // sample stride 16
+  for (std::size_t where : {std::size_t{0}, std::size_t{16 * 1001}, std::size_t{16 * 1001 + 3}, n - 3}) {
+    for (float bad : {std::nanf(""), INFINITY}) {
+      auto x = gaussian(n, 51);
+      x[where] = bad;
+      x[n - 2] = -INFINITY;  // a later one is not reported
+      for (auto const& ctx : {serial_ctx(), parallel_ctx(3)}) {
+        CAPTURE(where, bad);
+        std::string msg;
+        try {
+          (void)compress(gc::topk_codec::ratio(0.01), x, ctx);
+        } catch (gc::numeric_error const& e) {
+          msg = e.what();
+        }
+        CHECK(msg.find(std::to_string(where)) != std::string::npos);
+      }
     }
   }
 }

@@ -14,7 +14,9 @@
 /// A codec derives from `sparse_codec_base<Self>` and supplies
 /// `void select(float const* x, std::size_t n, std::vector<std::uint32_t>& idx,
 /// codec_context const&) const` (ascending indices; throws `numeric_error`) and
-/// `sparse_values value_type() const`.
+/// `sparse_values value_type() const`. A codec that can also return the selected values
+/// (`select(x, n, idx, values, ctx)`, values[j] = x[idx[j]]) has them used by the writer,
+/// which then need not gather them from x.
 
 #include <gradcomp/codec/detail/codec_base.hpp>
 #include <gradcomp/config.hpp>
@@ -67,9 +69,11 @@ inline packet_header plan(codec_id id, dtype t, std::uint64_t n,
           n, ib + m * value_bytes(v), static_cast<std::uint32_t>(m), delta ? b : 0u};
 }
 
-/// Writes the payload of `h` (from `plan`): the indices `idx` and the values `x[idx]`.
-inline void write(std::byte* p, packet_header const& h, std::vector<std::uint32_t> const& idx,
-                  float const* x) {
+/// Writes the payload of `h` (from `plan`): the indices `idx` and the values `value(j)` of
+/// idx[j].
+template <class Value>
+void write_with(std::byte* p, packet_header const& h, std::vector<std::uint32_t> const& idx,
+                Value const& value) {
   std::size_t const m = idx.size();
   auto const v = static_cast<sparse_values>(h.variant & 3u);
   std::size_t ib = 4 * m;
@@ -99,15 +103,28 @@ inline void write(std::byte* p, packet_header const& h, std::vector<std::uint32_
   std::byte* vals = p + ib;
   switch (v) {
     case sparse_values::f32:
-      for (std::size_t i = 0; i < m; ++i) store_f32(vals + 4 * i, x[idx[i]]);
+      for (std::size_t i = 0; i < m; ++i) store_f32(vals + 4 * i, value(i));
       break;
     case sparse_values::f16:
-      for (std::size_t i = 0; i < m; ++i) store_le<std::uint16_t>(vals + 2 * i, float_to_half_bits(x[idx[i]]));
+      for (std::size_t i = 0; i < m; ++i) store_le<std::uint16_t>(vals + 2 * i, float_to_half_bits(value(i)));
       break;
     case sparse_values::bf16:
-      for (std::size_t i = 0; i < m; ++i) store_le<std::uint16_t>(vals + 2 * i, float_to_bfloat16_bits(x[idx[i]]));
+      for (std::size_t i = 0; i < m; ++i) store_le<std::uint16_t>(vals + 2 * i, float_to_bfloat16_bits(value(i)));
       break;
   }
+}
+
+/// Writes the payload of `h` (from `plan`): the indices `idx` and the values `x[idx]`.
+inline void write(std::byte* p, packet_header const& h, std::vector<std::uint32_t> const& idx,
+                  float const* x) {
+  write_with(p, h, idx, [&](std::size_t j) { return x[idx[j]]; });
+}
+
+/// Writes the payload of `h` (from `plan`): the indices `idx` and their values `v` (v[j] is
+/// the value of idx[j]).
+inline void write_values(std::byte* p, packet_header const& h, std::vector<std::uint32_t> const& idx,
+                         std::vector<float> const& v) {
+  write_with(p, h, idx, [&](std::size_t j) { return v[j]; });
 }
 
 /// Checks the header fields and payload size of a sparse packet; throws `format_error`.
@@ -215,7 +232,13 @@ class sparse_codec_base : public codec_base<Self> {
       x = tmp.data();
     }
     std::vector<std::uint32_t> idx;
-    self.select(x, n, idx, ctx);
+    std::vector<float> vals;  // filled by a codec whose selection also returns the values
+    constexpr bool with_values = requires { self.select(x, n, idx, vals, ctx); };
+    if constexpr (with_values) {
+      self.select(x, n, idx, vals, ctx);
+    } else {
+      self.select(x, n, idx, ctx);
+    }
     packet_header const h = sparse::plan(Self::id, dtype_of<T>, n, idx, self.value_type());
     std::uint64_t const total = h.packet_bytes();
     if (out.size() < total) {
@@ -224,7 +247,11 @@ class sparse_codec_base : public codec_base<Self> {
                          " bytes, the output buffer has " + std::to_string(out.size()));
     }
     write_header(out, h);
-    sparse::write(out.data() + header_bytes, h, idx, x);
+    if constexpr (with_values) {
+      sparse::write_values(out.data() + header_bytes, h, idx, vals);
+    } else {
+      sparse::write(out.data() + header_bytes, h, idx, x);
+    }
     return static_cast<std::size_t>(total);
   }
 

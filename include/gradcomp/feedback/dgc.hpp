@@ -1,0 +1,238 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// `dgc_feedback`: Deep Gradient Compression (Lin et al., ICLR 2018) as an error-feedback policy,
+/// meant for `topk_codec` (any codec works). Per tensor it keeps the momentum u and the
+/// accumulated, not yet sent, update v. One step with gradient g, momentum m, on N workers:
+///
+/// 1. local gradient clipping: g ← g · min(1, c / ‖g‖₂) with c = clip_norm / √N (the paper
+///    scales the global threshold by N^-1/2 so that the sum of N clipped gradients stays
+///    within it); off when clip_norm is 0;
+/// 2. momentum correction: u ← m·u + g, v ← v + u;
+/// 3. send C(v) (top-k of v with `topk_codec`);
+/// 4. v ← v − D(C(v)); momentum factor masking: u ← 0 on the packet's support (the coordinates
+///    where the decoded packet is non-zero).
+///
+/// With f32 values, v is exactly 0 on the support after step 4, as in the paper; with f16/bf16
+/// values it keeps the rounding error of the sent values, so nothing is lost: the sum of all
+/// decoded packets plus v equals the sum of the momentum-corrected updates u (conservation).
+/// With m = 0 and no clipping, the policy is residual feedback: same packets, v = the residual.
+/// The sparsity warm-up is `sparsity_warmup` (`feedback/sparsity_schedule.hpp`): replace the
+/// codec between steps with `dgc_topk(schedule, step)`.
+///
+/// State: u and v, saved by `values()` as one buffer [u | v] of 2n floats (so `compressor`'s
+/// saved record for the tensor holds 2n values). A non-finite gradient (or an update that
+/// overflows float32) is a `numeric_error`, and every exception leaves the state unchanged.
+/// Element-wise work runs on the context's pool with fixed chunks: the result does not depend
+/// on the thread count.
+
+#include <gradcomp/codec/context.hpp>
+#include <gradcomp/codec/topk.hpp>
+#include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/feedback.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/error.hpp>
+#include <gradcomp/core/tensor.hpp>
+#include <gradcomp/cpu/parallel.hpp>
+#include <gradcomp/feedback/sparsity_schedule.hpp>
+
+#include <atomic>
+#include <cfloat>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// DGC error feedback (see file comment).
+class dgc_feedback {
+ public:
+  using feedback_concept = feedback_tag;
+  static constexpr feedback_id id = feedback_id::dgc;
+
+  /// Per-tensor state: u and v (all zero until the first step succeeds).
+  class state {
+   public:
+    /// [u | v], 2n floats (empty before the first step).
+    [[nodiscard]] std::span<float const> values() const noexcept { return data_; }
+
+    /// Restores [u | v] as `values()` gave it; an odd length is a `format_error`.
+    void assign(std::span<float const> v) {
+      if (v.size() % 2 != 0) {
+        throw format_error(
+            "gradcomp: dgc_feedback state must hold [momentum | accumulation], an even "
+            "number of floats, got " +
+            std::to_string(v.size()));
+      }
+      data_.assign(v.begin(), v.end());
+    }
+
+    /// The momentum u (empty before the first step).
+    [[nodiscard]] std::span<float const> momentum() const noexcept {
+      return std::span<float const>(data_).first(data_.size() / 2);
+    }
+    /// The accumulated unsent update v (empty before the first step).
+    [[nodiscard]] std::span<float const> accumulation() const noexcept {
+      return std::span<float const>(data_).last(data_.size() / 2);
+    }
+
+   private:
+    friend class dgc_feedback;
+    std::vector<float> data_;     // [u | v]
+    std::vector<float> next_;     // [u | v] of the step in progress
+    std::vector<float> decoded_;  // D(C(v)) of the step in progress
+  };
+
+  /// Momentum 0.9, no clipping, one worker.
+  dgc_feedback() noexcept = default;
+
+  /// DGC with momentum `momentum` (0 <= m < 1), gradient clipping to `clip_norm` / √`workers`
+  /// in L2 norm (clip_norm 0: none; else positive and finite), `workers` >= 1.
+  explicit dgc_feedback(float momentum, double clip_norm = 0.0, std::uint32_t workers = 1)
+      : momentum_(momentum), clip_norm_(clip_norm), workers_(workers) {
+    if (!(momentum >= 0.0f && momentum < 1.0f)) {
+      throw config_error("gradcomp: dgc_feedback momentum must be in [0, 1), got " +
+                         std::to_string(momentum));
+    }
+    if (!(clip_norm >= 0.0 && clip_norm <= DBL_MAX)) {
+      throw config_error(
+          "gradcomp: dgc_feedback clip_norm must be 0 (no clipping) or positive and finite, got " +
+          std::to_string(clip_norm));
+    }
+    if (workers == 0) throw config_error("gradcomp: dgc_feedback needs at least 1 worker, got 0");
+  }
+
+  [[nodiscard]] float momentum() const noexcept { return momentum_; }
+  [[nodiscard]] double clip_norm() const noexcept { return clip_norm_; }
+  [[nodiscard]] std::uint32_t workers() const noexcept { return workers_; }
+  /// The L2 bound each worker clips its gradient to: clip_norm / √workers (0: no clipping).
+  [[nodiscard]] double local_clip_norm() const noexcept {
+    return clip_norm_ / std::sqrt(static_cast<double>(workers_));
+  }
+
+  /// One DGC step on gradient `g` (see file comment); returns the packet size.
+  template <codec_operations C, element T>
+  std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
+                       codec_context const& ctx) const {
+    std::size_t const n = g.size();
+    if (!s.data_.empty() && s.data_.size() != 2 * n) {
+      throw config_error("gradcomp: dgc_feedback state holds " +
+                         std::to_string(s.data_.size() / 2) + " elements but the gradient has " +
+                         std::to_string(n) + " (one state per tensor id)");
+    }
+    s.next_.resize(2 * n);
+    s.decoded_.resize(n);
+    float const scale = clip_scale(g, ctx);
+    momentum_step(s, g, scale, ctx);
+    float const* v = s.next_.data() + n;
+    std::size_t const bytes =
+        c.compress(tensor_view<float const>(std::span<float const>(v, n), g.id()), out, ctx);
+    c.decompress(std::span<std::byte const>(out.first(bytes)), std::span<float>(s.decoded_), ctx);
+    // v ← v − D(C(v)); u ← 0 where the packet is non-zero. Nothing below throws.
+    float* nu = s.next_.data();
+    float* nv = s.next_.data() + n;
+    float const* d = s.decoded_.data();
+    cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) {
+        nv[i] = nv[i] - d[i];  // one rounding, as residual feedback's decompress_add(−1)
+        nu[i] = d[i] != 0.0f ? 0.0f : nu[i];
+      }
+    });
+    s.data_.swap(s.next_);
+    return bytes;
+  }
+
+ private:
+  // min(1, c / ‖g‖) as a float (1 when clipping is off or ‖g‖ <= c); checks g for non-finite
+  // values when it reads g anyway.
+  template <element T>
+  float clip_scale(tensor_view<T const> g, codec_context const& ctx) const {
+    if (clip_norm_ == 0.0) return 1.0f;
+    std::size_t const n = g.size();
+    T const* x = g.data();
+    std::vector<double> part(cpu::chunk_count(n, 16));
+    cpu::for_each_chunk(n, 16, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
+      double acc[4] = {0.0, 0.0, 0.0, 0.0};
+      std::size_t i = b;
+      for (; i + 4 <= e; i += 4) {
+        for (std::size_t j = 0; j < 4; ++j) {
+          double const f = to_float(x[i + j]);
+          acc[j] += f * f;
+        }
+      }
+      for (; i < e; ++i) {
+        double const f = to_float(x[i]);
+        acc[0] += f * f;
+      }
+      part[c] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    });
+    double sq = 0.0;
+    for (double p : part) sq += p;  // chunk order: independent of the thread count
+    if (!std::isfinite(sq)) throw_nonfinite(g);
+    double const norm = std::sqrt(sq);
+    double const bound = local_clip_norm();
+    if (norm <= bound) return 1.0f;
+    return static_cast<float>(bound / norm);
+  }
+
+  // next = [m·u + scale·g | v + (m·u + scale·g)], checking that both stay finite.
+  template <element T>
+  void momentum_step(state& s, tensor_view<T const> g, float scale,
+                     codec_context const& ctx) const {
+    std::size_t const n = g.size();
+    T const* x = g.data();
+    bool const fresh = s.data_.empty();
+    float const* u0 = fresh ? nullptr : s.data_.data();
+    float const* v0 = fresh ? nullptr : s.data_.data() + n;
+    float* nu = s.next_.data();
+    float* nv = s.next_.data() + n;
+    float const m = momentum_;
+    std::atomic<bool> ok{true};
+    cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+      bool bad = false;
+      for (std::size_t i = b; i < e; ++i) {
+        float gi = to_float(x[i]);
+        if (scale != 1.0f) gi *= scale;
+        float const u = (u0 == nullptr || m == 0.0f) ? gi : m * u0[i] + gi;
+        float const v = (v0 == nullptr ? 0.0f : v0[i]) + u;
+        nu[i] = u;
+        nv[i] = v;
+        bad |= !(std::fabs(u) <= FLT_MAX) || !(std::fabs(v) <= FLT_MAX);
+      }
+      if (bad) ok.store(false, std::memory_order_relaxed);
+    });
+    if (!ok.load()) throw_nonfinite(g);
+  }
+
+  // Names the first non-finite gradient value, or reports an overflow of the state.
+  template <element T>
+  [[noreturn]] static void throw_nonfinite(tensor_view<T const> g) {
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      if (!std::isfinite(to_float(g[i]))) {
+        throw numeric_error("gradcomp: dgc_feedback got the non-finite gradient value " +
+                            std::to_string(to_float(g[i])) + " at element " + std::to_string(i) +
+                            " of tensor " + std::to_string(static_cast<unsigned>(g.id())) +
+                            "; the state was left unchanged");
+      }
+    }
+    throw numeric_error(
+        "gradcomp: dgc_feedback momentum or accumulation overflowed float32 on tensor " +
+        std::to_string(static_cast<unsigned>(g.id())) + "; the state was left unchanged");
+  }
+
+  float momentum_ = 0.9f;
+  double clip_norm_ = 0.0;
+  std::uint32_t workers_ = 1;
+};
+
+/// The top-k codec of DGC's warm-up at `step`: `topk_codec::ratio(w.density(step), values)`.
+inline topk_codec dgc_topk(sparsity_warmup const& w, std::uint64_t step,
+                           sparse_values values = sparse_values::f32) {
+  return topk_codec::ratio(w.density(step), values);
+}
+
+GRADCOMP_NAMESPACE_END
