@@ -64,7 +64,7 @@ std::vector<std::vector<float>> reference(scenario const& s, std::vector<std::ve
       std::vector<float> const g = rank_gradient(s.n, r, step);
       gc::codec_context const ctx = rank_ctx(r, step, same);
       std::vector<std::byte> pkt(codec.max_compressed_bytes(s.n));
-      gc::tensor_view<float const> v(std::span<float const>(g), gc::tensor_id{3});
+      gc::tensor_view<float const> v{std::span<float const>(g), gc::tensor_id{3}};
       std::size_t const bytes = s.feedback ? comps[static_cast<std::size_t>(r)].compress(v, std::span<std::byte>(pkt), ctx)
                                            : codec.compress(v, std::span<std::byte>(pkt), ctx);
       pkt.resize(bytes);
@@ -91,7 +91,7 @@ std::vector<std::vector<std::vector<float>>> run(scenario const& s, std::vector<
     for (int step = 0; step < s.steps; ++step) {
       std::vector<float> g = r == s.silent ? std::vector<float>{} : rank_gradient(s.n, r, step);
       std::vector<float> out(s.n, -1.0f);
-      gc::tensor_view<float const> v(std::span<float const>(g), gc::tensor_id{3});
+      gc::tensor_view<float const> v{std::span<float const>(g), gc::tensor_id{3}};
       gc::collective_options opt;
       opt.op = s.op;
       gc::collective_result const res = s.feedback
