@@ -5,8 +5,10 @@
 // default) per codec and collective, against the dense float32 and 16-bit baselines measured in
 // the same run. Columns:
 //
-//   time      measured wall time per step (slowest rank, median of --reps steps)
-//   compute   time outside communication calls (compression, decoding, error feedback)
+//   time      measured wall time per step (slowest rank, median of --reps steps); in process
+//             the ranks compute one at a time (see cpu_token), so this is not a step time
+//   compute   time a rank computes (compression, decoding, error feedback), slowest rank;
+//             in process measured with the CPU to itself
 //   wire/rank bytes this rank sends under ring algorithms (collective_result::wire_bytes)
 //   model@R   compute + wire bytes / R: what the step would take on a network of rate R (one
 //             link per rank, latency ignored); --rates sets R (Gbit/s)
@@ -35,6 +37,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -42,6 +45,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -61,16 +65,39 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// A communicator that adds up the time spent inside communication calls (posting and
-// waiting), so the rest of a step is what compression and decoding cost.
+// The CPU token of in-process runs: a rank holds it while it computes and lets go of it inside
+// every communication call, so at most one rank computes at a time and each rank's compute time
+// is what it would be on a machine of its own (the ranks of a real job do not share cores).
+// Under MPI there is no token: every process has its own CPU.
+struct cpu_token {
+  std::mutex m;
+};
+
+// A communicator that measures the time a rank computes: the time between communication calls
+// (with the CPU token held, in process). `compute` accumulates it; `begin()` / `end()` bracket a
+// step.
 template <gc::communicator Comm>
 class timed_communicator {
  public:
   using communicator_concept = gc::communicator_tag;
-  explicit timed_communicator(Comm& c) : c_(&c) {}
+  timed_communicator(Comm& c, cpu_token* token) : c_(&c), token_(token) {}
   [[nodiscard]] int rank() const { return c_->rank(); }
   [[nodiscard]] int size() const { return c_->size(); }
-  double seconds = 0.0;
+  double compute = 0.0;
+
+  void begin() {
+    compute = 0.0;
+    acquire();
+  }
+  void end() { release(); }
+  void acquire() {
+    if (token_ != nullptr) token_->m.lock();
+    since_ = now();
+  }
+  void release() {
+    compute += now() - since_;
+    if (token_ != nullptr) token_->m.unlock();
+  }
 
   void barrier() { time([&] { c_->barrier(); }); }
   void broadcast(std::span<std::byte> b, int r) { time([&] { c_->broadcast(b, r); }); }
@@ -111,37 +138,43 @@ class timed_communicator {
  private:
   class timed_state final : public gc::request::state {
    public:
-    timed_state(gc::request r, double* acc) : r_(std::move(r)), acc_(acc) {}
+    timed_state(gc::request r, timed_communicator* owner) : r_(std::move(r)), owner_(owner) {}
     bool test() override { return r_.test(); }
     void wait() override {
-      double const t0 = now();
+      owner_->release();
       try {
         r_.wait();
       } catch (...) {
-        *acc_ += now() - t0;
+        owner_->acquire();
         throw;
       }
-      *acc_ += now() - t0;
+      owner_->acquire();
     }
 
    private:
     gc::request r_;
-    double* acc_;
+    timed_communicator* owner_;
   };
   template <class Fn>
   void time(Fn&& fn) {
-    double const t0 = now();
-    fn();
-    seconds += now() - t0;
+    release();
+    try {
+      fn();
+    } catch (...) {
+      acquire();
+      throw;
+    }
+    acquire();
   }
   template <class Fn>
   gc::request wrap(Fn&& fn) {
-    double const t0 = now();
-    gc::request r = fn();
-    seconds += now() - t0;
-    return gc::request(std::make_unique<timed_state>(std::move(r), &seconds));
+    gc::request r;
+    time([&] { r = fn(); });
+    return gc::request(std::make_unique<timed_state>(std::move(r), this));
   }
   Comm* c_;
+  cpu_token* token_;
+  double since_ = 0.0;
 };
 
 struct config {
@@ -193,13 +226,17 @@ std::vector<bench_case> cases() {
   dense("dense f16", gc::dense_format::f16);
   dense("dense bf16", gc::dense_format::bf16);
   auto compressed = [&](std::string name, std::string spec, bool ef) {
-    gc::any_codec codec;
+    std::optional<gc::any_codec> maybe;
     try {
-      codec = gc::make_codec(spec);
+      maybe = gc::make_codec(spec);
     } catch (gc::config_error const&) {
-      std::fprintf(stderr, "skipping %s: codec spec '%s' is not available in this build\n", name.c_str(), spec.c_str());
+      static std::atomic<bool> said{false};  // cases() runs on every rank; say it once
+      if (!said.exchange(true)) {
+        std::fprintf(stderr, "skipping %s: codec spec '%s' is not available in this build\n", name.c_str(), spec.c_str());
+      }
       return;
     }
+    gc::any_codec const codec = *maybe;
     v.push_back({name,
                  [codec, ef] {
                    auto comp = std::make_shared<gc::compressor<gc::any_codec>>(codec);
@@ -250,9 +287,9 @@ std::vector<bench_case> cases() {
 }
 
 template <gc::communicator Comm>
-std::vector<row> run_suite(Comm& raw, config const& cfg, std::vector<float> const& grad) {
+std::vector<row> run_suite(Comm& raw, config const& cfg, std::vector<float> const& grad, cpu_token* token) {
   gc::any_communicator any(raw);
-  timed_communicator<gc::any_communicator> comm(any);
+  timed_communicator<gc::any_communicator> comm(any, token);
   std::size_t const n = grad.size();
   std::vector<float> out(n);
   std::vector<row> rows;
@@ -265,12 +302,13 @@ std::vector<row> run_suite(Comm& raw, config const& cfg, std::vector<float> cons
     std::vector<double> times, computes, compresses;
     gc::tensor_view<float const> const g(std::span<float const>(grad), gc::tensor_id{1});
     for (int rep = 0; rep <= cfg.reps; ++rep) {  // rep 0 warms up
-      comm.barrier();
-      comm.seconds = 0;
+      raw.barrier();
       double const t0 = now();
+      comm.begin();
       gc::collective_result const res = step(comm, g, std::span<float>(out));
+      comm.end();
       double t = now() - t0;
-      double compute = t - comm.seconds;
+      double compute = comm.compute;
       // slowest rank's time, largest compute
       double both[2] = {t, compute};
       raw.all_reduce(std::as_writable_bytes(std::span<double>(both)), gc::comm_type::f64, gc::reduce_op::max);
@@ -283,9 +321,11 @@ std::vector<row> run_suite(Comm& raw, config const& cfg, std::vector<float> cons
       r.path = gc::collective_path_name(res.path);
     }
     for (int rep = 0; rep < std::max(1, cfg.reps); ++rep) {
+      if (token != nullptr) token->m.lock();
       double const t0 = now();
       compress(g);
       compresses.push_back(now() - t0);
+      if (token != nullptr) token->m.unlock();
     }
     r.time = median(times);
     r.compute = median(computes);
@@ -382,7 +422,7 @@ int main(int argc, char** argv) {
   gc::mpi_communicator comm;
   auto const n = static_cast<std::size_t>(cfg.mib * 1024 * 1024 / 4);
   std::vector<float> const g = gradient(n, comm.rank());
-  auto const rows = run_suite(comm, cfg, g);
+  auto const rows = run_suite(comm, cfg, g, nullptr);
   if (comm.rank() == 0) print(rows, cfg, comm.size(), "MPI");
   return 0;
 #else
@@ -391,8 +431,9 @@ int main(int argc, char** argv) {
   std::vector<std::vector<float>> grads(static_cast<std::size_t>(cfg.ranks));
   for (int r = 0; r < cfg.ranks; ++r) grads[static_cast<std::size_t>(r)] = gradient(n, r);
   std::vector<row> rows;
+  cpu_token token;
   gc::run_in_process(cfg.ranks, [&](gc::in_process_communicator& comm) {
-    auto rr = run_suite(comm, cfg, grads[static_cast<std::size_t>(comm.rank())]);
+    auto rr = run_suite(comm, cfg, grads[static_cast<std::size_t>(comm.rank())], &token);
     if (comm.rank() == 0) rows = std::move(rr);
   });
   print(rows, cfg, cfg.ranks, "in-process");

@@ -9,8 +9,8 @@
 ///
 /// A codec states where its values are with a member
 /// `value_section value_section(std::span<std::byte const> packet) const`; identity, fp16 and
-/// bf16 packets are known here from their header, so they (and `any_codec`s holding them) need
-/// none.
+/// bf16 packets, and random-k packets (codec id 12: values after a 4-byte check word), are
+/// known here from their header, so they (and `any_codec`s holding them) need none.
 
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/concepts/communicator.hpp>
@@ -53,6 +53,17 @@ value_section section_of(Codec const& codec, std::span<std::byte const> packet) 
     return codec.value_section(packet);
   } else {
     packet_header const h = read_header(packet);
+    // random_k (pre-assigned codec id 12): a 4-byte check word, then the values in the type of
+    // variant bits 0-1 (0 f32, 1 f16, 2 bf16), so any_codec holding it needs no member hook.
+    if (static_cast<unsigned>(h.codec) == 12u) {
+      unsigned const v = h.variant & 3u;
+      if (h.payload_bytes < 4 || v > 2) {
+        throw format_error("gradcomp: random_k packet has no value section (payload " +
+                           std::to_string(h.payload_bytes) + " bytes, value type " + std::to_string(v) + ")");
+      }
+      return {header_bytes + 4, static_cast<std::size_t>(h.payload_bytes) - 4,
+              v == 0 ? comm_type::f32 : v == 1 ? comm_type::f16 : comm_type::bf16};
+    }
     switch (h.codec) {
       case codec_id::identity:
         return {header_bytes, static_cast<std::size_t>(h.payload_bytes), comm_type_of_dtype(h.type)};
