@@ -365,14 +365,14 @@ class bucketed_all_reduce {
       auto const w = s.counts.size();
       std::vector<std::size_t> start(w, 0);
       for (std::size_t r = 1; r < w; ++r) start[r] = start[r - 1] + s.counts[r - 1];
+      std::vector<std::span<std::byte const>> packets(w);
       for (std::size_t u = 0; u < s.units.size(); ++u) {
-        auto out = s.units[u].out;
-        std::fill(out.begin(), out.end(), 0.0f);
         for (std::size_t r = 0; r < w; ++r) {
           auto const bytes = static_cast<std::size_t>(s.round.extra(r, u));
-          if (bytes != 0) codec.decompress_add(std::span<std::byte const>(s.gathered).subspan(start[r], bytes), out, alpha_, ctx);
+          packets[r] = std::span<std::byte const>(s.gathered).subspan(start[r], bytes);
           start[r] += bytes;
         }
+        detail::decode_gathered(codec, std::span<std::span<std::byte const> const>(packets), s.units[u].out, alpha_, ctx);
       }
     } else {
       std::size_t at = 0;
