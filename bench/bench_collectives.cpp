@@ -11,7 +11,9 @@
 //             in process measured with the CPU to itself
 //   wire/rank bytes this rank sends under ring algorithms (collective_result::wire_bytes)
 //   model@R   compute + wire bytes / R: what the step would take on a network of rate R (one
-//             link per rank, latency ignored); --rates sets R (Gbit/s)
+//             link per rank, latency ignored); --rates sets R (Gbit/s); with --shared-link all
+//             ranks share one link of rate R (as in bench/netlab.sh, where every rank's traffic
+//             crosses the one shaped loopback): compute + ranks x wire / R
 //   x f32, x 16  speed-up of model@R against dense f32 and the best 16-bit dense, at each rate
 //
 // In-process (default): --ranks threads of one process share the in-process communicator; the
@@ -20,7 +22,7 @@
 // measured time is the real one on that network, and the model columns are only a check.
 //
 //   gradcomp_bench_collectives [--ranks 4] [--mib 64] [--reps 3] [--rates 1,10]
-//                              [--only name,name...] [--threads T]
+//                              [--only name,name...] [--threads T] [--shared-link]
 //
 // --threads sets GRADCOMP_NUM_THREADS (the size of the process-wide pool all ranks share in
 // process; under MPI each process has its own).
@@ -183,6 +185,7 @@ struct config {
   int reps = 3;
   std::vector<double> rates{1.0, 10.0};
   std::vector<std::string> only;
+  bool shared_link = false;
 };
 
 struct row {
@@ -338,7 +341,8 @@ std::vector<row> run_suite(Comm& raw, config const& cfg, std::vector<float> cons
 void print(std::vector<row> const& rows, config const& cfg, int ranks, char const* transport) {
   std::printf("\ngradcomp collectives: %.0f MiB float32 gradient, %d ranks, %s transport, median of %d steps\n",
               cfg.mib, ranks, transport, cfg.reps);
-  std::printf("model@R = compute + wire/rank / R (ring algorithms, latency ignored)\n\n");
+  std::printf("model@R = compute + %s / R (ring algorithms, latency ignored)\n\n",
+              cfg.shared_link ? "ranks x wire/rank (one link shared by all ranks)" : "wire/rank (one link per rank)");
   std::printf("| %-26s | %-16s | %9s | %9s | %9s | %11s |", "collective", "path", "time ms", "compute", "compress",
               "wire/rank");
   for (double rate : cfg.rates) std::printf(" model@%gG ms | x f32 | x 16 |", rate);
@@ -347,7 +351,10 @@ void print(std::vector<row> const& rows, config const& cfg, int ranks, char cons
               std::string(13, '-').c_str());
   for (std::size_t i = 0; i < cfg.rates.size(); ++i) std::printf("%s|%s|%s|", std::string(14, '-').c_str(), "-------", "------");
   std::printf("\n");
-  auto model = [](row const& r, double rate) { return r.compute + static_cast<double>(r.wire) * 8.0 / (rate * 1e9); };
+  double const links = cfg.shared_link ? static_cast<double>(ranks) : 1.0;
+  auto model = [links](row const& r, double rate) {
+    return r.compute + links * static_cast<double>(r.wire) * 8.0 / (rate * 1e9);
+  };
   auto find = [&](std::string const& name) -> row const* {
     for (auto const& r : rows)
       if (r.name == name) return &r;
@@ -396,9 +403,13 @@ config parse(int argc, char** argv) {
       cfg.rates.clear();
       for (auto const& r : split(value())) cfg.rates.push_back(std::stod(r));
     } else if (a == "--only") cfg.only = split(value());
+    else if (a == "--shared-link") cfg.shared_link = true;
     else if (a == "--threads") setenv("GRADCOMP_NUM_THREADS", value().c_str(), 1);
     else {
-      std::fprintf(stderr, "usage: %s [--ranks N] [--mib M] [--reps R] [--rates 1,10] [--only a,b] [--threads T]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--ranks N] [--mib M] [--reps R] [--rates 1,10] [--only a,b] [--threads T] "
+                   "[--shared-link]\n",
+                   argv[0]);
       std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
   }
@@ -417,9 +428,9 @@ std::vector<float> gradient(std::size_t n, int rank) {
 
 int main(int argc, char** argv) {
 #if GRADCOMP_HAVE_MPI
-  gc::mpi_environment env(argc, argv);
+  gc::mpi_environment env(&argc, &argv);
   config const cfg = parse(argc, argv);
-  gc::mpi_communicator comm;
+  gc::mpi_communicator comm(MPI_COMM_WORLD);
   auto const n = static_cast<std::size_t>(cfg.mib * 1024 * 1024 / 4);
   std::vector<float> const g = gradient(n, comm.rank());
   auto const rows = run_suite(comm, cfg, g, nullptr);
