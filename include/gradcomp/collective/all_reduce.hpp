@@ -177,13 +177,13 @@ collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<fl
     auto const& codec = detail::codec_of(src);
     aggregation_kind const kind = detail::aggregation_of(src);
     fingerprint fp;
-    fp.add(detail::codec_fingerprint(src, n, opt.op, ctx, "all_reduce_compressed"));
     rank_report mine;
     mine.count = n;
     mine.codec = static_cast<std::uint32_t>(detail::codec_id_of(src));
     std::exception_ptr local;
     detail::local_packet p;
     try {
+      fp.add(detail::codec_fingerprint(src, n, opt.op, ctx, "all_reduce_compressed"));
       if (kind == aggregation_kind::low_rank) {
         throw config_error(std::string("gradcomp: codec '") + codec_name(detail::codec_id_of(src)) +
                            "' is low-rank: all_reduce_compressed needs its low_rank_session (the "

@@ -29,14 +29,14 @@ collective_result all_reduce_low_rank(Comm& comm, Session& session, tensor_view<
   std::size_t const n = out.size();
   rank_report mine;
   mine.count = n;
-  mine.fingerprint = fingerprint{}
-                         .add("low_rank")
-                         .add(n)
-                         .add(static_cast<std::uint64_t>(opt.op))
-                         .add(session.shape_fingerprint(n))
-                         .value();
   std::exception_ptr local;
   try {
+    mine.fingerprint = fingerprint{}
+                           .add("low_rank")
+                           .add(n)
+                           .add(static_cast<std::uint64_t>(opt.op))
+                           .add(session.shape_fingerprint(n))
+                           .value();
     session.begin(grad, n, ctx);
   } catch (...) {
     local = std::current_exception();

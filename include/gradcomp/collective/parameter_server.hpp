@@ -100,9 +100,9 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
   rank_report mine;
   mine.count = n;
   mine.codec = static_cast<std::uint32_t>(detail::id_of_codec(tw.worker_codec()));
-  mine.fingerprint = detail::ps_fingerprint(tw, n, opt, comm.size(), ctx);
   std::exception_ptr local;
   try {
+    mine.fingerprint = detail::ps_fingerprint(tw, n, opt, comm.size(), ctx);
     detail::check_two_way_codec(tw.worker_codec(), "parameter-server mode");
     detail::check_two_way_codec(tw.server_codec(), "parameter-server mode");
     for (std::size_t s = 0; s < k; ++s) {
@@ -174,12 +174,19 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
   int const workers = comm.size() - opt.servers;
   std::size_t const s = static_cast<std::size_t>(comm.rank() - workers);
   auto const [b, e] = shard_range(n, s, k);
-  std::uint64_t const fp = detail::ps_fingerprint(tw, n, opt, comm.size(), ctx);
   collective_result res;
   res.path = collective_path::parameter_server;
 
   std::vector<std::vector<std::byte>> got(static_cast<std::size_t>(workers));
   std::uint32_t status = detail::ps_ok;
+  std::uint64_t fp = 0;
+  std::exception_ptr local;
+  try {
+    fp = detail::ps_fingerprint(tw, n, opt, comm.size(), ctx);
+  } catch (...) {
+    local = std::current_exception();
+    status = detail::ps_failed;
+  }
   std::vector<std::byte> in(rank_report_bytes);
   for (int w = 0; w < workers; ++w) {
     comm.recv(std::span<std::byte>(in), w, opt.tag);
@@ -191,7 +198,6 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
   }
   std::vector<std::byte> out;
   std::size_t bytes = 0;
-  std::exception_ptr local;
   if (status == detail::ps_ok) {
     try {
       std::vector<std::span<std::byte const>> packets(got.begin(), got.end());

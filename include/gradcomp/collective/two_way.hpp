@@ -194,7 +194,7 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
   std::size_t const n = out.size();
   auto const w = static_cast<std::size_t>(comm.size());
   auto const me = static_cast<std::size_t>(comm.rank());
-  std::uint64_t const fp = detail::two_way_fingerprint(tw, "all_reduce_two_way", n, w, 0, opt.op, ctx);
+  std::uint64_t fp = 0;
   collective_result res;
   res.path = collective_path::two_way;
 
@@ -204,9 +204,10 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
   rank_report mine;
   mine.count = n;
   mine.codec = static_cast<std::uint32_t>(detail::id_of_codec(tw.worker_codec()));
-  mine.fingerprint = fp;
   std::exception_ptr local;
   try {
+    fp = detail::two_way_fingerprint(tw, "all_reduce_two_way", n, w, 0, opt.op, ctx);
+    mine.fingerprint = fp;
     detail::check_two_way_codec(tw.worker_codec(), "all_reduce_two_way");
     detail::check_two_way_codec(tw.server_codec(), "all_reduce_two_way");
     std::size_t cap = 0;
