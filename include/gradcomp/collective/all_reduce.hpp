@@ -159,7 +159,8 @@ inline std::vector<std::span<std::byte const>> split_packets(std::span<std::byte
 /// `src` (a codec, an `any_codec`, a `compressor` with error feedback, or a
 /// `low_rank_session`); see the file comment. `grad` empty: this rank contributes nothing
 /// (its error feedback is untouched); otherwise `grad.size() == out.size()`. `grad` may alias
-/// `out`. Collective: all ranks call it with the same codec, size and options.
+/// `out`. Collective: all ranks call it with the same codec, size, tensor id (also on an empty
+/// `grad`) and options.
 ///
 /// For shared support every rank must pass the same `ctx.seed` and `ctx.step` (checked); for
 /// the other kinds seeds may differ between ranks (independent rounding noise).
@@ -183,7 +184,8 @@ collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<fl
     std::exception_ptr local;
     detail::local_packet p;
     try {
-      fp.add(detail::codec_fingerprint(src, n, opt.op, ctx, "all_reduce_compressed"));
+      fp.add(detail::codec_fingerprint(src, n, opt.op, ctx, "all_reduce_compressed"))
+          .add(static_cast<std::uint64_t>(grad.id()));
       if (kind == aggregation_kind::low_rank) {
         throw config_error(std::string("gradcomp: codec '") + codec_name(detail::codec_id_of(src)) +
                            "' is low-rank: all_reduce_compressed needs its low_rank_session (the "

@@ -160,37 +160,46 @@ class bucketed_all_reduce {
   /// All-reduces every item (collective: every rank passes the same layout).
   template <communicator Comm>
   bucket_result run(Comm& comm, std::span<bucket_item const> items, codec_context const& ctx = {}) {
-    for (auto const& it : items) {
-      if (it.grad.size() != it.out.size()) {
-        throw config_error("gradcomp: bucketed_all_reduce: tensor " + std::to_string(static_cast<unsigned>(it.grad.id())) +
-                           " has a gradient of " + std::to_string(it.grad.size()) + " elements for an output of " +
-                           std::to_string(it.out.size()));
-      }
-    }
     items_ = items;
-    std::vector<detail::bucket_plan> const plan = detail::plan_buckets(items, opt_);
+    std::vector<detail::bucket_plan> plan;
     bucket_result res;
-    res.buckets = plan.size();
-    // Agree on the layout and configuration once.
+    // Agree on the layout and configuration once. A rank whose items are malformed still takes
+    // part (with a failed status), so every rank stops here together.
     {
-      fingerprint fp;
-      fp.add("bucketed_all_reduce").add(plan.size()).add(opt_.bucket_bytes).add(opt_.min_compress_elements);
-      fp.add(static_cast<std::uint64_t>(opt_.small_format)).add(static_cast<std::uint64_t>(opt_.mode));
-      fp.add(static_cast<std::uint64_t>(opt_.op));
-      for (auto const& b : plan) {
-        fp.add(b.dense ? 1 : 0).add(b.items.size());
-        for (std::size_t i : b.items) fp.add(items[i].out.size()).add(static_cast<std::uint64_t>(items[i].grad.id()));
-      }
-      fp.add(detail::codec_fingerprint(src_, 0, opt_.op, ctx, "bucket codec"));
-      detail::report_round round;
       rank_report mine;
-      mine.fingerprint = fp.value();
       mine.count = items.size();
       mine.codec = static_cast<std::uint32_t>(detail::codec_id_of(src_));
+      std::exception_ptr local;
+      try {
+        for (auto const& it : items) {
+          if (it.grad.size() != it.out.size()) {
+            throw config_error("gradcomp: bucketed_all_reduce: tensor " +
+                               std::to_string(static_cast<unsigned>(it.grad.id())) + " has a gradient of " +
+                               std::to_string(it.grad.size()) + " elements for an output of " +
+                               std::to_string(it.out.size()));
+          }
+        }
+        plan = detail::plan_buckets(items, opt_);
+        fingerprint fp;
+        fp.add("bucketed_all_reduce").add(plan.size()).add(opt_.bucket_bytes).add(opt_.min_compress_elements);
+        fp.add(static_cast<std::uint64_t>(opt_.small_format)).add(static_cast<std::uint64_t>(opt_.mode));
+        fp.add(static_cast<std::uint64_t>(opt_.op));
+        for (auto const& b : plan) {
+          fp.add(b.dense ? 1 : 0).add(b.items.size());
+          for (std::size_t i : b.items) fp.add(items[i].out.size()).add(static_cast<std::uint64_t>(items[i].grad.id()));
+        }
+        fp.add(detail::codec_fingerprint(src_, 0, opt_.op, ctx, "bucket codec"));
+        mine.fingerprint = fp.value();
+      } catch (...) {
+        local = std::current_exception();
+        mine.status = 1;
+      }
+      detail::report_round round;
       round.post(comm, mine, {});
-      round.finish("bucketed_all_reduce (layout)");
+      round.finish("bucketed_all_reduce (layout)", local);
       res.wire_bytes += round.wire_bytes();
     }
+    res.buckets = plan.size();
     alpha_ = detail::reduction_scale(opt_.op, comm.size());
     std::size_t const nb = plan.size();
     if (nb == 0) return res;

@@ -72,8 +72,9 @@ void check_ps(Comm const& comm, ps_options const& opt) {
 }
 
 template <class TwoWay>
-std::uint64_t ps_fingerprint(TwoWay const& tw, std::size_t n, ps_options const& opt, int size, codec_context const& ctx) {
-  return two_way_fingerprint(tw, "parameter_server", n, static_cast<std::size_t>(opt.servers),
+std::uint64_t ps_fingerprint(TwoWay const& tw, tensor_id id, std::size_t n, ps_options const& opt, int size,
+                             codec_context const& ctx) {
+  return two_way_fingerprint(tw, "parameter_server", id, n, static_cast<std::size_t>(opt.servers),
                              static_cast<std::size_t>(size), opt.op, ctx);
 }
 
@@ -102,7 +103,7 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
   mine.codec = static_cast<std::uint32_t>(detail::id_of_codec(tw.worker_codec()));
   std::exception_ptr local;
   try {
-    mine.fingerprint = detail::ps_fingerprint(tw, n, opt, comm.size(), ctx);
+    mine.fingerprint = detail::ps_fingerprint(tw, grad.id(), n, opt, comm.size(), ctx);
     detail::check_two_way_codec(tw.worker_codec(), "parameter-server mode");
     detail::check_two_way_codec(tw.server_codec(), "parameter-server mode");
     for (std::size_t s = 0; s < k; ++s) {
@@ -182,7 +183,7 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
   std::uint64_t fp = 0;
   std::exception_ptr local;
   try {
-    fp = detail::ps_fingerprint(tw, n, opt, comm.size(), ctx);
+    fp = detail::ps_fingerprint(tw, id, n, opt, comm.size(), ctx);
   } catch (...) {
     local = std::current_exception();
     status = detail::ps_failed;

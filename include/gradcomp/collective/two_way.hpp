@@ -165,10 +165,10 @@ class two_way_compressor {
 namespace detail {
 
 template <class TwoWay>
-std::uint64_t two_way_fingerprint(TwoWay const& tw, std::string_view what, std::size_t n, std::size_t shards,
-                                  std::size_t extra, reduction op, codec_context const& ctx) {
+std::uint64_t two_way_fingerprint(TwoWay const& tw, std::string_view what, tensor_id id, std::size_t n,
+                                  std::size_t shards, std::size_t extra, reduction op, codec_context const& ctx) {
   fingerprint f;
-  f.add(what).add(n).add(shards).add(extra);
+  f.add(what).add(static_cast<std::uint64_t>(id)).add(n).add(shards).add(extra);
   f.add(codec_fingerprint(tw.worker_codec(), n, op, ctx, "worker"));
   f.add(codec_fingerprint(tw.server_codec(), n, op, ctx, "server"));
   return f.value();
@@ -186,7 +186,8 @@ void check_two_way_codec(Codec const& c, char const* who) {
 
 /// Two-way compressed all-reduce of `grad` into `out` (see file comment). `grad` empty: this
 /// rank contributes nothing (its worker residuals are untouched) but still serves its shard.
-/// Collective.
+/// Collective: every rank passes the same codecs, size, tensor id (which keys the residuals of
+/// the shards) and options.
 template <communicator Comm, class TwoWay>
 collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float const> grad, std::span<float> out,
                                      codec_context const& ctx = {}, collective_options const& opt = {}) {
@@ -206,7 +207,7 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
   mine.codec = static_cast<std::uint32_t>(detail::id_of_codec(tw.worker_codec()));
   std::exception_ptr local;
   try {
-    fp = detail::two_way_fingerprint(tw, "all_reduce_two_way", n, w, 0, opt.op, ctx);
+    fp = detail::two_way_fingerprint(tw, "all_reduce_two_way", grad.id(), n, w, 0, opt.op, ctx);
     mine.fingerprint = fp;
     detail::check_two_way_codec(tw.worker_codec(), "all_reduce_two_way");
     detail::check_two_way_codec(tw.server_codec(), "all_reduce_two_way");

@@ -50,10 +50,11 @@ TEST_CASE("a rank using a different codec makes every rank throw config_error, n
     std::string spec1;
     std::size_t n1;
     gc::reduction op1;
+    std::uint32_t id1 = 0;
   };
   for (variant v : {variant{"onebit", 400, gc::reduction::sum}, variant{"topk:ratio=0.2", 400, gc::reduction::sum},
                     variant{"topk:ratio=0.1", 401, gc::reduction::sum}, variant{"topk:ratio=0.1", 400, gc::reduction::average},
-                    variant{"fp16", 400, gc::reduction::sum}}) {
+                    variant{"fp16", 400, gc::reduction::sum}, variant{"topk:ratio=0.1", 400, gc::reduction::sum, 7}}) {
     CAPTURE(v.spec1, v.n1);
     std::vector<int> kinds(3, 0);
     auto const t0 = std::chrono::steady_clock::now();
@@ -66,7 +67,8 @@ TEST_CASE("a rank using a different codec makes every rank throw config_error, n
       gc::collective_options opt;
       opt.op = odd ? v.op1 : gc::reduction::sum;
       try {
-        gc::all_reduce_compressed(comm, codec, gc::tensor_view<float const>(std::span<float const>(g)), std::span<float>(out), {}, opt);
+        gc::tensor_id const id{odd ? v.id1 : 0u};
+        gc::all_reduce_compressed(comm, codec, gc::tensor_view<float const>(std::span<float const>(g), id), std::span<float>(out), {}, opt);
       } catch (gc::config_error const&) {
         kinds[static_cast<std::size_t>(comm.rank())] = 1;
         throw;

@@ -136,3 +136,22 @@ TEST_CASE("bucketing: a rank with a different layout is refused on every rank", 
   }));
   REQUIRE(kinds == std::vector<int>{1, 1, 1});
 }
+
+TEST_CASE("bucketing: a rank with a malformed item stops every rank at the layout round", "[collective][bucket][agreement]") {
+  std::vector<int> kinds(3, 0);  // 1 config_error, 2 comm_error
+  REQUIRE_THROWS(run_in_process(3, [&](in_process_communicator& comm) {
+    gc::bucketed_all_reduce<gc::any_codec> bucketed(gc::make_codec("topk:ratio=0.1"));
+    std::vector<float> g(5000, 1.0f), o(comm.rank() == 0 ? 4999 : 5000);
+    std::vector<gc::bucket_item> items{{gc::tensor_view<float const>(std::span<float const>(g)), std::span<float>(o)}};
+    try {
+      bucketed.run(comm, items);
+    } catch (gc::config_error const&) {
+      kinds[static_cast<std::size_t>(comm.rank())] = 1;
+      throw;
+    } catch (gc::comm_error const&) {
+      kinds[static_cast<std::size_t>(comm.rank())] = 2;
+      throw;
+    }
+  }));
+  REQUIRE(kinds == std::vector<int>{1, 2, 2});
+}
