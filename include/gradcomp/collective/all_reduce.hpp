@@ -40,6 +40,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
@@ -66,12 +67,12 @@ std::uint64_t codec_fingerprint(Source const& src, std::size_t n, reduction op, 
 
 /// One rank's compressed contribution.
 struct local_packet {
-  std::vector<std::byte> buf;
+  raw_buffer buf;
   std::size_t bytes = 0;    ///< packet size (0: no contribution, gather only)
   value_section section{};  ///< summable / shared support: the values
 
-  [[nodiscard]] std::span<std::byte const> packet() const noexcept { return std::span(buf).first(bytes); }
-  [[nodiscard]] std::span<std::byte> values() noexcept { return std::span(buf).subspan(section.offset, section.bytes); }
+  [[nodiscard]] std::span<std::byte const> packet() const noexcept { return buf.span().first(bytes); }
+  [[nodiscard]] std::span<std::byte> values() noexcept { return buf.span().subspan(section.offset, section.bytes); }
 
   /// Adds the bytes around the values (header, check words) to `f`.
   void add_frame(fingerprint& f) const {
@@ -88,7 +89,7 @@ void compress_contribution(Source& src, aggregation_kind kind, tensor_view<float
   p.buf.resize(codec.max_compressed_bytes(n));
   p.section = {};
   if (!grad.empty()) {
-    p.bytes = src.compress(grad, std::span<std::byte>(p.buf), ctx);
+    p.bytes = src.compress(grad, p.buf.span(), ctx);
   } else if (kind == aggregation_kind::gather) {
     p.bytes = 0;
   } else {
@@ -96,8 +97,7 @@ void compress_contribution(Source& src, aggregation_kind kind, tensor_view<float
     // gradient sends the packet of a zero tensor (same header, zero values), bypassing its
     // error feedback, whose state stays as it was.
     std::vector<float> const zero(n, 0.0f);
-    p.bytes = codec.compress(tensor_view<float const>(std::span<float const>(zero), grad.id()),
-                             std::span<std::byte>(p.buf), ctx);
+    p.bytes = codec.compress(tensor_view<float const>(std::span<float const>(zero), grad.id()), p.buf.span(), ctx);
   }
   if (kind == aggregation_kind::summable || kind == aggregation_kind::shared_support) {
     p.section = section_of(codec, p.packet());
@@ -212,9 +212,9 @@ collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<fl
       std::vector<std::size_t> const sizes = round.bytes();
       std::size_t total = 0;
       for (std::size_t s : sizes) total += s;
-      std::vector<std::byte> all(total);
-      comm.all_gather_v(p.packet(), std::span<std::byte>(all), std::span<std::size_t const>(sizes));
-      auto const packets = detail::split_packets(std::span<std::byte const>(all), sizes);
+      detail::raw_buffer all(total);
+      comm.all_gather_v(p.packet(), all.span(), std::span<std::size_t const>(sizes));
+      auto const packets = detail::split_packets(std::as_const(all).span(), sizes);
       detail::decode_gathered(codec, std::span<std::span<std::byte const> const>(packets), out, alpha, ctx);
       res.wire_bytes += detail::ring_all_gather_bytes(sizes, comm.rank());
     } else {

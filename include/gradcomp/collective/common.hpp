@@ -16,6 +16,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -88,6 +89,32 @@ template <class T>
 std::span<std::byte const> const_bytes(std::vector<T> const& v) noexcept {
   return std::as_bytes(std::span<T const>(v));
 }
+
+/// A byte buffer that is not zero-filled when it grows (packets are written before they are
+/// read, and a fill would cost a pass over memory per call).
+class raw_buffer {
+ public:
+  raw_buffer() = default;
+  explicit raw_buffer(std::size_t n) { resize(n); }
+  /// Sets the size to `n`; keeps the contents only when `n` fits the capacity.
+  void resize(std::size_t n) {
+    if (n > cap_) {
+      data_ = std::make_unique_for_overwrite<std::byte[]>(n);
+      cap_ = n;
+    }
+    size_ = n;
+  }
+  [[nodiscard]] std::byte* data() noexcept { return data_.get(); }
+  [[nodiscard]] std::byte const* data() const noexcept { return data_.get(); }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] std::span<std::byte> span() noexcept { return {data_.get(), size_}; }
+  [[nodiscard]] std::span<std::byte const> span() const noexcept { return {data_.get(), size_}; }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t size_ = 0, cap_ = 0;
+};
 
 /// The codec of `x`: `x` itself, or `x.codec()` for a `compressor`.
 template <class X>

@@ -66,7 +66,8 @@ std::size_t dense_payload(Comm& comm, std::span<float const> grad, std::span<flo
     }
     return ring_all_reduce_bytes(n * 4, comm.size());
   }
-  std::vector<std::byte> buf(header_bytes + 2 * n);
+  raw_buffer storage(header_bytes + 2 * n);
+  std::span<std::byte> const buf = storage.span();
   auto run = [&](auto const& codec) {
     if (grad.empty()) {
       std::vector<float> const zero(n, 0.0f);
@@ -74,7 +75,7 @@ std::size_t dense_payload(Comm& comm, std::span<float const> grad, std::span<flo
     } else {
       codec.compress(tensor_view<float const>(grad), buf, ctx);
     }
-    comm.all_reduce(std::span<std::byte>(buf).subspan(header_bytes),
+    comm.all_reduce(buf.subspan(header_bytes),
                     f == dense_format::f16 ? comm_type::f16 : comm_type::bf16, reduce_op::sum);
     if (alpha != 1.0f) {
       std::fill(out.begin(), out.end(), 0.0f);

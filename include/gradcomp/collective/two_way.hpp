@@ -201,7 +201,7 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
 
   // Phase 1: worker compression of every shard, sizes and agreement, all-to-all.
   std::vector<std::size_t> offset(w + 1, 0), my_sizes(w, 0);
-  std::vector<std::byte> send;
+  detail::raw_buffer send;
   rank_report mine;
   mine.count = n;
   mine.codec = static_cast<std::uint32_t>(detail::id_of_codec(tw.worker_codec()));
@@ -221,7 +221,7 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
     for (std::size_t s = 0; s < w && !grad.empty(); ++s) {
       auto const [b, e] = shard_range(n, s, w);
       my_sizes[s] = tw.compress_shard(grad.span().subspan(b, e - b), shard_key{grad.id(), static_cast<std::uint32_t>(s),
-                                      static_cast<std::uint32_t>(w)}, std::span<std::byte>(send).subspan(at), ctx);
+                                      static_cast<std::uint32_t>(w)}, send.span().subspan(at), ctx);
       at += my_sizes[s];
     }
   } catch (...) {
@@ -244,9 +244,9 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
     if (s != me) res.wire_bytes += my_sizes[s];
   }
   res.packet_bytes = send_total;
-  std::vector<std::byte> recv(recv_total);
-  comm.all_to_all_v(std::span<std::byte const>(send).first(send_total), std::span<std::size_t const>(my_sizes),
-                    std::span<std::byte>(recv), std::span<std::size_t const>(recv_counts));
+  detail::raw_buffer recv(recv_total);
+  comm.all_to_all_v(std::as_const(send).span().first(send_total), std::span<std::size_t const>(my_sizes),
+                    recv.span(), std::span<std::size_t const>(recv_counts));
   res.wire_bytes += round1.wire_bytes();
 
   // Phase 2: this rank serves shard `me`.
@@ -262,7 +262,7 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
     std::vector<std::span<std::byte const>> packets(w);
     std::size_t at = 0;
     for (std::size_t p = 0; p < w; ++p) {
-      packets[p] = std::span<std::byte const>(recv).subspan(at, recv_counts[p]);
+      packets[p] = std::as_const(recv).span().subspan(at, recv_counts[p]);
       at += recv_counts[p];
     }
     spkt.resize(tw.server_codec().max_compressed_bytes(me_end - mb));
@@ -279,13 +279,13 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
   std::vector<std::size_t> const sizes = round2.bytes();
   std::size_t total = 0;
   for (std::size_t s : sizes) total += s;
-  std::vector<std::byte> all(total);
-  comm.all_gather_v(std::span<std::byte const>(spkt).first(sbytes), std::span<std::byte>(all), std::span<std::size_t const>(sizes));
+  detail::raw_buffer all(total);
+  comm.all_gather_v(std::span<std::byte const>(spkt).first(sbytes), all.span(), std::span<std::size_t const>(sizes));
   res.wire_bytes += round2.wire_bytes() + detail::ring_all_gather_bytes(sizes, comm.rank());
   std::size_t at = 0;
   for (std::size_t s = 0; s < w; ++s) {
     auto const [b, e] = shard_range(n, s, w);
-    tw.server_codec().decompress(std::span<std::byte const>(all).subspan(at, sizes[s]), out.subspan(b, e - b), ctx);
+    tw.server_codec().decompress(std::as_const(all).span().subspan(at, sizes[s]), out.subspan(b, e - b), ctx);
     at += sizes[s];
   }
   return res;
