@@ -1,0 +1,230 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// `all_reduce_compressed`: one entry point that picks the collective from the codec's
+/// aggregation kind (docs/collectives.md has the table):
+///
+/// | kind           | algorithm                                                              |
+/// |----------------|------------------------------------------------------------------------|
+/// | summable       | all-reduce the packet's values in the compressed domain (header kept)  |
+/// | shared support | all-reduce the values at the support all ranks share (same seed/step)  |
+/// | gather         | all-gather-v of the packets, decompress-and-sum in rank order          |
+/// | low-rank       | the factor all-reduces of a `low_rank_session` (pass the session)      |
+///
+/// Every call starts with one agreement round (collective/agreement.hpp): codec id, kind,
+/// tensor size, packet bound, bits per element, reduction, the shared seed and step for shared
+/// support, and the bytes around the summable values are fingerprinted and compared, and each
+/// rank reports whether its compression succeeded and how large its packet is. Disagreement is
+/// a `config_error` on every rank, a failed compression is its exception on its rank and a
+/// `comm_error` on the others; no rank is left waiting.
+///
+/// With a `compressor` (error feedback) the residual is updated locally, as in a single-rank
+/// step: what this rank sent plus its new residual equals its gradient plus its old residual.
+
+#include <gradcomp/collective/agreement.hpp>
+#include <gradcomp/collective/common.hpp>
+#include <gradcomp/collective/dense.hpp>
+#include <gradcomp/collective/low_rank.hpp>
+#include <gradcomp/collective/sections.hpp>
+#include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/low_rank_session.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/error.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+namespace detail {
+
+/// Fingerprint of everything that fixes the shape of a compressed collective's messages.
+template <class Source>
+std::uint64_t codec_fingerprint(Source const& src, std::size_t n, reduction op, codec_context const& ctx,
+                                std::string_view what) {
+  auto const& c = codec_of(src);
+  aggregation_kind const kind = aggregation_of(src);
+  fingerprint f;
+  f.add(what)
+      .add(static_cast<std::uint64_t>(codec_id_of(src)))
+      .add(static_cast<std::uint64_t>(kind))
+      .add(n)
+      .add(c.max_compressed_bytes(n))
+      .add_double(static_cast<double>(c.bits_per_element()))
+      .add(static_cast<std::uint64_t>(op));
+  if (kind == aggregation_kind::shared_support) f.add(ctx.seed).add(ctx.step);
+  return f.value();
+}
+
+/// One rank's compressed contribution.
+struct local_packet {
+  raw_buffer buf;
+  std::size_t bytes = 0;    ///< packet size (0: no contribution, gather only)
+  value_section section{};  ///< summable / shared support: the values
+
+  [[nodiscard]] std::span<std::byte const> packet() const noexcept { return buf.span().first(bytes); }
+  [[nodiscard]] std::span<std::byte> values() noexcept { return buf.span().subspan(section.offset, section.bytes); }
+
+  /// Adds the bytes around the values (header, check words) to `f`.
+  void add_frame(fingerprint& f) const {
+    f.add_bytes(packet().first(section.offset));
+    f.add_bytes(packet().subspan(section.offset + section.bytes));
+  }
+};
+
+/// Compresses `grad` (or, when it is empty, this rank's zero contribution) into `p`.
+template <class Source>
+void compress_contribution(Source& src, aggregation_kind kind, tensor_view<float const> grad, std::size_t n,
+                           local_packet& p, codec_context const& ctx) {
+  auto const& codec = codec_of(src);
+  p.buf.resize(codec.max_compressed_bytes(n));
+  p.section = {};
+  if (!grad.empty()) {
+    p.bytes = src.compress(grad, p.buf.span(), ctx);
+  } else if (kind == aggregation_kind::gather) {
+    p.bytes = 0;
+  } else {
+    // Summable and shared-support ranks all take part in the all-reduce: a rank without a
+    // gradient sends the packet of a zero tensor (same header, zero values), bypassing its
+    // error feedback, whose state stays as it was.
+    std::vector<float> const zero(n, 0.0f);
+    p.bytes = codec.compress(tensor_view<float const>(std::span<float const>(zero), grad.id()), p.buf.span(), ctx);
+  }
+  if (kind == aggregation_kind::summable || kind == aggregation_kind::shared_support) {
+    p.section = section_of(codec, p.packet());
+    if (p.section.offset > p.bytes || p.section.bytes > p.bytes - p.section.offset ||
+        p.section.bytes % comm_type_size(p.section.type) != 0) {
+      throw format_error("gradcomp: a codec's value section (offset " + std::to_string(p.section.offset) +
+                         ", " + std::to_string(p.section.bytes) + " bytes) does not fit its packet of " +
+                         std::to_string(p.bytes) + " bytes");
+    }
+    if (grad.empty()) std::fill(p.values().begin(), p.values().end(), std::byte{0});
+  }
+}
+
+/// Decodes the summed packet `p` (summable / shared support) into `out` times `alpha`.
+template <class Codec>
+void decode_summed(Codec const& codec, local_packet const& p, std::span<float> out, float alpha,
+                   codec_context const& ctx) {
+  if (alpha != 1.0f) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    codec.decompress_add(p.packet(), out, alpha, ctx);
+  } else {
+    codec.decompress(p.packet(), out, ctx);
+  }
+}
+
+/// Decompress-and-sum of gathered packets (rank order; empty ones skipped).
+template <class Codec>
+void decode_gathered(Codec const& codec, std::span<std::span<std::byte const> const> packets, std::span<float> out,
+                     float alpha, codec_context const& ctx) {
+  // The first packet is decoded in place of a zero fill when no scaling is needed (one pass
+  // over the output less; x and 0 + 1 * x agree except for the sign of zero).
+  bool first = alpha == 1.0f;
+  if (!first) std::fill(out.begin(), out.end(), 0.0f);
+  for (auto const& p : packets) {
+    if (p.empty()) continue;
+    if (first) codec.decompress(p, out, ctx);
+    else codec.decompress_add(p, out, alpha, ctx);
+    first = false;
+  }
+  if (first) std::fill(out.begin(), out.end(), 0.0f);
+}
+
+/// Splits `all` into consecutive packets of `sizes` bytes.
+inline std::vector<std::span<std::byte const>> split_packets(std::span<std::byte const> all,
+                                                             std::span<std::size_t const> sizes) {
+  std::vector<std::span<std::byte const>> out;
+  out.reserve(sizes.size());
+  std::size_t at = 0;
+  for (std::size_t s : sizes) {
+    out.push_back(all.subspan(at, s));
+    at += s;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// Compressed all-reduce of `grad` into `out`, the algorithm chosen by the aggregation kind of
+/// `src` (a codec, an `any_codec`, a `compressor` with error feedback, or a
+/// `low_rank_session`); see the file comment. `grad` empty: this rank contributes nothing
+/// (its error feedback is untouched); otherwise `grad.size() == out.size()`. `grad` may alias
+/// `out`. Collective: all ranks call it with the same codec, size, tensor id (also on an empty
+/// `grad`) and options.
+///
+/// For shared support every rank must pass the same `ctx.seed` and `ctx.step` (checked); for
+/// the other kinds seeds may differ between ranks (independent rounding noise).
+/// @return the path taken and this rank's traffic.
+template <communicator Comm, class Source>
+  requires detail::packet_source<std::remove_cvref_t<Source>> || low_rank_session<std::remove_cvref_t<Source>>
+collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<float const> grad,
+                                        std::span<float> out, codec_context const& ctx = {},
+                                        collective_options const& opt = {}) {
+  if constexpr (low_rank_session<std::remove_cvref_t<Source>>) {
+    return all_reduce_low_rank(comm, src, grad, out, ctx, opt);
+  } else {
+    detail::check_contribution(grad.size(), out.size(), "all_reduce_compressed");
+    std::size_t const n = out.size();
+    auto const& codec = detail::codec_of(src);
+    aggregation_kind const kind = detail::aggregation_of(src);
+    fingerprint fp;
+    rank_report mine;
+    mine.count = n;
+    mine.codec = static_cast<std::uint32_t>(detail::codec_id_of(src));
+    std::exception_ptr local;
+    detail::local_packet p;
+    try {
+      fp.add(detail::codec_fingerprint(src, n, opt.op, ctx, "all_reduce_compressed"))
+          .add(static_cast<std::uint64_t>(grad.id()));
+      if (kind == aggregation_kind::low_rank) {
+        throw config_error(std::string("gradcomp: codec '") + codec_name(detail::codec_id_of(src)) +
+                           "' is low-rank: all_reduce_compressed needs its low_rank_session (the "
+                           "stateful factor object), not the codec");
+      }
+      detail::compress_contribution(src, kind, grad, n, p, ctx);
+      if (kind != aggregation_kind::gather) p.add_frame(fp);
+      mine.bytes = p.bytes;
+    } catch (...) {
+      local = std::current_exception();
+      mine.status = 1;
+    }
+    mine.fingerprint = fp.value();
+    detail::report_round round;
+    round.post(comm, mine, {});
+    round.finish("all_reduce_compressed", local);
+
+    float const alpha = detail::reduction_scale(opt.op, comm.size());
+    collective_result res;
+    res.packet_bytes = grad.empty() ? 0 : p.bytes;
+    res.wire_bytes = round.wire_bytes();
+    if (kind == aggregation_kind::gather) {
+      res.path = collective_path::gather;
+      std::vector<std::size_t> const sizes = round.bytes();
+      std::size_t total = 0;
+      for (std::size_t s : sizes) total += s;
+      detail::raw_buffer all(total);
+      comm.all_gather_v(p.packet(), all.span(), std::span<std::size_t const>(sizes));
+      auto const packets = detail::split_packets(std::as_const(all).span(), sizes);
+      detail::decode_gathered(codec, std::span<std::span<std::byte const> const>(packets), out, alpha, ctx);
+      res.wire_bytes += detail::ring_all_gather_bytes(sizes, comm.rank());
+    } else {
+      res.path = kind == aggregation_kind::summable ? collective_path::summable : collective_path::shared_support;
+      comm.all_reduce(p.values(), p.section.type, reduce_op::sum);
+      detail::decode_summed(codec, p, out, alpha, ctx);
+      res.wire_bytes += detail::ring_all_reduce_bytes(p.section.bytes, comm.size());
+    }
+    return res;
+  }
+}
+
+GRADCOMP_NAMESPACE_END

@@ -1,0 +1,294 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Two-way compression (BytePS-Compress; DeepSpeed's compressed all-reduce): gradients are
+/// compressed on the way to the reducer *and* on the way back, each direction with its own
+/// error feedback.
+///
+/// `all_reduce_two_way` (every rank a worker and the server of one shard):
+/// 1. the tensor is split into `size()` contiguous shards (shard s = [n s / W, n (s+1) / W));
+/// 2. each rank compresses every shard with its *worker* error feedback (one residual per
+///    tensor and shard) and sends shard s to rank s (an all-to-all-v: the reduce-scatter of
+///    compressed shards);
+/// 3. rank s decompresses the W packets of its shard, sums them in rank order (times 1/W for
+///    `reduction::average`), and re-compresses the sum with its *server* error feedback (a
+///    second residual per tensor and shard);
+/// 4. the server packets are all-gathered; every rank decompresses all of them into the result.
+///
+/// Every rank ends with the same bits. Each phase starts with an agreement round (the
+/// configuration fingerprint, the local status, the packet sizes), so a disagreement or a
+/// failed compression on any rank makes every rank throw rather than diverge.
+///
+/// Mass conservation holds on both sides: for each shard, what a worker sent plus its residual
+/// equals its gradients plus its first residual, and what the server sent plus its residual
+/// equals what it received (the summed, scaled worker packets), step after step.
+///
+/// The codec's random streams are keyed by a tensor id derived from (tensor id, shard, side),
+/// so shards draw independent numbers, and workers share a stream for the same shard (what a
+/// shared-support codec needs).
+
+#include <gradcomp/collective/agreement.hpp>
+#include <gradcomp/collective/all_reduce.hpp>
+#include <gradcomp/collective/common.hpp>
+#include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/feedback.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/error.hpp>
+#include <gradcomp/feedback/policies.hpp>
+
+#include <algorithm>
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// Identifies one shard of one tensor: the key of a shard's error-feedback state.
+struct shard_key {
+  tensor_id tensor{0};       ///< the tensor
+  std::uint32_t shard = 0;   ///< shard index
+  std::uint32_t shards = 1;  ///< number of shards the tensor was split into
+
+  friend constexpr auto operator<=>(shard_key const&, shard_key const&) = default;
+};
+
+/// Which side of a two-way exchange compresses.
+enum class two_way_side : std::uint8_t { worker = 0, server = 1 };
+
+/// Tensor id of the codec's random stream for shard `k` on side `side`.
+constexpr tensor_id shard_stream_id(shard_key const& k, two_way_side side) noexcept {
+  std::uint32_t x = static_cast<std::uint32_t>(k.tensor) * 0x9E3779B1u;
+  x ^= (k.shard + 1u) * 0x85EBCA77u;
+  x ^= (k.shards + 1u) * 0x27D4EB2Fu;
+  x ^= (static_cast<std::uint32_t>(side) + 1u) * 0xC2B2AE3Du;
+  x ^= x >> 15;
+  x *= 0x2C1B3C6Du;
+  x ^= x >> 12;
+  return static_cast<tensor_id>(x);
+}
+
+/// Element range [first, second) of shard `s` of `shards` over n elements.
+constexpr std::pair<std::size_t, std::size_t> shard_range(std::size_t n, std::size_t s, std::size_t shards) noexcept {
+  return {n / shards * s + n % shards * s / shards, n / shards * (s + 1) + n % shards * (s + 1) / shards};
+}
+
+/// The state of two-way compression: the worker and server codecs (the same codec by default)
+/// and both sides' error feedback, per tensor shard. One object per rank; it serves both
+/// `all_reduce_two_way` and the parameter-server functions (collective/parameter_server.hpp).
+template <codec_operations Codec, class WorkerFeedback = residual_feedback, class ServerFeedback = residual_feedback>
+  requires feedback_policy<WorkerFeedback, Codec> && feedback_policy<ServerFeedback, Codec>
+class two_way_compressor {
+ public:
+  using codec_type = Codec;
+
+  /// Both sides use `c`.
+  explicit two_way_compressor(Codec c = Codec{}, WorkerFeedback wf = WorkerFeedback{}, ServerFeedback sf = ServerFeedback{})
+      : worker_codec_(c), server_codec_(std::move(c)), wf_(std::move(wf)), sf_(std::move(sf)) {}
+  /// Workers use `worker`, servers `server`.
+  two_way_compressor(Codec worker, Codec server, WorkerFeedback wf = WorkerFeedback{}, ServerFeedback sf = ServerFeedback{})
+      : worker_codec_(std::move(worker)), server_codec_(std::move(server)), wf_(std::move(wf)), sf_(std::move(sf)) {}
+
+  /// The workers' codec (assign to change it between steps; residuals carry over).
+  [[nodiscard]] Codec& worker_codec() noexcept { return worker_codec_; }
+  [[nodiscard]] Codec const& worker_codec() const noexcept { return worker_codec_; }
+  /// The servers' codec.
+  [[nodiscard]] Codec& server_codec() noexcept { return server_codec_; }
+  [[nodiscard]] Codec const& server_codec() const noexcept { return server_codec_; }
+
+  /// Worker side: compresses shard `x` of `key` with the worker error feedback into `out`
+  /// (at least `worker_codec().max_compressed_bytes(x.size())` bytes); returns the packet size.
+  std::size_t compress_shard(std::span<float const> x, shard_key const& key, std::span<std::byte> out,
+                             codec_context const& ctx) {
+    tensor_view<float const> const v(x, shard_stream_id(key, two_way_side::worker));
+    return compress_with(wf_, worker_codec_, worker_states_, key, v, out, ctx);
+  }
+
+  /// Server side: decompresses the non-empty `packets` (worker packets of one shard of `n`
+  /// elements), sums them in order, multiplies the sum by `scale`, and compresses it with the
+  /// server error feedback of `key` into `out` (at least `server_codec().max_compressed_bytes(n)`
+  /// bytes); returns the packet size. `received`, if given, gets the scaled sum.
+  std::size_t reduce_shard(std::span<std::span<std::byte const> const> packets, std::size_t n, shard_key const& key,
+                           float scale, std::span<std::byte> out, codec_context const& ctx,
+                           std::vector<float>* received = nullptr) {
+    sum_.assign(n, 0.0f);
+    for (auto const& p : packets) {
+      if (!p.empty()) worker_codec_.decompress_add(p, std::span<float>(sum_), scale, ctx);
+    }
+    if (received != nullptr) *received = sum_;
+    tensor_view<float const> const v(std::span<float const>(sum_), shard_stream_id(key, two_way_side::server));
+    return compress_with(sf_, server_codec_, server_states_, key, v, out, ctx);
+  }
+
+  /// The worker residual of `key` (empty until its first step).
+  [[nodiscard]] std::span<float const> worker_residual(shard_key const& key) const {
+    auto it = worker_states_.find(key);
+    return it == worker_states_.end() ? std::span<float const>{} : it->second.values();
+  }
+  /// The server residual of `key` (empty until its first step).
+  [[nodiscard]] std::span<float const> server_residual(shard_key const& key) const {
+    auto it = server_states_.find(key);
+    return it == server_states_.end() ? std::span<float const>{} : it->second.values();
+  }
+  /// Forgets both sides' state.
+  void reset() {
+    worker_states_.clear();
+    server_states_.clear();
+  }
+
+ private:
+  template <class F, class States>
+  static std::size_t compress_with(F const& f, Codec const& c, States& states, shard_key const& key,
+                                   tensor_view<float const> v, std::span<std::byte> out, codec_context const& ctx) {
+    if (auto it = states.find(key); it != states.end()) return f.compress(c, it->second, v, out, ctx);
+    typename F::state fresh;  // enters the map only once a step has succeeded
+    std::size_t const bytes = f.compress(c, fresh, v, out, ctx);
+    states.emplace(key, std::move(fresh));
+    return bytes;
+  }
+
+  Codec worker_codec_, server_codec_;
+  WorkerFeedback wf_;
+  ServerFeedback sf_;
+  std::map<shard_key, typename WorkerFeedback::state> worker_states_;
+  std::map<shard_key, typename ServerFeedback::state> server_states_;
+  std::vector<float> sum_;
+};
+
+namespace detail {
+
+template <class TwoWay>
+std::uint64_t two_way_fingerprint(TwoWay const& tw, std::string_view what, tensor_id id, std::size_t n,
+                                  std::size_t shards, std::size_t extra, reduction op, codec_context const& ctx) {
+  fingerprint f;
+  f.add(what).add(static_cast<std::uint64_t>(id)).add(n).add(shards).add(extra);
+  f.add(codec_fingerprint(tw.worker_codec(), n, op, ctx, "worker"));
+  f.add(codec_fingerprint(tw.server_codec(), n, op, ctx, "server"));
+  return f.value();
+}
+
+template <class Codec>
+void check_two_way_codec(Codec const& c, char const* who) {
+  if (aggregation_of_codec(c) == aggregation_kind::low_rank) {
+    throw config_error(std::string("gradcomp: ") + who + " needs a codec whose packets can be decompressed "
+                       "one by one; low-rank codecs use all_reduce_low_rank");
+  }
+}
+
+}  // namespace detail
+
+/// Two-way compressed all-reduce of `grad` into `out` (see file comment). `grad` empty: this
+/// rank contributes nothing (its worker residuals are untouched) but still serves its shard.
+/// Collective: every rank passes the same codecs, size, tensor id (which keys the residuals of
+/// the shards) and options.
+template <communicator Comm, class TwoWay>
+collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float const> grad, std::span<float> out,
+                                     codec_context const& ctx = {}, collective_options const& opt = {}) {
+  detail::check_contribution(grad.size(), out.size(), "all_reduce_two_way");
+  std::size_t const n = out.size();
+  auto const w = static_cast<std::size_t>(comm.size());
+  auto const me = static_cast<std::size_t>(comm.rank());
+  std::uint64_t fp = 0;
+  collective_result res;
+  res.path = collective_path::two_way;
+
+  // Phase 1: worker compression of every shard, sizes and agreement, all-to-all.
+  std::vector<std::size_t> offset(w + 1, 0), my_sizes(w, 0);
+  detail::raw_buffer send;
+  rank_report mine;
+  mine.count = n;
+  mine.codec = static_cast<std::uint32_t>(detail::id_of_codec(tw.worker_codec()));
+  std::exception_ptr local;
+  try {
+    fp = detail::two_way_fingerprint(tw, "all_reduce_two_way", grad.id(), n, w, 0, opt.op, ctx);
+    mine.fingerprint = fp;
+    detail::check_two_way_codec(tw.worker_codec(), "all_reduce_two_way");
+    detail::check_two_way_codec(tw.server_codec(), "all_reduce_two_way");
+    std::size_t cap = 0;
+    for (std::size_t s = 0; s < w; ++s) {
+      auto const [b, e] = shard_range(n, s, w);
+      cap += tw.worker_codec().max_compressed_bytes(e - b);
+    }
+    send.resize(cap);
+    std::size_t at = 0;
+    for (std::size_t s = 0; s < w && !grad.empty(); ++s) {
+      auto const [b, e] = shard_range(n, s, w);
+      my_sizes[s] = tw.compress_shard(grad.span().subspan(b, e - b), shard_key{grad.id(), static_cast<std::uint32_t>(s),
+                                      static_cast<std::uint32_t>(w)}, send.span().subspan(at), ctx);
+      at += my_sizes[s];
+    }
+  } catch (...) {
+    local = std::current_exception();
+    mine.status = 1;
+  }
+  std::vector<std::uint64_t> extra(my_sizes.begin(), my_sizes.end());
+  detail::report_round round1;
+  round1.post(comm, mine, extra);
+  round1.finish("all_reduce_two_way (worker phase)", local);
+  std::vector<std::size_t> recv_counts(w);
+  std::size_t recv_total = 0;
+  for (std::size_t p = 0; p < w; ++p) {
+    recv_counts[p] = static_cast<std::size_t>(round1.extra(p, me));
+    recv_total += recv_counts[p];
+  }
+  std::size_t send_total = 0;
+  for (std::size_t s = 0; s < w; ++s) {
+    send_total += my_sizes[s];
+    if (s != me) res.wire_bytes += my_sizes[s];
+  }
+  res.packet_bytes = send_total;
+  detail::raw_buffer recv(recv_total);
+  comm.all_to_all_v(std::as_const(send).span().first(send_total), std::span<std::size_t const>(my_sizes),
+                    recv.span(), std::span<std::size_t const>(recv_counts));
+  res.wire_bytes += round1.wire_bytes();
+
+  // Phase 2: this rank serves shard `me`.
+  auto const [mb, me_end] = shard_range(n, me, w);
+  std::vector<std::byte> spkt;
+  std::size_t sbytes = 0;
+  rank_report mine2;
+  mine2.count = n;
+  mine2.codec = static_cast<std::uint32_t>(detail::id_of_codec(tw.server_codec()));
+  mine2.fingerprint = fp;
+  std::exception_ptr local2;
+  try {
+    std::vector<std::span<std::byte const>> packets(w);
+    std::size_t at = 0;
+    for (std::size_t p = 0; p < w; ++p) {
+      packets[p] = std::as_const(recv).span().subspan(at, recv_counts[p]);
+      at += recv_counts[p];
+    }
+    spkt.resize(tw.server_codec().max_compressed_bytes(me_end - mb));
+    sbytes = tw.reduce_shard(packets, me_end - mb, shard_key{grad.id(), static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(w)},
+                             detail::reduction_scale(opt.op, comm.size()), std::span<std::byte>(spkt), ctx);
+    mine2.bytes = sbytes;
+  } catch (...) {
+    local2 = std::current_exception();
+    mine2.status = 1;
+  }
+  detail::report_round round2;
+  round2.post(comm, mine2, {});
+  round2.finish("all_reduce_two_way (server phase)", local2);
+  std::vector<std::size_t> const sizes = round2.bytes();
+  std::size_t total = 0;
+  for (std::size_t s : sizes) total += s;
+  detail::raw_buffer all(total);
+  comm.all_gather_v(std::span<std::byte const>(spkt).first(sbytes), all.span(), std::span<std::size_t const>(sizes));
+  res.wire_bytes += round2.wire_bytes() + detail::ring_all_gather_bytes(sizes, comm.rank());
+  std::size_t at = 0;
+  for (std::size_t s = 0; s < w; ++s) {
+    auto const [b, e] = shard_range(n, s, w);
+    tw.server_codec().decompress(std::as_const(all).span().subspan(at, sizes[s]), out.subspan(b, e - b), ctx);
+    at += sizes[s];
+  }
+  return res;
+}
+
+GRADCOMP_NAMESPACE_END
