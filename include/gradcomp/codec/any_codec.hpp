@@ -11,6 +11,7 @@
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
 #include <gradcomp/codec/onebit.hpp>
+#include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
 #include <gradcomp/concepts/codec.hpp>
@@ -216,6 +217,11 @@ inline any_codec make_codec(std::string_view spec) {
     double const t = detail::parse_double("value", take("value", ""));
     return finish(threshold_codec(static_cast<float>(t), v));
   }
+  if (name == "powersgd") {
+    throw config_error("gradcomp: codec 'powersgd' keeps per-tensor state (its warm-start Q) and needs "
+                       "each tensor's matrix shape, so it is not an any_codec; build it with "
+                       "gradcomp::make_powersgd(\"" + std::string(spec) + "\") (codec/powersgd.hpp)");
+  }
   throw config_error("gradcomp: unknown codec '" + std::string(name) +
                      "' (expected identity, fp16, bf16, int8, onebit, qsgd, terngrad, natural, dithering, "
                      "topk or threshold)");
@@ -240,6 +246,8 @@ void decompress_any(std::span<std::byte const> packet, std::span<T> out, float a
     case codec_id::dithering: return run(dithering_codec{});
     case codec_id::topk: return run(topk_codec{});
     case codec_id::threshold: return run(threshold_codec{});
+    case codec_id::powersgd:  // stateless decoding of a stateful codec's packet
+      return add ? powersgd::decompress_add(packet, out, alpha, ctx) : powersgd::decompress(packet, out, ctx);
   }
   throw format_error("gradcomp: packet has unknown codec id " + std::to_string(static_cast<unsigned>(h.codec)));
 }
