@@ -109,7 +109,8 @@ double flops() { return 2.0 * static_cast<double>(g_rows) * static_cast<double>(
 double blas_pair_seconds(gc::codec_context const& ctx) {
   if (!gc::cpu::gemm_has_blas) return 0.0;
   double best[2] = {1e30, 1e30};
-  form const forms[2][2] = {{form::nt_codec, form::nn_textbook}, {form::nn_codec, form::tn_textbook}};
+  form const forms[2][2] = {{form::nt_codec, form::nn_textbook},
+                            {form::nn_codec, form::tn_textbook}};
   for (int g = 0; g < 2; ++g) {
     for (form f : forms[g]) {
       double const t0 = gb::now_seconds();
@@ -215,12 +216,15 @@ int main(int argc, char** argv) {
 #if defined(GRADCOMP_BENCH_OPENBLAS)
   openblas_set_num_threads(1);
 #endif
-  std::string const shape = "/" + std::to_string(g_rows) + "x" + std::to_string(g_cols) + "/r:" +
-                            std::to_string(g_rank) + "/threads:1";
-  add("step/builtin" + shape, [](benchmark::State& s) { bm_step(s, gc::cpu::gemm_backend::builtin, false); });
-  add("step+decode/builtin" + shape, [](benchmark::State& s) { bm_step(s, gc::cpu::gemm_backend::builtin, true); });
+  std::string const shape = "/" + std::to_string(g_rows) + "x" + std::to_string(g_cols) +
+                            "/r:" + std::to_string(g_rank) + "/threads:1";
+  add("step/builtin" + shape,
+      [](benchmark::State& s) { bm_step(s, gc::cpu::gemm_backend::builtin, false); });
+  add("step+decode/builtin" + shape,
+      [](benchmark::State& s) { bm_step(s, gc::cpu::gemm_backend::builtin, true); });
   if (gc::cpu::gemm_has_blas) {
-    add("step/blas" + shape, [](benchmark::State& s) { bm_step(s, gc::cpu::gemm_backend::blas, false); });
+    add("step/blas" + shape,
+        [](benchmark::State& s) { bm_step(s, gc::cpu::gemm_backend::blas, false); });
   }
   for (form f : {form::nt_codec, form::nn_codec, form::nn_textbook, form::tn_textbook}) {
     add(std::string("gemm/builtin/") + form_name(f) + shape,

@@ -88,8 +88,8 @@ enum class powersgd_phase : std::uint8_t {
 };
 
 /// The mode PowerSGD uses for a rows × cols matrix.
-constexpr powersgd_mode powersgd_mode_for(std::uint64_t rows, std::uint64_t cols, std::uint32_t rank,
-                                          std::uint64_t min_elements) noexcept {
+constexpr powersgd_mode powersgd_mode_for(std::uint64_t rows, std::uint64_t cols,
+                                          std::uint32_t rank, std::uint64_t min_elements) noexcept {
   if (rows == 0 || cols == 0) return powersgd_mode::dense;
   std::uint64_t const n = rows * cols;
   if (n < min_elements) return powersgd_mode::dense;
@@ -121,7 +121,8 @@ inline float gaussian(std::uint32_t w0, std::uint32_t w1) noexcept {
 }
 
 /// v[i] = N(0, 1) draw of block `base + i` of `rs`, i < n.
-inline void fill_gaussian(float* v, std::size_t n, random_stream const& rs, std::uint64_t base) noexcept {
+inline void fill_gaussian(float* v, std::size_t n, random_stream const& rs,
+                          std::uint64_t base) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
     philox_block const b = rs.block(base + i);
     v[i] = gaussian(b[0], b[1]);
@@ -168,15 +169,17 @@ inline void orthonormalize(float* p, std::size_t rows, std::size_t r, random_str
       continue;
     }
     double const inv = 1.0 / norm;
-    for (std::size_t i = 0; i < rows; ++i) v[i] = static_cast<float>(static_cast<double>(v[i]) * inv);
+    for (std::size_t i = 0; i < rows; ++i)
+      v[i] = static_cast<float>(static_cast<double>(v[i]) * inv);
   }
 }
 
 /// Throws `config_error` for a backend this program cannot run.
 inline void check_backend(cpu::gemm_backend b) {
   if (b == cpu::gemm_backend::blas && !cpu::gemm_has_blas) {
-    throw config_error("gradcomp: powersgd backend 'blas' needs a program built with "
-                       "GRADCOMP_USE_CBLAS (link gradcomp::blas)");
+    throw config_error(
+        "gradcomp: powersgd backend 'blas' needs a program built with "
+        "GRADCOMP_USE_CBLAS (link gradcomp::blas)");
   }
 }
 
@@ -254,7 +257,9 @@ class powersgd_state {
     return mode_ == powersgd_mode::dense ? size() : std::size_t{rank_} * (rows_ + cols_);
   }
   /// Size of this matrix's packet (header included).
-  [[nodiscard]] std::size_t packet_bytes() const noexcept { return header_bytes + 4 * wire_floats(); }
+  [[nodiscard]] std::size_t packet_bytes() const noexcept {
+    return header_bytes + 4 * wire_floats();
+  }
 
   /// Phase 1: M ← g + e, P ← M Q (Q initialized from Philox at the first step). Returns the
   /// buffer to all-reduce: P (r × rows, column by column) or, dense, the matrix itself.
@@ -268,11 +273,10 @@ class powersgd_state {
                          "); call finish() or abort() first");
     }
     if (g.size() != size()) {
-      throw config_error("gradcomp: powersgd state of tensor " +
-                         std::to_string(static_cast<unsigned>(id_)) + " is for a " +
-                         detail::psgd::shape_text(rows_, cols_) + " matrix (" +
-                         std::to_string(size()) + " elements), the gradient has " +
-                         std::to_string(g.size()));
+      throw config_error(
+          "gradcomp: powersgd state of tensor " + std::to_string(static_cast<unsigned>(id_)) +
+          " is for a " + detail::psgd::shape_text(rows_, cols_) + " matrix (" +
+          std::to_string(size()) + " elements), the gradient has " + std::to_string(g.size()));
     }
     check_finite(g, ctx);
     if (mode_ == powersgd_mode::dense) {
@@ -413,7 +417,8 @@ class powersgd_state {
     packet_header h;
     h.codec = codec_id::powersgd;
     h.type = type;
-    h.variant = mode_ == powersgd_mode::dense ? detail::psgd::variant_dense : detail::psgd::variant_low_rank;
+    h.variant = mode_ == powersgd_mode::dense ? detail::psgd::variant_dense
+                                              : detail::psgd::variant_low_rank;
     h.count = size();
     h.payload_bytes = 4 * wire_floats();
     h.param0 = static_cast<std::uint32_t>(cols_);
@@ -472,8 +477,7 @@ class powersgd_state {
                         std::to_string(to_float(g[at])) + " at element " + std::to_string(at) +
                         " (row " + std::to_string(cols_ ? at / cols_ : 0) + ", column " +
                         std::to_string(cols_ ? at % cols_ : 0) + ") of tensor " +
-                        std::to_string(static_cast<unsigned>(g.id())) +
-                        "; the state is unchanged");
+                        std::to_string(static_cast<unsigned>(g.id())) + "; the state is unchanged");
   }
 
   void expect_phase(powersgd_phase want, char const* call) const {
@@ -497,8 +501,8 @@ class powersgd_state {
   void init_q(std::uint64_t seed) {
     seed_ = seed;
     q_.resize(std::size_t{rank_} * cols_);
-    detail::psgd::fill_gaussian(q_.data(), q_.size(),
-                                random_stream{seed, 0xffffffffu, static_cast<std::uint32_t>(id_)}, 0);
+    detail::psgd::fill_gaussian(
+        q_.data(), q_.size(), random_stream{seed, 0xffffffffu, static_cast<std::uint32_t>(id_)}, 0);
   }
 
   // M ← g (+ M − P Qᵀ when a reconstruction is pending) and P ← M Q. With the built-in GEMM,
@@ -523,7 +527,8 @@ class powersgd_state {
           cpu::kernels::combine(mb, gb, 1.0f, mb, len, level);
         }
       } else {
-        for (std::size_t i = 0; i < len; ++i) mb[i] = fresh ? to_float(gb[i]) : mb[i] + to_float(gb[i]);
+        for (std::size_t i = 0; i < len; ++i)
+          mb[i] = fresh ? to_float(gb[i]) : mb[i] + to_float(gb[i]);
       }
     };
     bool const builtin = backend_ == cpu::gemm_backend::builtin ||
@@ -545,8 +550,8 @@ class powersgd_state {
         add_rows(r0, r1);
         float* mb = m + r0 * cols_;
         if (correct) {  // M_b -= P_bᵀ Q: P_b(i, c) = p[c * rows + r0 + i]
-          cpu::kernels::gemm_axpy_block(level, r1 - r0, cols_, r, -1.0f, p + r0, 1, rows_, q,
-                                        cols_, 1.0f, mb, cols_);
+          cpu::kernels::gemm_axpy_block(level, r1 - r0, cols_, r, -1.0f, p + r0, 1, rows_, q, cols_,
+                                        1.0f, mb, cols_);
         }
         cpu::kernels::gemm_dot_block(level, r, r1 - r0, cols_, 1.0f, q, cols_, mb, cols_, 0.0f,
                                      p + r0, rows_);
@@ -574,7 +579,8 @@ class powersgd_state {
     }
     if (mode_ == powersgd_mode::dense) {
       for (std::size_t i = 0; i < size(); ++i) {
-        out[i] = add ? from_float<T>(std::fma(alpha, m_[i], to_float(out[i]))) : from_float<T>(m_[i]);
+        out[i] =
+            add ? from_float<T>(std::fma(alpha, m_[i], to_float(out[i]))) : from_float<T>(m_[i]);
       }
       return;
     }
@@ -595,7 +601,8 @@ class powersgd_state {
       cpu::gemm(cpu::transpose::yes, cpu::transpose::no, rows, cols, r, 1.0f, p, rows, q, cols,
                 0.0f, tmp.data(), cols, ctx, backend);
       for (std::size_t i = 0; i < tmp.size(); ++i) {
-        out[i] = add ? from_float<T>(std::fma(alpha, tmp[i], to_float(out[i]))) : from_float<T>(tmp[i]);
+        out[i] =
+            add ? from_float<T>(std::fma(alpha, tmp[i], to_float(out[i]))) : from_float<T>(tmp[i]);
       }
     }
   }
@@ -643,7 +650,8 @@ class powersgd {
       it = states_.emplace(tid, powersgd_state(rows, cols, opt_, tid)).first;
     } else if (it->second.rows() != rows || it->second.cols() != cols) {
       throw config_error("gradcomp: powersgd tensor " + std::to_string(static_cast<unsigned>(tid)) +
-                         " was a " + detail::psgd::shape_text(it->second.rows(), it->second.cols()) +
+                         " was a " +
+                         detail::psgd::shape_text(it->second.rows(), it->second.cols()) +
                          " matrix, now " + detail::psgd::shape_text(rows, cols));
     }
     return it->second;
@@ -659,8 +667,10 @@ class powersgd {
   void reset() noexcept { states_.clear(); }
 
   /// Exact packet size for a rows × cols matrix.
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t rows, std::size_t cols) const noexcept {
-    bool const dense = powersgd_mode_for(rows, cols, opt_.rank, opt_.min_elements) == powersgd_mode::dense;
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t rows,
+                                                 std::size_t cols) const noexcept {
+    bool const dense =
+        powersgd_mode_for(rows, cols, opt_.rank, opt_.min_elements) == powersgd_mode::dense;
     return header_bytes + 4 * (dense ? rows * cols : std::size_t{opt_.rank} * (rows + cols));
   }
 
@@ -683,7 +693,8 @@ class powersgd {
     if (out.size() < max_compressed_bytes(rows, cols)) {
       throw config_error("gradcomp: output buffer of " + std::to_string(out.size()) +
                          " bytes is smaller than the " +
-                         std::to_string(max_compressed_bytes(rows, cols)) + "-byte powersgd packet");
+                         std::to_string(max_compressed_bytes(rows, cols)) +
+                         "-byte powersgd packet");
     }
     powersgd_state& s = state(g.id(), rows, cols);
     s.begin(g, ctx);
@@ -724,7 +735,8 @@ class powersgd {
            std::to_string(cols) + " columns");
     }
     if (h.variant == detail::psgd::variant_dense) {
-      if (h.param1 != 0) fail("dense packet with rank " + std::to_string(h.param1) + " (expected 0)");
+      if (h.param1 != 0)
+        fail("dense packet with rank " + std::to_string(h.param1) + " (expected 0)");
       if (h.count > UINT64_MAX / 4) fail("element count overflows");
       expect(h, 4 * h.count);
     } else {
@@ -738,7 +750,8 @@ class powersgd {
     std::byte const* v = packet.data() + header_bytes;
     for (std::uint64_t i = 0; i < h.payload_bytes / 4; ++i) {
       if (!std::isfinite(detail::load_f32(v + 4 * i))) {
-        fail("value " + std::to_string(i) + " of the payload is not finite (a valid packet has "
+        fail("value " + std::to_string(i) +
+             " of the payload is not finite (a valid packet has "
              "none)");
       }
     }
@@ -753,8 +766,8 @@ class powersgd {
   }
   /// Adds `alpha` times the decoded packet to `out`.
   template <element T>
-  static void decompress_add(std::span<std::byte const> packet, std::span<T> out, float alpha = 1.0f,
-                             codec_context const& ctx = {}) {
+  static void decompress_add(std::span<std::byte const> packet, std::span<T> out,
+                             float alpha = 1.0f, codec_context const& ctx = {}) {
     decode(packet, out, alpha, true, ctx);
   }
 
@@ -768,9 +781,11 @@ class powersgd {
     for (auto const& [tid, s] : states_) {
       if (s.phase() != powersgd_phase::idle) {
         throw config_error("gradcomp: powersgd save(): tensor " +
-                           std::to_string(static_cast<unsigned>(tid)) + " is in the middle of a step");
+                           std::to_string(static_cast<unsigned>(tid)) +
+                           " is in the middle of a step");
       }
-      std::vector<float> const e = s.mode() == powersgd_mode::low_rank ? s.residual(ctx) : std::vector<float>{};
+      std::vector<float> const e =
+          s.mode() == powersgd_mode::low_rank ? s.residual(ctx) : std::vector<float>{};
       bool const has_q = s.mode() == powersgd_mode::low_rank && !s.q().empty();
       std::size_t const at = out.size();
       out.resize(at + 32);
@@ -827,8 +842,8 @@ class powersgd {
       std::uint64_t const rows = detail::load_le<std::uint64_t>(h + 16);
       std::uint64_t const cols = detail::load_le<std::uint64_t>(h + 24);
       at += 32;
-      if (h[6] != std::byte{0} || h[7] != std::byte{0} || detail::load_le<std::uint32_t>(h + 12) != 0 ||
-          (flags & ~3u) != 0 || mode > 1) {
+      if (h[6] != std::byte{0} || h[7] != std::byte{0} ||
+          detail::load_le<std::uint32_t>(h + 12) != 0 || (flags & ~3u) != 0 || mode > 1) {
         fail("tensor record " + std::to_string(t) + " has unknown mode, flags or reserved bits");
       }
       if (rank != opt_.rank) {
@@ -838,16 +853,20 @@ class powersgd {
       if (cols != 0 && rows > (in.size() / 4) / cols) {
         fail("tensor record " + std::to_string(t) + " claims a matrix larger than the buffer");
       }
-      if (powersgd_mode_for(rows, cols, rank, opt_.min_elements) != static_cast<powersgd_mode>(mode)) {
+      if (powersgd_mode_for(rows, cols, rank, opt_.min_elements) !=
+          static_cast<powersgd_mode>(mode)) {
         fail("tensor record " + std::to_string(t) + " (" +
-             detail::psgd::shape_text(static_cast<std::size_t>(rows), static_cast<std::size_t>(cols)) +
+             detail::psgd::shape_text(static_cast<std::size_t>(rows),
+                                      static_cast<std::size_t>(cols)) +
              ") has a mode this powersgd's options would not choose");
       }
-      if (mode == 1 && flags != 0) fail("dense tensor record " + std::to_string(t) + " carries data");
+      if (mode == 1 && flags != 0)
+        fail("dense tensor record " + std::to_string(t) + " carries data");
       if (restored.count(tid) != 0) {
         fail("tensor id " + std::to_string(static_cast<unsigned>(tid)) + " appears twice");
       }
-      std::vector<float> const q = (flags & 1u) != 0 ? take(std::uint64_t{rank} * cols, t) : std::vector<float>{};
+      std::vector<float> const q =
+          (flags & 1u) != 0 ? take(std::uint64_t{rank} * cols, t) : std::vector<float>{};
       std::vector<float> const e = (flags & 2u) != 0 ? take(rows * cols, t) : std::vector<float>{};
       powersgd_state s(static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), opt_, tid);
       s.restore(q, e);
@@ -879,11 +898,13 @@ class powersgd {
     std::memcpy(vals.data(), v, vals.size() * 4);  // little-endian host (codec_base asserts it)
     if (h.variant == detail::psgd::variant_dense) {
       for (std::size_t i = 0; i < out.size(); ++i) {
-        out[i] = add ? from_float<T>(std::fma(alpha, vals[i], to_float(out[i]))) : from_float<T>(vals[i]);
+        out[i] = add ? from_float<T>(std::fma(alpha, vals[i], to_float(out[i])))
+                     : from_float<T>(vals[i]);
       }
       return;
     }
-    std::size_t const cols = h.param0, r = h.param1, rows = static_cast<std::size_t>(h.count / cols);
+    std::size_t const cols = h.param0, r = h.param1,
+                      rows = static_cast<std::size_t>(h.count / cols);
     powersgd_state::low_rank_product(vals.data(), vals.data() + r * rows, rows, cols, r, out, alpha,
                                      add, ctx, cpu::gemm_backend::automatic);
   }
@@ -902,7 +923,8 @@ inline powersgd make_powersgd(std::string_view spec) {
                        std::string(spec) + "'");
   }
   powersgd_options opt;
-  std::string_view rest = name.size() < spec.size() ? spec.substr(name.size() + 1) : std::string_view{};
+  std::string_view rest =
+      name.size() < spec.size() ? spec.substr(name.size() + 1) : std::string_view{};
   if (name.size() < spec.size() && rest.empty()) {
     throw config_error("gradcomp: powersgd spec '" + std::string(spec) + "' ends with ':'");
   }
@@ -923,8 +945,8 @@ inline powersgd make_powersgd(std::string_view spec) {
       std::uint64_t x = 0;
       auto const [ptr, ec] = std::from_chars(val.data(), val.data() + val.size(), x);
       if (ec != std::errc{} || ptr != val.data() + val.size()) {
-        throw config_error("gradcomp: powersgd option '" + key + "' needs an unsigned integer, got '" +
-                           std::string(val) + "'");
+        throw config_error("gradcomp: powersgd option '" + key +
+                           "' needs an unsigned integer, got '" + std::string(val) + "'");
       }
       return x;
     };
@@ -944,8 +966,10 @@ inline powersgd make_powersgd(std::string_view spec) {
       } else if (val == "blas") {
         opt.backend = cpu::gemm_backend::blas;
       } else {
-        throw config_error("gradcomp: powersgd option 'backend' must be one of automatic, builtin, "
-                           "blas, got '" + std::string(val) + "'");
+        throw config_error(
+            "gradcomp: powersgd option 'backend' must be one of automatic, builtin, "
+            "blas, got '" +
+            std::string(val) + "'");
       }
     } else {
       throw config_error("gradcomp: powersgd has no option '" + key +

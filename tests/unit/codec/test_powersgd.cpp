@@ -59,8 +59,8 @@ std::vector<double> orthonormal_columns(std::size_t rows, std::size_t k, std::ui
 }
 
 /// M = U diag(sigma) Vᵀ (row-major rows × cols) with random orthonormal U, V.
-std::vector<float> with_spectrum(std::size_t rows, std::size_t cols, std::vector<double> const& sigma,
-                                 std::uint64_t seed) {
+std::vector<float> with_spectrum(std::size_t rows, std::size_t cols,
+                                 std::vector<double> const& sigma, std::uint64_t seed) {
   std::size_t const k = sigma.size();
   auto const u = orthonormal_columns(rows, k, seed);
   auto const v = orthonormal_columns(cols, k, seed + 1);
@@ -105,8 +105,8 @@ std::vector<std::byte> compress(gc::powersgd& c, std::vector<float> const& g, st
                                 std::size_t cols, gc::codec_context const& ctx = {},
                                 gc::tensor_id id = gc::tensor_id{0}) {
   std::vector<std::byte> out(c.max_compressed_bytes(rows, cols) + guard_bytes, guard_byte);
-  std::size_t const n = c.compress(gc::tensor_view<float const>(std::span<float const>(g), id), rows,
-                                   cols, std::span<std::byte>(out), ctx);
+  std::size_t const n = c.compress(gc::tensor_view<float const>(std::span<float const>(g), id),
+                                   rows, cols, std::span<std::byte>(out), ctx);
   REQUIRE(n == c.max_compressed_bytes(rows, cols));
   for (std::size_t i = n; i < out.size(); ++i) REQUIRE(out[i] == guard_byte);
   out.resize(n);
@@ -121,7 +121,8 @@ std::vector<float> decode(std::vector<std::byte> const& p, std::size_t n) {
 
 double max_abs_diff(std::vector<float> const& a, std::vector<float> const& b) {
   double m = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
   return m;
 }
 
@@ -142,7 +143,8 @@ TEST_CASE("powersgd is exact for a matrix of rank <= r", "[codec][powersgd]") {
     for (std::size_t a = 0; a < 4; ++a) {
       for (std::size_t b = 0; b < 4; ++b) {
         double d = 0.0;
-        for (std::size_t i = 0; i < 40; ++i) d += static_cast<double>(p[a * 40 + i]) * p[b * 40 + i];
+        for (std::size_t i = 0; i < 40; ++i)
+          d += static_cast<double>(p[a * 40 + i]) * p[b * 40 + i];
         CHECK(std::fabs(d - (a == b ? 1.0 : 0.0)) < 1e-5);
       }
     }
@@ -192,7 +194,8 @@ TEST_CASE("powersgd error feedback conserves mass over steps", "[codec][powersgd
   double scale = 0.0;
   for (int t = 0; t < 30; ++t) {
     auto const g = heavy_tailed(rows * cols, 500 + static_cast<std::uint64_t>(t));
-    auto const packet = compress(c, g, rows, cols, serial_ctx(gc::cpu::isa::best, 3, static_cast<std::uint32_t>(t)));
+    auto const packet = compress(c, g, rows, cols,
+                                 serial_ctx(gc::cpu::isa::best, 3, static_cast<std::uint32_t>(t)));
     auto const out = decode(packet, rows * cols);
     for (std::size_t i = 0; i < g.size(); ++i) {
       sum_in[i] += g[i];
@@ -202,7 +205,8 @@ TEST_CASE("powersgd error feedback conserves mass over steps", "[codec][powersgd
   }
   auto const e = c.find(gc::tensor_id{0})->residual();
   double worst = 0.0;
-  for (std::size_t i = 0; i < e.size(); ++i) worst = std::max(worst, std::fabs(sum_out[i] + e[i] - sum_in[i]));
+  for (std::size_t i = 0; i < e.size(); ++i)
+    worst = std::max(worst, std::fabs(sum_out[i] + e[i] - sum_in[i]));
   // Float rounding of 30 steps of sums of magnitude ~scale / n per element.
   CHECK(worst <= 1e-4 * scale / static_cast<double>(e.size()) * 30);
   // And the residual is not trivially zero (rank 2 of a 24 x 36 noise matrix loses a lot).
@@ -226,7 +230,7 @@ TEST_CASE("powersgd: two simulated ranks follow the direct formula and stay in a
     auto pb = b.begin(std::span<float const>(g2), ctx);
     std::vector<float> const q_start(a.q().begin(), a.q().end());
     REQUIRE(std::equal(q_start.begin(), q_start.end(), b.q().begin()));  // same Philox start
-    if (t > 0) REQUIRE(q_start == q0);                                     // warm start
+    if (t > 0) REQUIRE(q_start == q0);                                   // warm start
     for (std::size_t i = 0; i < pa.size(); ++i) pa[i] = pb[i] = pa[i] + pb[i];
     auto qa = a.after_p_reduced(ctx);
     auto qb = b.after_p_reduced(ctx);
@@ -249,7 +253,8 @@ TEST_CASE("powersgd: two simulated ranks follow the direct formula and stay in a
     std::vector<double> p(r * rows, 0.0), q(r * cols, 0.0);
     for (std::size_t c = 0; c < r; ++c) {
       for (std::size_t i = 0; i < rows; ++i) {
-        for (std::size_t j = 0; j < cols; ++j) p[c * rows + i] += (m1[i * cols + j] + m2[i * cols + j]) * q_start[c * cols + j];
+        for (std::size_t j = 0; j < cols; ++j)
+          p[c * rows + i] += (m1[i * cols + j] + m2[i * cols + j]) * q_start[c * cols + j];
       }
     }
     for (std::size_t c = 0; c < r; ++c) {
@@ -265,7 +270,8 @@ TEST_CASE("powersgd: two simulated ranks follow the direct formula and stay in a
     }
     for (std::size_t c = 0; c < r; ++c) {
       for (std::size_t j = 0; j < cols; ++j) {
-        for (std::size_t i = 0; i < rows; ++i) q[c * cols + j] += 0.5 * (m1[i * cols + j] + m2[i * cols + j]) * p[c * rows + i];
+        for (std::size_t i = 0; i < rows; ++i)
+          q[c * cols + j] += 0.5 * (m1[i * cols + j] + m2[i * cols + j]) * p[c * rows + i];
       }
     }
     double worst = 0.0, mag = 0.0;
@@ -335,10 +341,12 @@ TEST_CASE("powersgd packet layout and stateless decoding", "[codec][powersgd]") 
   CHECK(max_abs_diff(got, want) == 0.0);
   std::vector<float> any(rows * cols, 1.0f);
   gc::decompress_any<float>(p, any, 2.0f, true);
-  for (std::size_t i = 0; i < any.size(); ++i) REQUIRE(std::fabs(any[i] - (1.0f + 2.0f * want[i])) <= 1e-5f * (1 + std::fabs(want[i])));
+  for (std::size_t i = 0; i < any.size(); ++i)
+    REQUIRE(std::fabs(any[i] - (1.0f + 2.0f * want[i])) <= 1e-5f * (1 + std::fabs(want[i])));
   std::vector<gc::half> h(rows * cols);
   gc::decompress_any<gc::half>(p, h);
-  for (std::size_t i = 0; i < h.size(); ++i) REQUIRE(gc::to_float(h[i]) == gc::to_float(gc::from_float<gc::half>(want[i])));
+  for (std::size_t i = 0; i < h.size(); ++i)
+    REQUIRE(gc::to_float(h[i]) == gc::to_float(gc::from_float<gc::half>(want[i])));
   CHECK(gc::powersgd::inspect(p).param1 == 3);
   CHECK(std::string(gc::codec_name(gc::codec_id::powersgd)) == "powersgd");
   CHECK(gc::powersgd::aggregation == gc::aggregation_kind::low_rank);
@@ -350,8 +358,8 @@ TEST_CASE("powersgd sends small matrices dense", "[codec][powersgd]") {
     std::uint64_t min_elements;
   };
   // r (rows + cols) >= rows cols; a 1-D tensor; below min_elements.
-  for (shape const sh : {shape{8, 8, 16}, shape{1, 1000, 16}, shape{1000, 1, 16}, shape{64, 64, 10000},
-                         shape{3, 2, 0}}) {
+  for (shape const sh : {shape{8, 8, 16}, shape{1, 1000, 16}, shape{1000, 1, 16},
+                         shape{64, 64, 10000}, shape{3, 2, 0}}) {
     gc::powersgd_options o = opts(4);
     o.min_elements = sh.min_elements;
     gc::powersgd c(o);
@@ -385,8 +393,8 @@ TEST_CASE("powersgd handles rank-deficient P deterministically", "[codec][powers
   std::size_t const rows = 32, cols = 24;
   for (int kind = 0; kind < 2; ++kind) {
     // kind 0: zero gradient (every column of P replaced); kind 1: rank 1 with r = 4.
-    std::vector<float> const g = kind == 0 ? std::vector<float>(rows * cols, 0.0f)
-                                           : with_spectrum(rows, cols, {2.0}, 5);
+    std::vector<float> const g =
+        kind == 0 ? std::vector<float>(rows * cols, 0.0f) : with_spectrum(rows, cols, {2.0}, 5);
     std::vector<float> first_p;
     for (unsigned threads : {1u, 2u}) {
       gc::powersgd_state s(rows, cols, opts(4), gc::tensor_id{1});
@@ -395,7 +403,8 @@ TEST_CASE("powersgd handles rank-deficient P deterministically", "[codec][powers
       for (std::size_t a = 0; a < 4; ++a) {
         for (std::size_t b = 0; b < 4; ++b) {
           double d = 0.0;
-          for (std::size_t i = 0; i < rows; ++i) d += static_cast<double>(p[a * rows + i]) * p[b * rows + i];
+          for (std::size_t i = 0; i < rows; ++i)
+            d += static_cast<double>(p[a * rows + i]) * p[b * rows + i];
           INFO("kind " << kind << " columns " << a << ", " << b);
           CHECK(std::fabs(d - (a == b ? 1.0 : 0.0)) < 1e-5);
         }
@@ -415,7 +424,8 @@ TEST_CASE("powersgd rejects bad shapes, ranks, specs and phase misuse", "[codec]
   gc::powersgd c(opts(2));
   std::vector<float> const g(60, 1.0f);
   std::vector<std::byte> out(4096);
-  CHECK_THROWS_AS(c.compress(std::span<float const>(g), 7, 9, std::span<std::byte>(out)), gc::config_error);
+  CHECK_THROWS_AS(c.compress(std::span<float const>(g), 7, 9, std::span<std::byte>(out)),
+                  gc::config_error);
   CHECK_THROWS_AS(c.compress(std::span<float const>(g), 6, 10, std::span<std::byte>(out).first(40)),
                   gc::config_error);
   CHECK_NOTHROW(c.compress(std::span<float const>(g), 6, 10, std::span<std::byte>(out)));
@@ -469,7 +479,8 @@ TEST_CASE("powersgd rejects malformed packets with format_error", "[codec][power
   auto const good = compress(c, gaussian(rows * cols, 3), rows, cols);
   std::vector<float> out(rows * cols);
   auto rejects = [&](std::vector<std::byte> const& p) {
-    return throws_gradcomp_error([&] { gc::powersgd::decompress(std::span<std::byte const>(p), std::span<float>(out)); });
+    return throws_gradcomp_error(
+        [&] { gc::powersgd::decompress(std::span<std::byte const>(p), std::span<float>(out)); });
   };
   REQUIRE_FALSE(rejects(good));
   auto expect_format = [&](std::vector<std::byte> const& p, char const* what) {
@@ -477,18 +488,66 @@ TEST_CASE("powersgd rejects malformed packets with format_error", "[codec][power
     CHECK_THROWS_AS(gc::powersgd::decompress(std::span<std::byte const>(p), std::span<float>(out)),
                     gc::format_error);
   };
-  { auto p = good; put_u8(p, field::codec, 10); expect_format(p, "codec id"); }
-  { auto p = good; put_u8(p, field::variant, 2); expect_format(p, "variant"); }
-  { auto p = good; put_u32(p, field::param0, 0); expect_format(p, "cols 0"); }
-  { auto p = good; put_u32(p, field::param0, 7); expect_format(p, "count not rows x cols"); }
-  { auto p = good; put_u32(p, field::param0, 5); expect_format(p, "cols changed: payload"); }
-  { auto p = good; put_u32(p, field::param1, 0); expect_format(p, "rank 0"); }
-  { auto p = good; put_u32(p, field::param1, 3); expect_format(p, "rank vs payload"); }
-  { auto p = good; put_u32(p, field::param1, 0xffffffffu); expect_format(p, "rank overflow"); }
-  { auto p = good; p.pop_back(); expect_format(p, "truncated"); }
-  { auto p = good; p.push_back(std::byte{0}); expect_format(p, "trailing byte"); }
-  { auto p = good; put_f32(p, hdr + 8, std::numeric_limits<float>::quiet_NaN()); expect_format(p, "NaN factor"); }
-  { auto p = good; put_f32(p, p.size() - 4, std::numeric_limits<float>::infinity()); expect_format(p, "inf factor"); }
+  {
+    auto p = good;
+    put_u8(p, field::codec, 10);
+    expect_format(p, "codec id");
+  }
+  {
+    auto p = good;
+    put_u8(p, field::variant, 2);
+    expect_format(p, "variant");
+  }
+  {
+    auto p = good;
+    put_u32(p, field::param0, 0);
+    expect_format(p, "cols 0");
+  }
+  {
+    auto p = good;
+    put_u32(p, field::param0, 7);
+    expect_format(p, "count not rows x cols");
+  }
+  {
+    auto p = good;
+    put_u32(p, field::param0, 5);
+    expect_format(p, "cols changed: payload");
+  }
+  {
+    auto p = good;
+    put_u32(p, field::param1, 0);
+    expect_format(p, "rank 0");
+  }
+  {
+    auto p = good;
+    put_u32(p, field::param1, 3);
+    expect_format(p, "rank vs payload");
+  }
+  {
+    auto p = good;
+    put_u32(p, field::param1, 0xffffffffu);
+    expect_format(p, "rank overflow");
+  }
+  {
+    auto p = good;
+    p.pop_back();
+    expect_format(p, "truncated");
+  }
+  {
+    auto p = good;
+    p.push_back(std::byte{0});
+    expect_format(p, "trailing byte");
+  }
+  {
+    auto p = good;
+    put_f32(p, hdr + 8, std::numeric_limits<float>::quiet_NaN());
+    expect_format(p, "NaN factor");
+  }
+  {
+    auto p = good;
+    put_f32(p, p.size() - 4, std::numeric_limits<float>::infinity());
+    expect_format(p, "inf factor");
+  }
   {
     auto p = good;
     put_u8(p, field::variant, 1);  // dense header with the low-rank payload size
@@ -505,8 +564,9 @@ TEST_CASE("powersgd rejects malformed packets with format_error", "[codec][power
     CHECK_FALSE(rejects(p));  // a well-formed dense packet of zeros
   }
   std::vector<float> wrong(rows * cols + 1);
-  CHECK_THROWS_AS(gc::powersgd::decompress(std::span<std::byte const>(good), std::span<float>(wrong)),
-                  gc::config_error);
+  CHECK_THROWS_AS(
+      gc::powersgd::decompress(std::span<std::byte const>(good), std::span<float>(wrong)),
+      gc::config_error);
 }
 
 TEST_CASE("powersgd rejects non-finite input and keeps its state", "[codec][powersgd]") {
@@ -517,7 +577,8 @@ TEST_CASE("powersgd rejects non-finite input and keeps its state", "[codec][powe
   auto const* s = c.find(gc::tensor_id{0});
   auto const e_before = s->residual();
   std::vector<float> const q_before(s->q().begin(), s->q().end());
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     auto g = gaussian(rows * cols, 3);
     g[77] = bad;
     std::string msg;
@@ -534,7 +595,8 @@ TEST_CASE("powersgd rejects non-finite input and keeps its state", "[codec][powe
   // The state still works, and bf16 input too.
   auto const g16 = convert_to<gc::bfloat16>(gaussian(rows * cols, 4));
   std::vector<std::byte> out(c.max_compressed_bytes(rows, cols));
-  CHECK(c.compress(std::span<gc::bfloat16 const>(g16), rows, cols, std::span<std::byte>(out)) == out.size());
+  CHECK(c.compress(std::span<gc::bfloat16 const>(g16), rows, cols, std::span<std::byte>(out)) ==
+        out.size());
   CHECK(static_cast<unsigned>(out[field::dtype]) == static_cast<unsigned>(gc::dtype::bf16));
 }
 
@@ -551,7 +613,8 @@ TEST_CASE("powersgd abort keeps the gradient in the residual and restores Q", "[
   CHECK(s.phase() == gc::powersgd_phase::idle);
   CHECK(std::equal(q0.begin(), q0.end(), s.q().begin()));
   auto const e1 = s.residual();
-  for (std::size_t i = 0; i < e1.size(); ++i) REQUIRE(std::fabs(e1[i] - (e0[i] + g[i])) <= 1e-5f * (1 + std::fabs(e1[i])));
+  for (std::size_t i = 0; i < e1.size(); ++i)
+    REQUIRE(std::fabs(e1[i] - (e0[i] + g[i])) <= 1e-5f * (1 + std::fabs(e1[i])));
 }
 
 TEST_CASE("powersgd state saves and loads; the resumed run is identical", "[codec][powersgd]") {

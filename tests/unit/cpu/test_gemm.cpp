@@ -100,13 +100,19 @@ void check_against_reference(problem const& p, reference const& ref, float alpha
       }
     }
   }
-  INFO(p.m << " x " << p.n << " x " << p.k << ": first bad element C(" << first_i << ", "
-            << first_j << ")");
+  INFO(p.m << " x " << p.n << " x " << p.k << ": first bad element C(" << first_i << ", " << first_j
+           << ")");
   REQUIRE(bad == 0);
 }
 
 constexpr std::array<std::array<std::size_t, 3>, 7> shapes = {{
-    {1, 1, 1}, {7, 13, 5}, {130, 257, 3}, {4, 300, 200}, {67, 3, 129}, {5, 70, 33}, {3, 65, 17},
+    {1, 1, 1},
+    {7, 13, 5},
+    {130, 257, 3},
+    {4, 300, 200},
+    {67, 3, 129},
+    {5, 70, 33},
+    {3, 65, 17},
 }};
 
 }  // namespace
@@ -208,7 +214,8 @@ TEST_CASE("gemm: the BLAS backend agrees with the built-in kernel", "[cpu][gemm]
         problem const p = make_problem(s[0], s[1], s[2], ta, tb, seed += 3);
         reference const ref = reference_of(p);
         check_against_reference(p, ref, 1.0f, 0.0f, serial_ctx(), gc::cpu::gemm_backend::blas);
-        check_against_reference(p, ref, -0.5f, 1.0f, serial_ctx(), gc::cpu::gemm_backend::automatic);
+        check_against_reference(p, ref, -0.5f, 1.0f, serial_ctx(),
+                                gc::cpu::gemm_backend::automatic);
       }
     }
   }

@@ -80,9 +80,8 @@ constexpr char const* gemm_backend_name(gemm_backend b) noexcept {
 
 /// Rows of B per k block of the axpy form.
 inline constexpr std::size_t gemm_kc = 16;
-/// Rows and columns of C per parallel task.
+/// Rows of C per parallel task (columns are split evenly over the threads).
 inline constexpr std::size_t gemm_task_rows = 64;
-inline constexpr std::size_t gemm_task_cols = 1024;
 
 namespace kernels {
 
@@ -235,10 +234,9 @@ GRADCOMP_TARGET_AVX2 inline __m256 gemm_load8(float const* p, __m256i m, bool fu
 /// Axpy form: MR rows by up to 32 columns (w) of C in 4 × MR registers.
 template <int MR>
 GRADCOMP_TARGET_AVX2 inline void gemm_axpy_tile(std::size_t kc, float alpha, float const* a,
-                                                std::size_t a_row, std::size_t a_k,
-                                                float const* b, std::size_t ldb, float* c,
-                                                std::size_t ldc, std::size_t w, float beta,
-                                                bool first) noexcept {
+                                                std::size_t a_row, std::size_t a_k, float const* b,
+                                                std::size_t ldb, float* c, std::size_t ldc,
+                                                std::size_t w, float beta, bool first) noexcept {
   bool const full = w == 32;
   __m256i m[4];
   for (std::size_t u = 0; u < 4; ++u) m[u] = gemm_mask8(w > 8 * u ? w - 8 * u : 0);
@@ -353,7 +351,8 @@ inline void gemm_axpy_block(isa level, std::size_t m, std::size_t n, std::size_t
     for (std::size_t i = 0; i < m; i += mr_max) {
       std::size_t const mr = std::min(mr_max, m - i);
       for (std::size_t p = 0; p < kc; ++p) {
-        for (std::size_t ii = 0; ii < mr; ++ii) ap[p * mr + ii] = alpha * a[(i + ii) * a_row + (kb + p) * a_k];
+        for (std::size_t ii = 0; ii < mr; ++ii)
+          ap[p * mr + ii] = alpha * a[(i + ii) * a_row + (kb + p) * a_k];
       }
       float* ci = c + i * ldc;
 #if GRADCOMP_X86_SIMD
@@ -361,10 +360,22 @@ inline void gemm_axpy_block(isa level, std::size_t m, std::size_t n, std::size_t
         for (std::size_t j = 0; j < n; j += 64) {
           std::size_t const w = std::min<std::size_t>(64, n - j);
           switch (mr) {
-            case 4: avx512::gemm_axpy_tile<4>(kc, 1.0f, ap, 1, 4, bk + j, ldb, ci + j, ldc, w, beta, first); break;
-            case 3: avx512::gemm_axpy_tile<3>(kc, 1.0f, ap, 1, 3, bk + j, ldb, ci + j, ldc, w, beta, first); break;
-            case 2: avx512::gemm_axpy_tile<2>(kc, 1.0f, ap, 1, 2, bk + j, ldb, ci + j, ldc, w, beta, first); break;
-            default: avx512::gemm_axpy_tile<1>(kc, 1.0f, ap, 1, 1, bk + j, ldb, ci + j, ldc, w, beta, first); break;
+            case 4:
+              avx512::gemm_axpy_tile<4>(kc, 1.0f, ap, 1, 4, bk + j, ldb, ci + j, ldc, w, beta,
+                                        first);
+              break;
+            case 3:
+              avx512::gemm_axpy_tile<3>(kc, 1.0f, ap, 1, 3, bk + j, ldb, ci + j, ldc, w, beta,
+                                        first);
+              break;
+            case 2:
+              avx512::gemm_axpy_tile<2>(kc, 1.0f, ap, 1, 2, bk + j, ldb, ci + j, ldc, w, beta,
+                                        first);
+              break;
+            default:
+              avx512::gemm_axpy_tile<1>(kc, 1.0f, ap, 1, 1, bk + j, ldb, ci + j, ldc, w, beta,
+                                        first);
+              break;
           }
         }
         continue;
@@ -480,13 +491,62 @@ inline void check_gemm_ld(char const* what, std::size_t ld, std::size_t cols) {
   }
 }
 
+/// The built-in GEMM (k > 0) on fixed blocks of C. Every element's summation order depends
+/// only on k, so the blocks (one per thread, or the whole C on one thread) do not change the
+/// result.
+inline void gemm_builtin(isa level, transpose ta, transpose tb, std::size_t m, std::size_t n,
+                         std::size_t k, float alpha, float const* a, std::size_t lda,
+                         float const* b, std::size_t ldb, float* c, std::size_t ldc,
+                         codec_context const& ctx, float beta = 0.0f) {
+  bool const at = ta == transpose::yes, bt = tb == transpose::yes;
+  std::vector<float> at_copy;  // A transposed, for the dot form of Aᵀ Bᵀ
+  if (at && bt) {
+    at_copy.resize(m * k);
+    for (std::size_t p = 0; p < k; ++p) {
+      for (std::size_t i = 0; i < m; ++i) at_copy[i * k + p] = a[p * lda + i];
+    }
+    a = at_copy.data();
+    lda = k;
+  }
+  bool const dot = bt;
+  std::size_t const a_row = at && !bt ? 1 : lda;
+  std::size_t const a_k = at && !bt ? lda : 1;
+  auto block = [&](std::size_t i0, std::size_t mb, std::size_t j0, std::size_t nb) {
+    float* cb = c + i0 * ldc + j0;
+    if (dot) {
+      kernels::gemm_dot_block(level, mb, nb, k, alpha, a + i0 * lda, lda, b + j0 * ldb, ldb, beta,
+                              cb, ldc);
+    } else {
+      kernels::gemm_axpy_block(level, mb, nb, k, alpha, a + i0 * a_row, a_row, a_k, b + j0, ldb,
+                               beta, cb, ldc);
+    }
+  };
+  double const work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  unsigned const threads = ctx.threads().size();
+  if (threads <= 1 || work < 32.0 * static_cast<double>(ctx.parallel_threshold)) {
+    block(0, m, 0, n);  // whole rows: sequential streams through B
+    return;
+  }
+  // Rows of C in blocks of gemm_task_rows; columns in one block per thread (aligned to the
+  // widest tile), so each task streams long runs of B.
+  std::size_t const col_w = std::max<std::size_t>(64, ((n + threads - 1) / threads + 63) / 64 * 64);
+  std::size_t const row_blocks = (m + gemm_task_rows - 1) / gemm_task_rows;
+  std::size_t const col_blocks = (n + col_w - 1) / col_w;
+  ctx.threads().run(row_blocks * col_blocks, [&](std::size_t t) {
+    std::size_t const i0 = (t / col_blocks) * gemm_task_rows;
+    std::size_t const j0 = (t % col_blocks) * col_w;
+    block(i0, std::min(gemm_task_rows, m - i0), j0, std::min(col_w, n - j0));
+  });
+}
+
 }  // namespace detail
 
 /// C = alpha op(A) op(B) + beta C, all row-major: op(A) is m × k, op(B) k × n, C m × n; A is
 /// stored m × k (lda ≥ k) or, transposed, k × m (lda ≥ m); likewise B. With beta = 0, C is
 /// only written (NaNs in it do not propagate). Runs on the context's pool when m·n·k is at
-/// least 32 × `ctx.parallel_threshold` (tasks are fixed blocks of C, so the result does not
-/// depend on the thread count). Throws `config_error` for leading dimensions that are too
+/// least 32 × `ctx.parallel_threshold`; each task owns a block of C and every element's
+/// summation order depends only on the shapes, so the result does not depend on the thread
+/// count. Throws `config_error` for leading dimensions that are too
 /// small, or for `gemm_backend::blas` in a program built without `GRADCOMP_USE_CBLAS`.
 inline void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k,
                  float alpha, float const* a, std::size_t lda, float const* b, std::size_t ldb,
@@ -513,41 +573,27 @@ inline void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::
   }
 #endif
   isa const level = effective_isa(ctx.isa);
-  std::vector<float> at_copy;  // A transposed, for the dot form of Aᵀ Bᵀ
-  if (at && bt) {
-    at_copy.resize(m * k);
-    for (std::size_t p = 0; p < k; ++p) {
-      for (std::size_t i = 0; i < m; ++i) at_copy[i * k + p] = a[p * lda + i];
-    }
-    a = at_copy.data();
-    lda = std::max<std::size_t>(k, 1);
+  if (k == 0) {
+    kernels::gemm_axpy_block(level, m, n, 0, alpha, a, lda, 1, b, ldb, beta, c, ldc);
+    return;
   }
-  bool const dot = bt;
-  std::size_t const a_row = at && !bt ? 1 : lda;
-  std::size_t const a_k = at && !bt ? lda : 1;
-  std::size_t const row_blocks = (m + gemm_task_rows - 1) / gemm_task_rows;
-  std::size_t const col_blocks = (n + gemm_task_cols - 1) / gemm_task_cols;
-  auto task = [&](std::size_t t) {
-    std::size_t const i0 = (t / col_blocks) * gemm_task_rows;
-    std::size_t const j0 = (t % col_blocks) * gemm_task_cols;
-    std::size_t const mb = std::min(gemm_task_rows, m - i0);
-    std::size_t const nb = std::min(gemm_task_cols, n - j0);
-    float* cb = c + i0 * ldc + j0;
-    if (dot) {
-      kernels::gemm_dot_block(level, mb, nb, k, alpha, a + i0 * lda, lda, b + j0 * ldb, ldb, beta,
-                              cb, ldc);
-    } else {
-      kernels::gemm_axpy_block(level, mb, nb, k, alpha, a + i0 * a_row, a_row, a_k, b + j0, ldb,
-                               beta, cb, ldc);
+  // A narrow C (n < 16) with many rows is computed transposed, Cᵀ = op(B)ᵀ op(A)ᵀ, where the
+  // wide dimension feeds the vector lanes, then transposed back: P = M Q and Q = Mᵀ P with
+  // n = r run as fast as their column-by-column twins.
+  if (n < 16 && m >= 64) {
+    std::vector<float> ct(n * m);
+    detail::gemm_builtin(level, bt ? transpose::no : transpose::yes,
+                         at ? transpose::no : transpose::yes, n, m, k, alpha, b, ldb, a, lda,
+                         ct.data(), m, ctx);
+    for (std::size_t i = 0; i < m; ++i) {
+      for (std::size_t j = 0; j < n; ++j) {
+        float const v = ct[j * m + i];
+        c[i * ldc + j] = beta == 0.0f ? v : v + beta * c[i * ldc + j];
+      }
     }
-  };
-  std::size_t const tasks = row_blocks * col_blocks;
-  double const work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  if (tasks > 1 && work >= 32.0 * static_cast<double>(ctx.parallel_threshold)) {
-    ctx.threads().run(tasks, task);
-  } else {
-    for (std::size_t t = 0; t < tasks; ++t) task(t);
+    return;
   }
+  detail::gemm_builtin(level, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc, ctx, beta);
 }
 
 }  // namespace cpu
