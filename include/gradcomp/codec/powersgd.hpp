@@ -286,7 +286,7 @@ class powersgd_state {
       has_result_ = false;
       return m_;
     }
-    if (q_.empty()) init_q(ctx.seed);
+    if (q_.empty()) init_q(ctx.seed);  // the seed all ranks share
     p_.resize(std::size_t{rank_} * rows_);
     bool const fresh = m_.empty() || !feedback_;
     m_.resize(size());
@@ -321,7 +321,7 @@ class powersgd_state {
                           "was abandoned");
     }
     detail::psgd::orthonormalize(p_.data(), rows_, rank_,
-                                 random_stream{seed_, ctx.step, static_cast<std::uint32_t>(id_)});
+                                 random_stream{ctx.seed, ctx.step, static_cast<std::uint32_t>(id_)});
     q_prev_ = q_;
     cpu::gemm(cpu::transpose::no, cpu::transpose::no, rank_, cols_, rows_, 1.0f, p_.data(), rows_,
               m_.data(), cols_, 0.0f, q_.data(), cols_, ctx, backend_);
@@ -499,7 +499,6 @@ class powersgd_state {
   }
 
   void init_q(std::uint64_t seed) {
-    seed_ = seed;
     q_.resize(std::size_t{rank_} * cols_);
     detail::psgd::fill_gaussian(
         q_.data(), q_.size(), random_stream{seed, 0xffffffffu, static_cast<std::uint32_t>(id_)}, 0);
@@ -616,7 +615,6 @@ class powersgd_state {
   bool feedback_;
   tensor_id id_;
   powersgd_phase phase_ = powersgd_phase::idle;
-  std::uint64_t seed_ = 0;
   std::vector<float> m_;       // low rank: M (or the residual, when idle); dense: the buffer
   std::vector<float> p_;       // r × rows
   std::vector<float> q_;       // r × cols: warm start, then the step's Q
