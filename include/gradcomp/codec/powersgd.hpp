@@ -41,6 +41,7 @@
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cpu/isa.hpp>
 #include <gradcomp/cpu/kernels/feedback.hpp>
+#include <gradcomp/cpu/kernels/finite.hpp>
 #include <gradcomp/cpu/kernels/gemm.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
@@ -72,6 +73,11 @@ struct powersgd_options {
   /// step compresses its gradient alone; repeated steps on one matrix are then plain warm-started
   /// power iteration.
   bool error_feedback = true;
+  /// Scan the gradient for NaN and infinities before the state changes (one extra read of
+  /// the gradient; about a fifth of a step's memory traffic). Off, a non-finite gradient is
+  /// still caught, as a non-finite P after the all-reduce (on every rank, so the ranks stay
+  /// in agreement), but the residual of the tensor that held it is cleared instead of kept.
+  bool check_finite = true;
 };
 
 /// How a matrix is sent.
@@ -192,19 +198,12 @@ std::size_t first_nonfinite(T const* x, std::size_t n) noexcept {
   return n;
 }
 
-/// Whether x[0, n) is all finite, scanned with the feedback kernel in L1-sized pieces.
+/// Whether x[0, n) is all finite (one read, chunked over the context's pool).
 inline bool all_finite(float const* x, std::size_t n, codec_context const& ctx) {
   std::atomic<bool> ok{true};
   cpu::isa const level = cpu::effective_isa(ctx.isa);
   cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-    float buf[1024];
-    for (std::size_t i = b; i < e; i += 1024) {
-      std::size_t const len = std::min<std::size_t>(1024, e - i);
-      if (!cpu::kernels::combine(nullptr, x + i, 1.0f, buf, len, level)) {
-        ok.store(false, std::memory_order_relaxed);
-        return;
-      }
-    }
+    if (!cpu::kernels::all_finite(x + b, e - b, level)) ok.store(false, std::memory_order_relaxed);
   });
   return ok.load();
 }
@@ -230,6 +229,7 @@ class powersgd_state {
         rank_(opt.rank),
         backend_(opt.backend),
         feedback_(opt.error_feedback),
+        check_(opt.check_finite),
         id_(id) {
     if (opt.rank == 0) {
       throw config_error("gradcomp: powersgd rank must be at least 1, got 0");
@@ -264,7 +264,8 @@ class powersgd_state {
   /// Phase 1: M ← g + e, P ← M Q (Q initialized from Philox at the first step). Returns the
   /// buffer to all-reduce: P (r × rows, column by column) or, dense, the matrix itself.
   /// Throws `config_error` if `g` does not have rows · cols elements or a step is already in
-  /// progress, `numeric_error` (state unchanged) if `g` holds a NaN or infinity.
+  /// progress, `numeric_error` (state unchanged) if `g` holds a NaN or infinity (unless
+  /// `powersgd_options::check_finite` is off).
   template <element T>
   std::span<float> begin(tensor_view<T const> g, codec_context const& ctx = {}) {
     if (phase_ != powersgd_phase::idle) {
@@ -278,7 +279,7 @@ class powersgd_state {
           " is for a " + detail::psgd::shape_text(rows_, cols_) + " matrix (" +
           std::to_string(size()) + " elements), the gradient has " + std::to_string(g.size()));
     }
-    check_finite(g, ctx);
+    if (check_) check_finite(g, ctx);
     if (mode_ == powersgd_mode::dense) {
       m_.resize(size());
       for (std::size_t i = 0; i < size(); ++i) m_[i] = to_float(g[i]);
@@ -320,8 +321,9 @@ class powersgd_state {
                           " is not finite (a rank's gradient or residual overflowed); the step "
                           "was abandoned");
     }
-    detail::psgd::orthonormalize(p_.data(), rows_, rank_,
-                                 random_stream{ctx.seed, ctx.step, static_cast<std::uint32_t>(id_)});
+    detail::psgd::orthonormalize(
+        p_.data(), rows_, rank_,
+        random_stream{ctx.seed, ctx.step, static_cast<std::uint32_t>(id_)});
     q_prev_ = q_;
     cpu::gemm(cpu::transpose::no, cpu::transpose::no, rank_, cols_, rows_, 1.0f, p_.data(), rows_,
               m_.data(), cols_, 0.0f, q_.data(), cols_, ctx, backend_);
@@ -613,6 +615,7 @@ class powersgd_state {
   powersgd_mode mode_ = powersgd_mode::low_rank;
   cpu::gemm_backend backend_;
   bool feedback_;
+  bool check_;
   tensor_id id_;
   powersgd_phase phase_ = powersgd_phase::idle;
   std::vector<float> m_;       // low rank: M (or the residual, when idle); dense: the buffer

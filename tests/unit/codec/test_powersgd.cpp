@@ -600,6 +600,33 @@ TEST_CASE("powersgd rejects non-finite input and keeps its state", "[codec][powe
   CHECK(static_cast<unsigned>(out[field::dtype]) == static_cast<unsigned>(gc::dtype::bf16));
 }
 
+TEST_CASE("powersgd without the input scan still rejects non-finite input", "[codec][powersgd]") {
+  std::size_t const rows = 12, cols = 20;
+  gc::powersgd_options o = opts(2);
+  o.check_finite = false;
+  // Two ranks; rank b's gradient holds a NaN. Both see a non-finite reduced P and abandon the
+  // step: a keeps its gradient in the residual, b clears its poisoned residual; Q stays equal.
+  gc::powersgd_state a(rows, cols, o), b(rows, cols, o);
+  auto const ea = a.residual();  // zero: fresh states, the same Philox Q
+  auto const ga = gaussian(rows * cols, 3);
+  auto gb = gaussian(rows * cols, 4);
+  gb[5] = std::numeric_limits<float>::quiet_NaN();
+  auto pa = a.begin(std::span<float const>(ga));
+  auto pb = b.begin(std::span<float const>(gb));
+  for (std::size_t i = 0; i < pa.size(); ++i) pa[i] = pb[i] = pa[i] + pb[i];
+  CHECK_THROWS_AS(a.after_p_reduced(), gc::numeric_error);
+  CHECK_THROWS_AS(b.after_p_reduced(), gc::numeric_error);
+  CHECK(a.phase() == gc::powersgd_phase::idle);
+  CHECK(b.phase() == gc::powersgd_phase::idle);
+  auto const ea2 = a.residual();
+  for (std::size_t i = 0; i < ea2.size(); ++i)
+    REQUIRE(std::fabs(ea2[i] - (ea[i] + ga[i])) <= 1e-5f * (1 + std::fabs(ea2[i])));
+  auto const eb = b.residual();
+  CHECK(std::all_of(eb.begin(), eb.end(), [](float v) { return v == 0.0f; }));
+  CHECK(std::equal(a.q().begin(), a.q().end(), b.q().begin()));
+  CHECK(std::isfinite(frob(step(b, gaussian(rows * cols, 5)))));
+}
+
 TEST_CASE("powersgd abort keeps the gradient in the residual and restores Q", "[codec][powersgd]") {
   std::size_t const rows = 12, cols = 20;
   gc::powersgd_state s(rows, cols, opts(2));

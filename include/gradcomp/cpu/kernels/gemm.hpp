@@ -80,6 +80,10 @@ constexpr char const* gemm_backend_name(gemm_backend b) noexcept {
 
 /// Rows of B per k block of the axpy form.
 inline constexpr std::size_t gemm_kc = 16;
+/// How far ahead (floats along a row of B) the axpy tiles prefetch: the axpy form reads
+/// gemm_kc rows of B at once, more streams than the hardware prefetcher follows well (measured:
+/// Q = Pᵀ M at 4096 × 4096, r = 4 runs twice as fast with it).
+inline constexpr std::size_t gemm_prefetch = 128;
 /// Rows of C per parallel task (columns are split evenly over the threads).
 inline constexpr std::size_t gemm_task_rows = 64;
 
@@ -163,6 +167,11 @@ GRADCOMP_TARGET_AVX512 inline void gemm_axpy_tile(std::size_t kc, float alpha, f
   }
   for (std::size_t p = 0; p < kc; ++p) {
     float const* bp = b + p * ldb;
+    if (w == 64) {  // the tile after next: one line per row, ahead of the hardware prefetcher
+      for (int l = 0; l < 4; ++l) {
+        _mm_prefetch(reinterpret_cast<char const*>(bp + gemm_prefetch + 16 * l), _MM_HINT_T0);
+      }
+    }
     __m512 const b0 = _mm512_maskz_loadu_ps(m[0], bp);
     __m512 const b1 = _mm512_maskz_loadu_ps(m[1], bp + 16);
     __m512 const b2 = _mm512_maskz_loadu_ps(m[2], bp + 32);
@@ -254,6 +263,11 @@ GRADCOMP_TARGET_AVX2 inline void gemm_axpy_tile(std::size_t kc, float alpha, flo
   }
   for (std::size_t p = 0; p < kc; ++p) {
     float const* bp = b + p * ldb;
+    if (full) {
+      for (int l = 0; l < 2; ++l) {
+        _mm_prefetch(reinterpret_cast<char const*>(bp + gemm_prefetch + 16 * l), _MM_HINT_T0);
+      }
+    }
     __m256 const b0 = gemm_load8(bp, m[0], full);
     __m256 const b1 = gemm_load8(bp + 8, m[1], full);
     __m256 const b2 = gemm_load8(bp + 16, m[2], full);
