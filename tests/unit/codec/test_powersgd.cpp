@@ -13,6 +13,7 @@
 
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/powersgd.hpp>
+#include <gradcomp/cpu/kernels/finite.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -689,5 +690,26 @@ TEST_CASE("powersgd: the BLAS backend agrees with the built-in GEMM", "[codec][p
     auto const y = decode(compress(blas, g, rows, cols), g.size());
     INFO("step " << t);
     CHECK(frob_diff(x, y) <= 1e-4 * frob(x));
+  }
+}
+
+TEST_CASE("the finiteness scan finds NaN and infinities at every position and ISA",
+          "[codec][powersgd][cpu]") {
+  std::vector<float> x = gaussian(203, 9);
+  for (gc::cpu::isa level : isa_levels) {
+    INFO("isa " << gc::cpu::isa_name(level));
+    CHECK(gc::cpu::kernels::all_finite(x.data(), x.size(), level));
+    CHECK(gc::cpu::kernels::all_finite(x.data(), 0, level));
+    for (std::size_t at : {0u, 15u, 63u, 64u, 100u, 191u, 192u, 202u}) {
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()}) {
+        std::vector<float> y = x;
+        y[at] = bad;
+        INFO("position " << at << " value " << bad);
+        CHECK_FALSE(gc::cpu::kernels::all_finite(y.data(), y.size(), level));
+      }
+    }
+    std::vector<float> big(70, std::numeric_limits<float>::max());
+    CHECK(gc::cpu::kernels::all_finite(big.data(), big.size(), level));
   }
 }
