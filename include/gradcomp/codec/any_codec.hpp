@@ -121,7 +121,8 @@ inline double parse_double(std::string_view key, std::string_view v) {
 /// `natural:bucket=512`, `dithering:levels=2,partition=linear|natural,norm=max|l2,bucket=512`,
 /// `topk:k=1000` or `topk:ratio=0.01` (exactly one of the two) with `values=f32|f16|bf16`,
 /// `threshold:value=0.5,values=f32|f16|bf16`.
-/// Unknown names, keys or values raise `config_error`.
+/// Unknown names, keys or values raise `config_error`; so does `powersgd`, which is stateful
+/// and shaped (use `make_powersgd`, codec/powersgd.hpp; `decompress_any` decodes its packets).
 inline any_codec make_codec(std::string_view spec) {
   std::string_view const name = spec.substr(0, spec.find(':'));
   std::map<std::string, std::string, std::less<>> opts;
