@@ -18,6 +18,7 @@
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
 #include <gradcomp/codec/onebit.hpp>
+#include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
 #include <gradcomp/comm/any_communicator.hpp>

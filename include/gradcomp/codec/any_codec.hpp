@@ -11,6 +11,7 @@
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
 #include <gradcomp/codec/onebit.hpp>
+#include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
 #include <gradcomp/concepts/codec.hpp>
@@ -120,7 +121,8 @@ inline double parse_double(std::string_view key, std::string_view v) {
 /// `natural:bucket=512`, `dithering:levels=2,partition=linear|natural,norm=max|l2,bucket=512`,
 /// `topk:k=1000` or `topk:ratio=0.01` (exactly one of the two) with `values=f32|f16|bf16`,
 /// `threshold:value=0.5,values=f32|f16|bf16`.
-/// Unknown names, keys or values raise `config_error`.
+/// Unknown names, keys or values raise `config_error`; so does `powersgd`, which is stateful
+/// and shaped (use `make_powersgd`, codec/powersgd.hpp; `decompress_any` decodes its packets).
 inline any_codec make_codec(std::string_view spec) {
   std::string_view const name = spec.substr(0, spec.find(':'));
   std::map<std::string, std::string, std::less<>> opts;
@@ -216,6 +218,11 @@ inline any_codec make_codec(std::string_view spec) {
     double const t = detail::parse_double("value", take("value", ""));
     return finish(threshold_codec(static_cast<float>(t), v));
   }
+  if (name == "powersgd") {
+    throw config_error("gradcomp: codec 'powersgd' keeps per-tensor state (its warm-start Q) and needs "
+                       "each tensor's matrix shape, so it is not an any_codec; build it with "
+                       "gradcomp::make_powersgd(\"" + std::string(spec) + "\") (codec/powersgd.hpp)");
+  }
   throw config_error("gradcomp: unknown codec '" + std::string(name) +
                      "' (expected identity, fp16, bf16, int8, onebit, qsgd, terngrad, natural, dithering, "
                      "topk or threshold)");
@@ -240,6 +247,8 @@ void decompress_any(std::span<std::byte const> packet, std::span<T> out, float a
     case codec_id::dithering: return run(dithering_codec{});
     case codec_id::topk: return run(topk_codec{});
     case codec_id::threshold: return run(threshold_codec{});
+    case codec_id::powersgd:  // stateless decoding of a stateful codec's packet
+      return add ? powersgd::decompress_add(packet, out, alpha, ctx) : powersgd::decompress(packet, out, ctx);
   }
   throw format_error("gradcomp: packet has unknown codec id " + std::to_string(static_cast<unsigned>(h.codec)));
 }

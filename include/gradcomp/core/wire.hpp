@@ -43,6 +43,7 @@ enum class codec_id : std::uint8_t {
   dithering = 9,
   topk = 10,
   threshold = 11,
+  powersgd = 14,
 };
 
 /// Lower-case name of a codec id, or "unknown".
@@ -59,6 +60,7 @@ constexpr char const* codec_name(codec_id id) noexcept {
     case codec_id::dithering: return "dithering";
     case codec_id::topk: return "topk";
     case codec_id::threshold: return "threshold";
+    case codec_id::powersgd: return "powersgd";
   }
   return "unknown";
 }
