@@ -163,12 +163,12 @@ void write_outputs(std::filesystem::path const& dir, std::vector<outcome> const&
   std::filesystem::create_directories(dir);
   {
     std::ofstream f(dir / "curves.csv");
-    f << "run,label,step,train_loss,test_accuracy,bytes_per_worker,factor\n";
+    f << "run,label,step,train_loss,test_accuracy,bytes_per_worker,factor,gain\n";
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (!runs[i].result) continue;
       for (auto const& p : runs[i].result->curve) {
         f << i << ',' << csv_quote(runs[i].spec.label) << ',' << p.step << ',' << p.train_loss << ','
-          << p.test_accuracy << ',' << p.bytes << ',' << p.factor << '\n';
+          << p.test_accuracy << ',' << p.bytes << ',' << p.factor << ',' << p.gain << '\n';
       }
     }
   }
@@ -207,14 +207,14 @@ void write_outputs(std::filesystem::path const& dir, std::vector<outcome> const&
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (!runs[i].result) continue;
       lines += std::string(lines.empty() ? "plot " : ", \\\n     ") + "data using ($1==" + std::to_string(i) +
-               " ? $3 : NaN):(100*$5) every ::1 with linespoints title '" + runs[i].spec.label + "'";
+               " ? $3 : NaN):(100*$5) skip 1 with linespoints title '" + runs[i].spec.label + "'";
     }
     f << "set title 'accuracy vs iterations'\n" << lines << "\n";
     std::string bytes_lines;
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (!runs[i].result) continue;
       bytes_lines += std::string(bytes_lines.empty() ? "plot " : ", \\\n     ") + "data using ($1==" + std::to_string(i) +
-                     " ? $6/1e6 : NaN):(100*$5) every ::1 with linespoints title '" + runs[i].spec.label + "'";
+                     " ? $6/1e6 : NaN):(100*$5) skip 1 with linespoints title '" + runs[i].spec.label + "'";
     }
     f << "set title 'accuracy vs bytes sent per worker'\nset logscale x\nset xlabel 'MB sent per worker (log scale)'\n"
       << bytes_lines << "\nunset multiplot\n";
@@ -334,8 +334,9 @@ int run(int argc, char** argv) {
   std::optional<gradcomp::mpi_environment> mpi_env;
   std::optional<gradcomp::any_communicator> mpi_comm;
   if (use_mpi || launched_by_mpirun()) {
-    mpi_env.emplace(argc, argv);
-    mpi_comm.emplace(gradcomp::mpi_communicator{});
+    // Only the main thread calls MPI: each process is one rank.
+    mpi_env.emplace(&argc, &argv, gradcomp::mpi_threading::serialized);
+    mpi_comm.emplace(gradcomp::mpi_communicator(MPI_COMM_WORLD));
     workers = mpi_comm->size();
   }
   bool const root = !mpi_comm || mpi_comm->rank() == 0;

@@ -57,6 +57,7 @@ struct curve_point {
   double test_accuracy = 0.0;   ///< on the first `eval_subset` test examples (all at the end)
   double bytes = 0.0;           ///< cumulative bytes sent per worker (mean over ranks)
   double factor = 1.0;          ///< factor of the last step
+  double gain = 1.0;            ///< mean of ‖C(g_ef)‖² / ‖g_ef‖² of what was sent since the previous point
 };
 
 /// The outcome of a run (the same on every rank).
@@ -208,7 +209,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   run_result res;
   res.parameters = net.parameter_count();
   res.pipeline = ex.describe();
-  double bytes = 0.0, loss_sum = 0.0, compute = 0.0, compress = 0.0, sync = 0.0;
+  double bytes = 0.0, loss_sum = 0.0, gain_sum = 0.0, compute = 0.0, compress = 0.0, sync = 0.0;
   std::size_t loss_count = 0;
   auto const start = clock::now();
   for (std::size_t step = 0; step < o.steps; ++step) {
@@ -233,6 +234,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
     bytes += static_cast<double>(rep.bytes_sent);
     compress += rep.compress_s;
     sync += rep.sync_s;
+    gain_sum += rep.gain;
     res.factors.push_back(rep.factor);
     res.dense_steps.push_back(std::string_view(rep.sent) == "dense" ? 1 : 0);
 
@@ -251,8 +253,10 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       p.test_accuracy = v[2] / static_cast<double>(m);
       p.bytes = v[3] / world;
       p.factor = rep.factor;
+      p.gain = gain_sum / static_cast<double>(loss_count);
       res.curve.push_back(p);
       loss_sum = 0.0;
+      gain_sum = 0.0;
       loss_count = 0;
       if (last) {
         double lv[1] = {l};
