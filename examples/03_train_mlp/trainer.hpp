@@ -37,7 +37,7 @@ namespace train {
 /// Everything a run needs besides the data and the communicator.
 struct train_options {
   std::vector<std::size_t> hidden{1024, 512};  ///< hidden layer widths
-  std::size_t steps = 500;
+  std::size_t steps = 600;
   std::size_t batch = 32;            ///< samples per worker per step
   double learning_rate = 0.05;
   double momentum = 0.9;
