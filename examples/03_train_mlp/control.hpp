@@ -32,10 +32,10 @@
 #include <vector>
 
 #if __has_include(<gradcomp/adapt/any_controller.hpp>)
-#include <gradcomp/adapt/any_controller.hpp>
-#define TRAIN_HAVE_ADAPTIVE_CONTROLLERS 1
+#  include <gradcomp/adapt/any_controller.hpp>
+#  define TRAIN_HAVE_ADAPTIVE_CONTROLLERS 1
 #else
-#define TRAIN_HAVE_ADAPTIVE_CONTROLLERS 0
+#  define TRAIN_HAVE_ADAPTIVE_CONTROLLERS 0
 #endif
 
 namespace train {
@@ -90,10 +90,10 @@ struct step_timing {
 /// What the pipeline reports once per step (identical on every rank after `agree`).
 struct step_stats {
   std::uint64_t step = 0;
-  double ef_norm_sq = 0.0;                  ///< ‖g_ef‖², summed over ranks
-  std::vector<double> compressed_norm_sq;   ///< ‖C(g_ef)‖² per measured factor, summed
-  std::vector<double> layer_norms_sq;       ///< per-layer accumulator norms, summed
-  step_timing last_step;                    ///< previous step's times, max over ranks
+  double ef_norm_sq = 0.0;                 ///< ‖g_ef‖², summed over ranks
+  std::vector<double> compressed_norm_sq;  ///< ‖C(g_ef)‖² per measured factor, summed
+  std::vector<double> layer_norms_sq;      ///< per-layer accumulator norms, summed
+  step_timing last_step;                   ///< previous step's times, max over ranks
   std::uint64_t batch_size = 0;
   std::uint32_t workers = 0;
   double learning_rate = 0.0;
@@ -146,7 +146,8 @@ class controller {
   controller(std::vector<std::uint64_t> starts, std::vector<double> factors, std::string name)
       : starts_(std::move(starts)), factors_(std::move(factors)), name_(std::move(name)) {
     if (starts_.empty() || starts_.size() != factors_.size() || starts_[0] != 0) {
-      throw gradcomp::config_error("train: a schedule needs at least one point, the first at step 0");
+      throw gradcomp::config_error(
+          "train: a schedule needs at least one point, the first at step 0");
     }
     for (std::size_t i = 0; i < factors_.size(); ++i) {
       if (!std::isfinite(factors_[i]) || factors_[i] < 1.0) {
@@ -206,21 +207,23 @@ class controller {
 /// `gravac...`, `accordion...` and `dgc_warmup...` raise `controller_unavailable`.
 inline controller make_controller(std::string_view spec) {
   std::string_view const name = spec.substr(0, spec.find(':'));
-  std::string_view const rest = name.size() < spec.size() ? spec.substr(name.size() + 1) : std::string_view{};
+  std::string_view const rest =
+      name.size() < spec.size() ? spec.substr(name.size() + 1) : std::string_view{};
   auto number = [&](std::string_view v, char const* what) {
     std::string const s(v);
     char* end = nullptr;
     double const x = std::strtod(s.c_str(), &end);
     if (s.empty() || end != s.c_str() + s.size()) {
-      throw gradcomp::config_error("train: controller '" + std::string(spec) + "': " + what +
-                                   " '" + s + "' is not a number");
+      throw gradcomp::config_error("train: controller '" + std::string(spec) + "': " + what + " '" +
+                                   s + "' is not a number");
     }
     return x;
   };
   if (name == "dense" && rest.empty()) return controller({0}, {1.0}, std::string(spec));
   if (name == "static") {
     if (rest.substr(0, 7) != "factor=") {
-      throw gradcomp::config_error("train: controller 'static' needs factor=F, got '" + std::string(spec) + "'");
+      throw gradcomp::config_error("train: controller 'static' needs factor=F, got '" +
+                                   std::string(spec) + "'");
     }
     return controller({0}, {number(rest.substr(7), "factor")}, std::string(spec));
   }
@@ -233,7 +236,8 @@ inline controller make_controller(std::string_view spec) {
       r = item.size() < r.size() ? r.substr(item.size() + 1) : std::string_view{};
       auto const eq = item.find('=');
       if (eq == std::string_view::npos) {
-        throw gradcomp::config_error("train: schedule point '" + std::string(item) + "' is not STEP=FACTOR");
+        throw gradcomp::config_error("train: schedule point '" + std::string(item) +
+                                     "' is not STEP=FACTOR");
       }
       double const step = number(item.substr(0, eq), "step");
       if (step < 0 || step != std::floor(step)) {

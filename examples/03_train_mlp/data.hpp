@@ -33,8 +33,8 @@ namespace train {
 
 /// Examples as rows of `dim` floats with a class label each.
 struct dataset {
-  std::vector<float> x;           ///< size() * dim values, row-major
-  std::vector<std::uint8_t> y;    ///< size() labels, each < classes
+  std::vector<float> x;         ///< size() * dim values, row-major
+  std::vector<std::uint8_t> y;  ///< size() labels, each < classes
   std::size_t dim = 0;
   std::size_t classes = 0;
 
@@ -57,16 +57,16 @@ struct data_split {
 
 /// Parameters of the synthetic task (see file comment). The defaults are the demo's.
 struct synthetic_options {
-  std::size_t train = 24576;       ///< training examples
-  std::size_t test = 4096;         ///< test examples
-  std::size_t dim = 784;           ///< "pixels" per example
+  std::size_t train = 24576;  ///< training examples
+  std::size_t test = 4096;    ///< test examples
+  std::size_t dim = 784;      ///< "pixels" per example
   std::size_t classes = 10;
-  std::size_t latent = 24;         ///< latent dimensions
-  std::size_t modes = 6;           ///< blobs per class
-  double spread = 0.9;             ///< standard deviation of a blob (the centres have 1)
-  double gain = 1.6;               ///< scale of the random map before tanh
-  double pixel_noise = 0.5;        ///< standard deviation of the noise added to each pixel
-  double label_noise = 0.05;       ///< fraction of training labels replaced by a wrong class
+  std::size_t latent = 24;    ///< latent dimensions
+  std::size_t modes = 6;      ///< blobs per class
+  double spread = 0.9;        ///< standard deviation of a blob (the centres have 1)
+  double gain = 1.6;          ///< scale of the random map before tanh
+  double pixel_noise = 0.5;   ///< standard deviation of the noise added to each pixel
+  double label_noise = 0.05;  ///< fraction of training labels replaced by a wrong class
   std::uint64_t seed = 20260523;
 };
 
@@ -103,7 +103,8 @@ inline data_split make_synthetic(synthetic_options const& o) {
     for (std::size_t i = 0; i < n; ++i) {
       std::size_t const blob = s.below(blobs);
       std::size_t const cls = blob % o.classes;
-      for (std::size_t k = 0; k < o.latent; ++k) z[k] = centre[blob * o.latent + k] + o.spread * s.normal();
+      for (std::size_t k = 0; k < o.latent; ++k)
+        z[k] = centre[blob * o.latent + k] + o.spread * s.normal();
       float* x = d.x.data() + i * o.dim;
       for (std::size_t p = 0; p < o.dim; ++p) {
         double a = offset[p];
@@ -124,8 +125,8 @@ inline data_split make_synthetic(synthetic_options const& o) {
   out.description = "synthetic latent mixtures: " + std::to_string(o.classes) + " classes x " +
                     std::to_string(o.modes) + " blobs in " + std::to_string(o.latent) +
                     " latent dims -> " + std::to_string(o.dim) + " features, " +
-                    std::to_string(o.train) + " train / " + std::to_string(o.test) +
-                    " test, " + std::to_string(static_cast<int>(std::lround(o.label_noise * 100))) +
+                    std::to_string(o.train) + " train / " + std::to_string(o.test) + " test, " +
+                    std::to_string(static_cast<int>(std::lround(o.label_noise * 100))) +
                     "% train label noise, seed " + std::to_string(o.seed);
   return out;
 }
@@ -146,7 +147,8 @@ struct idx_array {
 /// dimensions of unsigned bytes. Throws `gradcomp::format_error` on anything malformed: a bad
 /// magic number, another element type or rank, a zero dimension, a size that overflows, a
 /// truncated file or trailing bytes.
-inline idx_array parse_idx(std::span<std::uint8_t const> bytes, std::size_t rank, std::string const& what) {
+inline idx_array parse_idx(std::span<std::uint8_t const> bytes, std::size_t rank,
+                           std::string const& what) {
   auto fail = [&](std::string const& why) -> void {
     throw gradcomp::format_error("train: " + what + ": " + why);
   };
@@ -158,8 +160,8 @@ inline idx_array parse_idx(std::span<std::uint8_t const> bytes, std::size_t rank
     fail("truncated: " + std::to_string(bytes.size()) + " bytes, an IDX header has at least 4");
   }
   if (bytes[0] != 0 || bytes[1] != 0) {
-    fail("not an IDX file: the magic number must start with two zero bytes (got " +
-         hex(bytes[0]) + " " + hex(bytes[1]) + "); a gzip-compressed file must be unpacked first");
+    fail("not an IDX file: the magic number must start with two zero bytes (got " + hex(bytes[0]) +
+         " " + hex(bytes[1]) + "); a gzip-compressed file must be unpacked first");
   }
   if (bytes[2] != 0x08) {
     fail("element type " + hex(bytes[2]) + " is not supported; expected 0x08 (unsigned byte)");
@@ -186,7 +188,8 @@ inline idx_array parse_idx(std::span<std::uint8_t const> bytes, std::size_t rank
   std::uint64_t const expected = header + count;
   if (bytes.size() < expected) {
     fail("truncated: the header announces " + std::to_string(count) + " values (" +
-         std::to_string(expected) + " bytes in all), the file has " + std::to_string(bytes.size()) + " bytes");
+         std::to_string(expected) + " bytes in all), the file has " + std::to_string(bytes.size()) +
+         " bytes");
   }
   if (bytes.size() > expected) {
     fail(std::to_string(bytes.size() - expected) + " bytes after the " + std::to_string(count) +
@@ -203,10 +206,12 @@ inline std::vector<std::uint8_t> read_file_bytes(std::filesystem::path const& pa
     std::string hint;
     std::filesystem::path gz = path;
     gz += ".gz";
-    if (std::filesystem::exists(gz)) hint = " (there is a " + gz.filename().string() + ": gunzip it first)";
+    if (std::filesystem::exists(gz))
+      hint = " (there is a " + gz.filename().string() + ": gunzip it first)";
     throw gradcomp::config_error("train: cannot open " + path.string() + hint);
   }
-  std::vector<std::uint8_t> out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::uint8_t> out((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
   return out;
 }
 
@@ -220,8 +225,8 @@ inline dataset idx_dataset(std::span<std::uint8_t const> images, std::string con
   idx_array const lb = parse_idx(labels, 1, labels_name);
   if (im.dims[0] != lb.dims[0]) {
     throw gradcomp::format_error("train: " + images_name + " holds " + std::to_string(im.dims[0]) +
-                                 " images but " + labels_name + " holds " + std::to_string(lb.dims[0]) +
-                                 " labels; expected the same count");
+                                 " images but " + labels_name + " holds " +
+                                 std::to_string(lb.dims[0]) + " labels; expected the same count");
   }
   dataset d;
   d.dim = std::size_t{im.dims[1]} * im.dims[2];
@@ -235,7 +240,8 @@ inline dataset idx_dataset(std::span<std::uint8_t const> images, std::string con
     }
   }
   d.x.resize(im.values.size());
-  for (std::size_t i = 0; i < im.values.size(); ++i) d.x[i] = static_cast<float>(im.values[i]) / 255.0f;
+  for (std::size_t i = 0; i < im.values.size(); ++i)
+    d.x[i] = static_cast<float>(im.values[i]) / 255.0f;
   return d;
 }
 
@@ -251,13 +257,13 @@ inline data_split load_mnist(std::filesystem::path const& dir) {
   out.train = load("train-images-idx3-ubyte", "train-labels-idx1-ubyte");
   out.test = load("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
   if (out.train.dim != out.test.dim) {
-    throw gradcomp::format_error("train: the training images have " + std::to_string(out.train.dim) +
-                                 " pixels, the test images " + std::to_string(out.test.dim) +
-                                 "; expected the same size");
+    throw gradcomp::format_error("train: the training images have " +
+                                 std::to_string(out.train.dim) + " pixels, the test images " +
+                                 std::to_string(out.test.dim) + "; expected the same size");
   }
   out.description = "IDX files in " + dir.string() + ": " + std::to_string(out.train.size()) +
-                     " train / " + std::to_string(out.test.size()) + " test, " +
-                     std::to_string(out.train.dim) + " pixels";
+                    " train / " + std::to_string(out.test.size()) + " test, " +
+                    std::to_string(out.train.dim) + " pixels";
   return out;
 }
 

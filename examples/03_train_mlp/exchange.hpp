@@ -69,8 +69,8 @@ struct exchange_options {
 /// What the caller knows about the step being exchanged.
 struct step_info {
   std::uint64_t step = 0;
-  double backprop_s = 0.0;     ///< this step's forward + backward time
-  std::uint64_t batch = 0;     ///< samples per worker
+  double backprop_s = 0.0;  ///< this step's forward + backward time
+  std::uint64_t batch = 0;  ///< samples per worker
   double learning_rate = 0.0;
   double next_learning_rate = 0.0;
 };
@@ -101,7 +101,8 @@ class gradient_exchange {
       mode_ = mode::fixed;
       fixed_ = gradcomp::make_codec(opts_.codec);
     }
-    bool const shared = mode_ == mode::fixed && fixed_->aggregation() == gradcomp::aggregation_kind::shared_support;
+    bool const shared =
+        mode_ == mode::fixed && fixed_->aggregation() == gradcomp::aggregation_kind::shared_support;
     ctx_.seed = opts_.seed + (shared ? 0u : static_cast<std::uint64_t>(comm_.rank()));
   }
 
@@ -162,11 +163,13 @@ class gradient_exchange {
     }
     if (grads.size() != scratch_.size()) {
       throw gradcomp::config_error("train: gradient_exchange got " + std::to_string(grads.size()) +
-                                   " tensors, expected " + std::to_string(scratch_.size()) + " as before");
+                                   " tensors, expected " + std::to_string(scratch_.size()) +
+                                   " as before");
     }
     for (std::size_t t = 0; t < grads.size(); ++t) {
       if (grads[t].size() != scratch_[t].size()) {
-        throw gradcomp::config_error("train: gradient tensor " + std::to_string(t) + " changed size");
+        throw gradcomp::config_error("train: gradient tensor " + std::to_string(t) +
+                                     " changed size");
       }
     }
   }
@@ -178,7 +181,10 @@ class gradient_exchange {
     flat_.resize(total);
     auto t0 = clock::now();
     std::size_t at = 0;
-    for (auto const& g : grads) at = static_cast<std::size_t>(std::copy(g.begin(), g.end(), flat_.begin() + static_cast<std::ptrdiff_t>(at)) - flat_.begin());
+    for (auto const& g : grads)
+      at = static_cast<std::size_t>(
+          std::copy(g.begin(), g.end(), flat_.begin() + static_cast<std::ptrdiff_t>(at)) -
+          flat_.begin());
     comm_.all_reduce(std::as_writable_bytes(std::span<float>(flat_)), gradcomp::comm_type::f32,
                      gradcomp::reduce_op::sum);
     float const inv = 1.0f / static_cast<float>(comm_.size());
@@ -192,7 +198,8 @@ class gradient_exchange {
 
   // Compresses tensor t (the gradient g) at codec c with error feedback (or without); writes
   // the packet into packets_[level][t] and returns ‖g_ef‖² (computed before the residual moves).
-  double compress_first(std::size_t t, std::span<float> g, gradcomp::any_codec const& c, std::uint32_t step) {
+  double compress_first(std::size_t t, std::span<float> g, gradcomp::any_codec const& c,
+                        std::uint32_t step) {
     auto const id = static_cast<gradcomp::tensor_id>(t);
     auto view = gradcomp::tensor_view<float const>(std::span<float const>(g), id);
     auto& out = packets_[0][t];
@@ -203,7 +210,8 @@ class gradient_exchange {
     std::size_t bytes = 0;
     if (opts_.error_feedback) {
       auto const r = ef_.state(id).values();  // empty until the first step: zero
-      if (r.empty()) ef = norm_sq(g);
+      if (r.empty())
+        ef = norm_sq(g);
       else {
         for (std::size_t i = 0; i < g.size(); ++i) {
           double const v = static_cast<double>(g[i]) + r[i];
@@ -225,13 +233,15 @@ class gradient_exchange {
     for (auto& p : packets_) p.resize(tensors);
   }
 
-  void fixed_step(std::span<std::span<float> const> grads, step_info const& info, exchange_report& rep) {
+  void fixed_step(std::span<std::span<float> const> grads, step_info const& info,
+                  exchange_report& rep) {
     ensure_levels(1, grads.size());
     auto t0 = clock::now();
     double ef = 0.0, sent = 0.0;
     for (std::size_t t = 0; t < grads.size(); ++t) {
       ef += compress_first(t, grads[t], *fixed_, static_cast<std::uint32_t>(info.step));
-      fixed_->decompress(std::span<std::byte const>(packets_[0][t]), std::span<float>(scratch_[t]), ctx_);
+      fixed_->decompress(std::span<std::byte const>(packets_[0][t]), std::span<float>(scratch_[t]),
+                         ctx_);
       sent += norm_sq(scratch_[t]);
     }
     rep.compress_s += seconds_since(t0);
@@ -252,7 +262,8 @@ class gradient_exchange {
     return codecs_.emplace(factor, gradcomp::make_codec(spec)).first->second;
   }
 
-  void adaptive_step(std::span<std::span<float> const> grads, step_info const& info, exchange_report& rep) {
+  void adaptive_step(std::span<std::span<float> const> grads, step_info const& info,
+                     exchange_report& rep) {
     step_plan const plan = ctrl_->plan();
     std::size_t const levels = plan.measure.size();
     ensure_levels(std::max<std::size_t>(levels, 1), grads.size());
@@ -283,7 +294,8 @@ class gradient_exchange {
       s.ef_norm_sq += compress_first(t, grads[t], codec_at(plan.measure[0]), step32);
       // base_ = decode(packet 0): with the residual it rebuilds g_ef, whatever is sent.
       base_[t].assign(grads[t].size(), 0.0f);
-      codec_at(plan.measure[0]).decompress(std::span<std::byte const>(packets_[0][t]), std::span<float>(base_[t]), ctx_);
+      codec_at(plan.measure[0])
+          .decompress(std::span<std::byte const>(packets_[0][t]), std::span<float>(base_[t]), ctx_);
       s.compressed_norm_sq[0] += norm_sq(base_[t]);
       for (std::size_t l = 1; l < levels; ++l) {  // multi-level: compress the previous packet
         std::vector<float>& prev = scratch_[t];
@@ -293,8 +305,10 @@ class gradient_exchange {
         out.resize(c.max_compressed_bytes(prev.size()));
         gradcomp::codec_context ctx = ctx_;
         ctx.step = step32;
-        out.resize(c.compress(gradcomp::tensor_view<float const>(std::span<float const>(prev), static_cast<gradcomp::tensor_id>(t)),
-                              std::span<std::byte>(out), ctx));
+        out.resize(
+            c.compress(gradcomp::tensor_view<float const>(std::span<float const>(prev),
+                                                          static_cast<gradcomp::tensor_id>(t)),
+                       std::span<std::byte>(out), ctx));
         std::fill(prev.begin(), prev.end(), 0.0f);
         c.decompress(std::span<std::byte const>(out), std::span<float>(prev), ctx_);
         s.compressed_norm_sq[l] += norm_sq(prev);
@@ -303,13 +317,16 @@ class gradient_exchange {
     rep.compress_s += seconds_since(t0);
 
     auto t1 = clock::now();
-    agree(s,
-          [&](std::span<double> v) {
-            comm_.all_reduce(std::as_writable_bytes(v), gradcomp::comm_type::f64, gradcomp::reduce_op::sum);
-          },
-          [&](std::span<double> v) {
-            comm_.all_reduce(std::as_writable_bytes(v), gradcomp::comm_type::f64, gradcomp::reduce_op::max);
-          });
+    agree(
+        s,
+        [&](std::span<double> v) {
+          comm_.all_reduce(std::as_writable_bytes(v), gradcomp::comm_type::f64,
+                           gradcomp::reduce_op::sum);
+        },
+        [&](std::span<double> v) {
+          comm_.all_reduce(std::as_writable_bytes(v), gradcomp::comm_type::f64,
+                           gradcomp::reduce_op::max);
+        });
     rep.sync_s += seconds_since(t1);
     decision const d = ctrl_->decide(s);
     std::size_t const k = d.packet(levels);
@@ -342,14 +359,16 @@ class gradient_exchange {
     rep.sent = d.send == send_kind::candidate ? "candidate" : "minimum";
     double const ef = s.ef_norm_sq;
     rep.gain = ef > 0.0 ? s.compressed_norm_sq[k] / ef : 1.0;
-    if (k != 0 && opts_.error_feedback) {  // residual = g_ef - decode(packet k) = r + base - decode(k)
+    if (k != 0 &&
+        opts_.error_feedback) {  // residual = g_ef - decode(packet k) = r + base - decode(k)
       auto t2 = clock::now();
       gradcomp::any_codec const& c = codec_at(plan.measure[k]);
       for (std::size_t t = 0; t < grads.size(); ++t) {
         auto& st = ef_.state(static_cast<gradcomp::tensor_id>(t));
         if (st.data.empty()) st.data.assign(grads[t].size(), 0.0f);
         for (std::size_t i = 0; i < grads[t].size(); ++i) st.data[i] += base_[t][i];
-        c.decompress_add(std::span<std::byte const>(packets_[k][t]), std::span<float>(st.data), -1.0f, ctx_);
+        c.decompress_add(std::span<std::byte const>(packets_[k][t]), std::span<float>(st.data),
+                         -1.0f, ctx_);
       }
       rep.compress_s += seconds_since(t2);
     }
@@ -375,15 +394,16 @@ class gradient_exchange {
     auto const r = ef_.state(static_cast<gradcomp::tensor_id>(t)).values();
     if (!compressed) return std::vector<float>(r.begin(), r.end());
     std::vector<float> out(g.size());
-    for (std::size_t i = 0; i < g.size(); ++i) out[i] = (r.empty() ? 0.0f : r[i]) + base_[t][i] - g[i];
+    for (std::size_t i = 0; i < g.size(); ++i)
+      out[i] = (r.empty() ? 0.0f : r[i]) + base_[t][i] - g[i];
     return out;
   }
 
   // All-gathers packet level `k` of every tensor (one collective for the sizes, one for the
   // bytes), then decodes every rank's packets in rank order into the gradients and divides by
   // the number of ranks.
-  void send_packets(std::span<std::span<float> const> grads, std::size_t k, gradcomp::any_codec const& c,
-                    exchange_report& rep) {
+  void send_packets(std::span<std::span<float> const> grads, std::size_t k,
+                    gradcomp::any_codec const& c, exchange_report& rep) {
     std::size_t const tensors = grads.size();
     auto const n = static_cast<std::size_t>(comm_.size());
     auto t0 = clock::now();
@@ -396,14 +416,17 @@ class gradient_exchange {
     send_.resize(mine_total);
     std::size_t at = 0;
     for (std::size_t t = 0; t < tensors; ++t) {
-      std::copy(packets_[k][t].begin(), packets_[k][t].end(), send_.begin() + static_cast<std::ptrdiff_t>(at));
+      std::copy(packets_[k][t].begin(), packets_[k][t].end(),
+                send_.begin() + static_cast<std::ptrdiff_t>(at));
       at += packets_[k][t].size();
     }
     std::vector<std::uint64_t> sizes(tensors * n);
-    comm_.all_gather(std::as_bytes(std::span<std::uint64_t>(mine)), std::as_writable_bytes(std::span<std::uint64_t>(sizes)));
+    comm_.all_gather(std::as_bytes(std::span<std::uint64_t>(mine)),
+                     std::as_writable_bytes(std::span<std::uint64_t>(sizes)));
     std::vector<std::size_t> counts(n, 0);
     for (std::size_t r = 0; r < n; ++r) {
-      for (std::size_t t = 0; t < tensors; ++t) counts[r] += static_cast<std::size_t>(sizes[r * tensors + t]);
+      for (std::size_t t = 0; t < tensors; ++t)
+        counts[r] += static_cast<std::size_t>(sizes[r * tensors + t]);
     }
     std::size_t total = 0;
     for (std::size_t cnt : counts) total += cnt;
@@ -436,7 +459,8 @@ class gradient_exchange {
   std::optional<gradcomp::any_codec> fixed_;
   std::optional<controller> ctrl_;
   std::map<double, gradcomp::any_codec> codecs_;
-  gradcomp::compressor<gradcomp::any_codec, gradcomp::residual_feedback> ef_{gradcomp::make_codec("identity")};
+  gradcomp::compressor<gradcomp::any_codec, gradcomp::residual_feedback> ef_{
+      gradcomp::make_codec("identity")};
   std::vector<std::vector<std::vector<std::byte>>> packets_;  // [level][tensor]
   std::vector<std::vector<float>> scratch_, base_, acc_;
   std::vector<float> flat_;

@@ -95,8 +95,10 @@ inline void matmul_nn(float const* x, float const* w, float const* bias, float* 
                       std::size_t k, std::size_t n) {
   for (std::size_t i = 0; i < m; ++i) {
     float* yi = y + i * n;
-    if (bias != nullptr) std::copy(bias, bias + n, yi);
-    else std::fill(yi, yi + n, 0.0f);
+    if (bias != nullptr)
+      std::copy(bias, bias + n, yi);
+    else
+      std::fill(yi, yi + n, 0.0f);
   }
   for (std::size_t j0 = 0; j0 < n; j0 += tile_n) {
     std::size_t const j1 = std::min(n, j0 + tile_n);
@@ -203,8 +205,8 @@ struct workspace {
 
 /// Loss and accuracy of a batch.
 struct batch_result {
-  double loss = 0.0;         ///< mean cross-entropy over the batch
-  std::size_t correct = 0;   ///< argmax(logits) == label
+  double loss = 0.0;        ///< mean cross-entropy over the batch
+  std::size_t correct = 0;  ///< argmax(logits) == label
 };
 
 /// A multi-layer perceptron (see file comment).
@@ -254,8 +256,8 @@ class mlp {
   void forward(std::span<float const> x, std::size_t batch, workspace& ws) const {
     if (x.size() != batch * inputs()) {
       throw gradcomp::config_error("train: forward got " + std::to_string(x.size()) +
-                                   " input values for a batch of " + std::to_string(batch) +
-                                   " x " + std::to_string(inputs()));
+                                   " input values for a batch of " + std::to_string(batch) + " x " +
+                                   std::to_string(inputs()));
     }
     prepare(ws, batch);
     std::copy(x.begin(), x.end(), ws.h[0].begin());
@@ -273,8 +275,8 @@ class mlp {
   batch_result loss(std::span<std::uint8_t const> labels, workspace& ws) const {
     std::size_t const c = classes();
     if (labels.size() != ws.batch) {
-      throw gradcomp::config_error("train: " + std::to_string(labels.size()) + " labels for a batch of " +
-                                   std::to_string(ws.batch));
+      throw gradcomp::config_error("train: " + std::to_string(labels.size()) +
+                                   " labels for a batch of " + std::to_string(ws.batch));
     }
     batch_result r;
     float const inv = 1.0f / static_cast<float>(ws.batch);
@@ -345,10 +347,12 @@ class sgd {
  public:
   sgd(double momentum, double weight_decay) : momentum_(momentum), weight_decay_(weight_decay) {
     if (!(momentum >= 0.0 && momentum < 1.0)) {
-      throw gradcomp::config_error("train: momentum must be in [0, 1), got " + std::to_string(momentum));
+      throw gradcomp::config_error("train: momentum must be in [0, 1), got " +
+                                   std::to_string(momentum));
     }
     if (!(weight_decay >= 0.0)) {
-      throw gradcomp::config_error("train: weight decay must be >= 0, got " + std::to_string(weight_decay));
+      throw gradcomp::config_error("train: weight decay must be >= 0, got " +
+                                   std::to_string(weight_decay));
     }
   }
 

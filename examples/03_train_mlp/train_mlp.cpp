@@ -20,7 +20,7 @@
 #include <gradcomp/core/error.hpp>
 
 #if defined(GRADCOMP_HAVE_MPI)
-#include <gradcomp/comm/mpi.hpp>
+#  include <gradcomp/comm/mpi.hpp>
 #endif
 
 #include "control.hpp"
@@ -73,7 +73,8 @@ struct outcome {
       "  --hidden A,B,...       hidden layer widths                           [1024,512]\n"
       "  --eval-every N         steps between curve points                    [50]\n"
       "  --seed N               model / batch order seed                      [1]\n"
-      "  --mnist DIR            train on MNIST-format IDX files in DIR instead of the synthetic task\n"
+      "  --mnist DIR            train on MNIST-format IDX files in DIR instead of the synthetic "
+      "task\n"
       "  --train-size N         synthetic training examples                   [24576]\n"
       "  --out DIR              write DIR/curves.csv, DIR/summary.csv, DIR/plot.gp\n"
       "  --mpi                  use MPI ranks (automatic under mpirun when built with MPI)\n");
@@ -123,7 +124,8 @@ std::string factor_summary(train::run_result const& r) {
   std::size_t dense = 0;
   for (char d : r.dense_steps) dense += d != 0 ? 1 : 0;
   if (dense != 0 && dense != r.dense_steps.size()) {
-    s += fmt(", dense %.0f%%", 100.0 * static_cast<double>(dense) / static_cast<double>(r.dense_steps.size()));
+    s += fmt(", dense %.0f%%",
+             100.0 * static_cast<double>(dense) / static_cast<double>(r.dense_steps.size()));
   }
   return s;
 }
@@ -149,9 +151,15 @@ std::vector<run_spec> demo_runs(std::size_t steps) {
       // for tens of thousands of steps) and GraVAC's epsilon set from the gains this model
       // shows (top-k x10 with error feedback keeps about 60 % of ‖g_ef‖², x100 about 7 %):
       // with the paper's 0.7 no factor above 10 ever qualifies. docs/training.md.
-      {"GraVAC exponential", ex("topk", true, "gravac:policy=exponential,theta_min=10,theta_max=1000,epsilon=0.1,window=" + w)},
-      {"GraVAC geometric", ex("topk", true, "gravac:policy=geometric,theta_min=10,theta_max=2000,epsilon=0.1,window=" + w)},
-      {"Accordion", ex("topk", true, "accordion:low=10,high=1000,interval=" + w + ",accumulation=" + std::to_string(std::max<std::size_t>(1, steps / 50)))},
+      {"GraVAC exponential",
+       ex("topk", true,
+          "gravac:policy=exponential,theta_min=10,theta_max=1000,epsilon=0.1,window=" + w)},
+      {"GraVAC geometric",
+       ex("topk", true,
+          "gravac:policy=geometric,theta_min=10,theta_max=2000,epsilon=0.1,window=" + w)},
+      {"Accordion", ex("topk", true,
+                       "accordion:low=10,high=1000,interval=" + w + ",accumulation=" +
+                           std::to_string(std::max<std::size_t>(1, steps / 50)))},
   };
 }
 
@@ -169,27 +177,30 @@ void write_outputs(std::filesystem::path const& dir, std::vector<outcome> const&
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (!runs[i].result) continue;
       for (auto const& p : runs[i].result->curve) {
-        f << i << ',' << csv_quote(runs[i].spec.label) << ',' << p.step << ',' << p.train_loss << ','
-          << p.test_accuracy << ',' << p.bytes << ',' << p.factor << ',' << p.gain << '\n';
+        f << i << ',' << csv_quote(runs[i].spec.label) << ',' << p.step << ',' << p.train_loss
+          << ',' << p.test_accuracy << ',' << p.bytes << ',' << p.factor << ',' << p.gain << '\n';
       }
     }
   }
   {
     std::ofstream f(dir / "summary.csv");
-    f << "label,codec,controller,error_feedback,test_accuracy,test_loss,bytes_per_worker,dense_bytes_per_worker,"
+    f << "label,codec,controller,error_feedback,test_accuracy,test_loss,bytes_per_worker,dense_"
+         "bytes_per_worker,"
          "factor_over_time,compute_s,compress_s,sync_s,wall_s,ms_per_step\n";
     for (auto const& o : runs) {
       f << csv_quote(o.spec.label) << ',' << csv_quote(o.spec.exchange.codec) << ','
-        << csv_quote(o.spec.exchange.codec.rfind("topk", 0) == 0 ? o.spec.exchange.controller : "") << ','
-        << (o.spec.exchange.error_feedback && o.spec.exchange.codec != "dense" ? 1 : 0) << ',';
+        << csv_quote(o.spec.exchange.codec.rfind("topk", 0) == 0 ? o.spec.exchange.controller : "")
+        << ',' << (o.spec.exchange.error_feedback && o.spec.exchange.codec != "dense" ? 1 : 0)
+        << ',';
       if (!o.result) {
         f << ",,,,\"not available in this build\",,,,,\n";
         continue;
       }
       auto const& r = *o.result;
-      f << r.test_accuracy << ',' << r.test_loss << ',' << r.bytes_per_worker << ',' << r.dense_bytes_per_worker << ','
-        << csv_quote(factor_summary(r)) << ',' << r.compute_s << ',' << r.compress_s << ',' << r.sync_s << ','
-        << r.wall_s << ',' << 1000.0 * r.wall_s / static_cast<double>(r.factors.size()) << '\n';
+      f << r.test_accuracy << ',' << r.test_loss << ',' << r.bytes_per_worker << ','
+        << r.dense_bytes_per_worker << ',' << csv_quote(factor_summary(r)) << ',' << r.compute_s
+        << ',' << r.compress_s << ',' << r.sync_s << ',' << r.wall_s << ','
+        << 1000.0 * r.wall_s / static_cast<double>(r.factors.size()) << '\n';
     }
   }
   {
@@ -197,33 +208,41 @@ void write_outputs(std::filesystem::path const& dir, std::vector<outcome> const&
     f << "# gnuplot script written by gradcomp_train: gnuplot plot.gp -> plot.png\n"
          "set datafile separator ','\n"
          "set terminal pngcairo size 1400,560 noenhanced font ',10'\n"
-         "set output '" << (dir / "plot.png").string() << "'\n"
+         "set output '"
+      << (dir / "plot.png").string()
+      << "'\n"
          "set multiplot layout 1,2\n"
          "set key bottom right\n"
          "set grid\n"
          "set ylabel 'test accuracy (%)'\n"
          "set yrange [*:100]\n"
          "set xlabel 'iteration'\n"
-         "data = '" << (dir / "curves.csv").string() << "'\n";
+         "data = '"
+      << (dir / "curves.csv").string() << "'\n";
     std::string lines;
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (!runs[i].result) continue;
-      lines += std::string(lines.empty() ? "plot " : ", \\\n     ") + "data using ($1==" + std::to_string(i) +
+      lines += std::string(lines.empty() ? "plot " : ", \\\n     ") +
+               "data using ($1==" + std::to_string(i) +
                " ? $3 : NaN):(100*$5) skip 1 with linespoints title '" + runs[i].spec.label + "'";
     }
     f << "set title 'accuracy vs iterations'\n" << lines << "\n";
     std::string bytes_lines;
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (!runs[i].result) continue;
-      bytes_lines += std::string(bytes_lines.empty() ? "plot " : ", \\\n     ") + "data using ($1==" + std::to_string(i) +
-                     " ? $6/1e6 : NaN):(100*$5) skip 1 with linespoints title '" + runs[i].spec.label + "'";
+      bytes_lines += std::string(bytes_lines.empty() ? "plot " : ", \\\n     ") +
+                     "data using ($1==" + std::to_string(i) +
+                     " ? $6/1e6 : NaN):(100*$5) skip 1 with linespoints title '" +
+                     runs[i].spec.label + "'";
     }
-    f << "set title 'accuracy vs bytes sent per worker'\nset logscale x\nset xlabel 'MB sent per worker (log scale)'\n"
+    f << "set title 'accuracy vs bytes sent per worker'\nset logscale x\nset xlabel 'MB sent per "
+         "worker (log scale)'\n"
       << bytes_lines << "\nunset multiplot\n";
   }
 }
 
-void print_table(std::vector<outcome> const& runs, std::size_t steps, int workers, std::size_t params) {
+void print_table(std::vector<outcome> const& runs, std::size_t steps, int workers,
+                 std::size_t params) {
   double dense_acc = -1.0, dense_bytes = 0.0;
   for (auto const& o : runs) {
     if (o.result && o.spec.exchange.codec == "dense") {
@@ -232,10 +251,13 @@ void print_table(std::vector<outcome> const& runs, std::size_t steps, int worker
       break;
     }
   }
-  std::printf("\n%zu steps, %d workers, %zu parameters; bytes = what each worker contributed to the collectives\n",
-              steps, workers, params);
-  std::printf("%-20s %8s %7s %11s %8s  %-34s %9s %8s %8s\n", "run", "test acc", "vs dense", "MB/worker",
-              "x less", "factor over time (value@step)", "compress", "wall", "ms/step");
+  std::printf(
+      "\n%zu steps, %d workers, %zu parameters; bytes = what each worker contributed to the "
+      "collectives\n",
+      steps, workers, params);
+  std::printf("%-20s %8s %7s %11s %8s  %-34s %9s %8s %8s\n", "run", "test acc", "vs dense",
+              "MB/worker", "x less", "factor over time (value@step)", "compress", "wall",
+              "ms/step");
   for (auto const& o : runs) {
     if (!o.result) {
       std::printf("%-20s %s\n", o.spec.label.c_str(), o.why.c_str());
@@ -256,11 +278,13 @@ std::vector<std::size_t> parse_sizes(std::string const& s) {
   std::size_t at = 0;
   while (at <= s.size()) {
     std::size_t const comma = s.find(',', at);
-    std::string const item = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    std::string const item =
+        s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     char* end = nullptr;
     unsigned long const v = std::strtoul(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || v == 0) {
-      throw gradcomp::config_error("train: --hidden wants positive widths separated by commas, got '" + s + "'");
+      throw gradcomp::config_error(
+          "train: --hidden wants positive widths separated by commas, got '" + s + "'");
     }
     out.push_back(v);
     if (comma == std::string::npos) break;
@@ -286,7 +310,8 @@ int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view const a = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw gradcomp::config_error("train: option " + std::string(a) + " needs a value");
+      if (i + 1 >= argc)
+        throw gradcomp::config_error("train: option " + std::string(a) + " needs a value");
       return argv[++i];
     };
     auto count = [&]() -> std::size_t {
@@ -294,7 +319,8 @@ int run(int argc, char** argv) {
       char* end = nullptr;
       unsigned long long const n = std::strtoull(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || n == 0) {
-        throw gradcomp::config_error("train: option " + std::string(a) + " wants a positive integer, got '" + v + "'");
+        throw gradcomp::config_error("train: option " + std::string(a) +
+                                     " wants a positive integer, got '" + v + "'");
       }
       return static_cast<std::size_t>(n);
     };
@@ -303,28 +329,47 @@ int run(int argc, char** argv) {
       char* end = nullptr;
       double const x = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0' || !std::isfinite(x)) {
-        throw gradcomp::config_error("train: option " + std::string(a) + " wants a number, got '" + v + "'");
+        throw gradcomp::config_error("train: option " + std::string(a) + " wants a number, got '" +
+                                     v + "'");
       }
       return x;
     };
-    if (a == "--help" || a == "-h") usage(0);
-    else if (a == "--demo") demo = true;
-    else if (a == "--codec") single.codec = value();
-    else if (a == "--controller") single.controller = value();
-    else if (a == "--no-ef") single.error_feedback = false;
-    else if (a == "--workers") workers = static_cast<int>(count());
-    else if (a == "--steps") o.steps = count();
-    else if (a == "--batch") o.batch = count();
-    else if (a == "--lr") o.learning_rate = real();
-    else if (a == "--momentum") o.momentum = real();
-    else if (a == "--weight-decay") o.weight_decay = real();
-    else if (a == "--hidden") o.hidden = parse_sizes(value());
-    else if (a == "--eval-every") o.eval_every = count();
-    else if (a == "--seed") o.seed = count();
-    else if (a == "--mnist") mnist = value();
-    else if (a == "--train-size") syn.train = count();
-    else if (a == "--out") out_dir = value();
-    else if (a == "--mpi") use_mpi = true;
+    if (a == "--help" || a == "-h")
+      usage(0);
+    else if (a == "--demo")
+      demo = true;
+    else if (a == "--codec")
+      single.codec = value();
+    else if (a == "--controller")
+      single.controller = value();
+    else if (a == "--no-ef")
+      single.error_feedback = false;
+    else if (a == "--workers")
+      workers = static_cast<int>(count());
+    else if (a == "--steps")
+      o.steps = count();
+    else if (a == "--batch")
+      o.batch = count();
+    else if (a == "--lr")
+      o.learning_rate = real();
+    else if (a == "--momentum")
+      o.momentum = real();
+    else if (a == "--weight-decay")
+      o.weight_decay = real();
+    else if (a == "--hidden")
+      o.hidden = parse_sizes(value());
+    else if (a == "--eval-every")
+      o.eval_every = count();
+    else if (a == "--seed")
+      o.seed = count();
+    else if (a == "--mnist")
+      mnist = value();
+    else if (a == "--train-size")
+      syn.train = count();
+    else if (a == "--out")
+      out_dir = value();
+    else if (a == "--mpi")
+      use_mpi = true;
     else {
       std::fprintf(stderr, "gradcomp_train: unknown option '%s'\n", argv[i]);
       usage(2);
@@ -348,25 +393,31 @@ int run(int argc, char** argv) {
         "train: --mpi: this program was built without gradcomp's MPI adapter (gradcomp::mpi)");
   }
   if (launched_by_mpirun()) {
-    std::fprintf(stderr, "gradcomp_train: started by mpirun, but built without MPI: every process "
-                         "trains on its own with %d in-process workers\n", workers);
+    std::fprintf(stderr,
+                 "gradcomp_train: started by mpirun, but built without MPI: every process "
+                 "trains on its own with %d in-process workers\n",
+                 workers);
   }
   bool const root = true;
 #endif
 
   auto const t0 = std::chrono::steady_clock::now();
-  train::data_split const data = mnist.empty() ? train::make_synthetic(syn) : train::load_mnist(mnist);
-  double const data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  train::data_split const data =
+      mnist.empty() ? train::make_synthetic(syn) : train::load_mnist(mnist);
+  double const data_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (root) {
     std::printf("data: %s (%.1fs)\n", data.description.c_str(), data_s);
     std::printf("model: MLP %zu", data.train.dim);
     for (std::size_t h : o.hidden) std::printf("-%zu", h);
-    std::printf("-%zu, %zu workers x batch %zu, lr %.3g (x%.2g after step %zu), momentum %.2g, %zu steps\n",
-                data.train.classes, static_cast<std::size_t>(workers), o.batch, o.learning_rate, o.decay,
-                static_cast<std::size_t>(o.decay_at * static_cast<double>(o.steps)), o.momentum, o.steps);
+    std::printf(
+        "-%zu, %zu workers x batch %zu, lr %.3g (x%.2g after step %zu), momentum %.2g, %zu steps\n",
+        data.train.classes, static_cast<std::size_t>(workers), o.batch, o.learning_rate, o.decay,
+        static_cast<std::size_t>(o.decay_at * static_cast<double>(o.steps)), o.momentum, o.steps);
   }
 
-  std::vector<run_spec> specs = demo ? demo_runs(o.steps) : std::vector<run_spec>{{single.codec, single}};
+  std::vector<run_spec> specs =
+      demo ? demo_runs(o.steps) : std::vector<run_spec>{{single.codec, single}};
   if (!demo && single.codec.rfind("topk", 0) == 0) {
     specs[0].label = single.codec + " " + single.controller + (single.error_feedback ? " +EF" : "");
   } else if (!demo && single.codec != "dense") {
@@ -391,7 +442,8 @@ int run(int argc, char** argv) {
     }
     train::run_result r;
 #if defined(GRADCOMP_HAVE_MPI)
-    if (mpi_comm) r = train::train_worker(*mpi_comm, data, o);
+    if (mpi_comm)
+      r = train::train_worker(*mpi_comm, data, o);
     else
 #endif
       gradcomp::run_in_process(workers, [&](gradcomp::in_process_communicator& c) {

@@ -38,43 +38,43 @@ namespace train {
 struct train_options {
   std::vector<std::size_t> hidden{1024, 512};  ///< hidden layer widths
   std::size_t steps = 600;
-  std::size_t batch = 32;            ///< samples per worker per step
+  std::size_t batch = 32;  ///< samples per worker per step
   double learning_rate = 0.05;
   double momentum = 0.9;
   double weight_decay = 0.0;
-  double decay_at = 0.7;             ///< fraction of the steps after which the rate drops ...
-  double decay = 0.1;                ///< ... by this factor (1 = never)
-  std::size_t eval_every = 50;       ///< steps between points of the curve
-  std::size_t eval_subset = 1024;    ///< test examples used at intermediate points (all at the end)
-  std::uint64_t seed = 1;            ///< model and batch order
+  double decay_at = 0.7;           ///< fraction of the steps after which the rate drops ...
+  double decay = 0.1;              ///< ... by this factor (1 = never)
+  std::size_t eval_every = 50;     ///< steps between points of the curve
+  std::size_t eval_subset = 1024;  ///< test examples used at intermediate points (all at the end)
+  std::uint64_t seed = 1;          ///< model and batch order
   exchange_options exchange;
 };
 
 /// One point of the curve, after `step` steps.
 struct curve_point {
   std::size_t step = 0;
-  double train_loss = 0.0;      ///< mean batch loss since the previous point, over all ranks
-  double test_accuracy = 0.0;   ///< on the first `eval_subset` test examples (all at the end)
-  double bytes = 0.0;           ///< cumulative bytes sent per worker (mean over ranks)
-  double factor = 1.0;          ///< factor of the last step
-  double gain = 1.0;            ///< mean of ‖C(g_ef)‖² / ‖g_ef‖² of what was sent since the previous point
+  double train_loss = 0.0;     ///< mean batch loss since the previous point, over all ranks
+  double test_accuracy = 0.0;  ///< on the first `eval_subset` test examples (all at the end)
+  double bytes = 0.0;          ///< cumulative bytes sent per worker (mean over ranks)
+  double factor = 1.0;         ///< factor of the last step
+  double gain = 1.0;  ///< mean of ‖C(g_ef)‖² / ‖g_ef‖² of what was sent since the previous point
 };
 
 /// The outcome of a run (the same on every rank).
 struct run_result {
-  double test_accuracy = 0.0;   ///< final, on the whole test set
+  double test_accuracy = 0.0;  ///< final, on the whole test set
   double test_loss = 0.0;
   std::vector<curve_point> curve;
-  double bytes_per_worker = 0.0;   ///< mean over ranks of the bytes each sent
+  double bytes_per_worker = 0.0;        ///< mean over ranks of the bytes each sent
   double dense_bytes_per_worker = 0.0;  ///< what dense float32 would have sent
-  double compute_s = 0.0;       ///< forward + backward, mean over ranks
-  double compress_s = 0.0;      ///< compression + decoding + statistics, mean over ranks
-  double sync_s = 0.0;          ///< time in collectives, mean over ranks
-  double wall_s = 0.0;          ///< whole training loop (evaluation included), slowest rank
-  std::vector<double> factors;  ///< factor sent at each step
-  std::vector<char> dense_steps;  ///< 1 where the step was sent dense
+  double compute_s = 0.0;               ///< forward + backward, mean over ranks
+  double compress_s = 0.0;              ///< compression + decoding + statistics, mean over ranks
+  double sync_s = 0.0;                  ///< time in collectives, mean over ranks
+  double wall_s = 0.0;                  ///< whole training loop (evaluation included), slowest rank
+  std::vector<double> factors;          ///< factor sent at each step
+  std::vector<char> dense_steps;        ///< 1 where the step was sent dense
   std::size_t parameters = 0;
-  std::string pipeline;         ///< `gradient_exchange::describe()`
+  std::string pipeline;  ///< `gradient_exchange::describe()`
 };
 
 /// Learning rate of step `step`.
@@ -93,10 +93,12 @@ inline std::pair<std::size_t, std::size_t> shard(std::size_t n, int rank, int wo
 class batch_sampler {
  public:
   batch_sampler(std::size_t n, int rank, int world, std::uint64_t seed)
-      : range_(shard(n, rank, world)), seed_(seed ^ (0x51ed270b9e3779b9ull * static_cast<std::uint64_t>(rank + 1))) {
+      : range_(shard(n, rank, world)),
+        seed_(seed ^ (0x51ed270b9e3779b9ull * static_cast<std::uint64_t>(rank + 1))) {
     if (range_.second - range_.first == 0) {
-      throw gradcomp::config_error("train: rank " + std::to_string(rank) + " of " + std::to_string(world) +
-                                   " has no training examples (" + std::to_string(n) + " in all)");
+      throw gradcomp::config_error("train: rank " + std::to_string(rank) + " of " +
+                                   std::to_string(world) + " has no training examples (" +
+                                   std::to_string(n) + " in all)");
     }
   }
 
@@ -142,7 +144,8 @@ inline void gather_batch(dataset const& d, std::span<std::size_t const> idx, std
 }
 
 /// Loss sum and correct count of `net` on examples [begin, end) of `d`.
-inline std::pair<double, double> evaluate(mlp const& net, dataset const& d, std::size_t begin, std::size_t end) {
+inline std::pair<double, double> evaluate(mlp const& net, dataset const& d, std::size_t begin,
+                                          std::size_t end) {
   workspace ws;
   double loss = 0.0, correct = 0.0;
   std::vector<std::size_t> idx;
@@ -176,15 +179,18 @@ inline void check_options(train_options const& o, data_split const& data) {
   if (!(o.learning_rate > 0.0) || !(o.decay > 0.0) || !(o.decay_at >= 0.0)) {
     throw gradcomp::config_error("train: the learning rate and its decay must be positive");
   }
-  if (data.train.dim != data.test.dim || data.train.classes != data.test.classes || data.test.size() == 0) {
-    throw gradcomp::config_error("train: the training and test sets must have the same shape and a test set");
+  if (data.train.dim != data.test.dim || data.train.classes != data.test.classes ||
+      data.test.size() == 0) {
+    throw gradcomp::config_error(
+        "train: the training and test sets must have the same shape and a test set");
   }
 }
 
 /// Trains on rank `comm.rank()` of `comm.size()` (collective: every rank calls it with the
 /// same options and data). Returns the same result on every rank; `final_params`, if given,
 /// receives this rank's parameters after the last step.
-inline run_result train_worker(gradcomp::any_communicator comm, data_split const& data, train_options const& o,
+inline run_result train_worker(gradcomp::any_communicator comm, data_split const& data,
+                               train_options const& o,
                                std::vector<std::vector<float>>* final_params = nullptr) {
   using clock = std::chrono::steady_clock;
   check_options(o, data);
@@ -270,20 +276,23 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   double sums[4] = {bytes, compute, compress, sync};
   all_sum(sums);
   double wmax[1] = {wall};
-  comm.all_reduce(std::as_writable_bytes(std::span<double>(wmax)), gradcomp::comm_type::f64, gradcomp::reduce_op::max);
+  comm.all_reduce(std::as_writable_bytes(std::span<double>(wmax)), gradcomp::comm_type::f64,
+                  gradcomp::reduce_op::max);
   res.bytes_per_worker = sums[0] / world;
   res.compute_s = sums[1] / world;
   res.compress_s = sums[2] / world;
   res.sync_s = sums[3] / world;
   res.wall_s = wmax[0];
-  res.dense_bytes_per_worker = static_cast<double>(o.steps) * static_cast<double>(res.parameters) * sizeof(float);
+  res.dense_bytes_per_worker =
+      static_cast<double>(o.steps) * static_cast<double>(res.parameters) * sizeof(float);
   if (final_params != nullptr) *final_params = net.params();
   return res;
 }
 
 /// Single-process reference: trains the same model on the union of the `world` ranks' batches
 /// (rank 0's examples first) with plain SGD on the exact mean gradient. Returns the parameters.
-inline std::vector<std::vector<float>> train_reference(data_split const& data, train_options const& o, int world) {
+inline std::vector<std::vector<float>> train_reference(data_split const& data,
+                                                       train_options const& o, int world) {
   check_options(o, data);
   mlp net(model_sizes(o, data), o.seed);
   sgd opt(o.momentum, o.weight_decay);

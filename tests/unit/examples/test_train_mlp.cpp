@@ -92,20 +92,22 @@ train::train_options tiny_options() {
   return o;
 }
 
-double max_abs_diff(std::vector<std::vector<float>> const& a, std::vector<std::vector<float>> const& b) {
+double max_abs_diff(std::vector<std::vector<float>> const& a,
+                    std::vector<std::vector<float>> const& b) {
   REQUIRE(a.size() == b.size());
   double m = 0.0;
   for (std::size_t t = 0; t < a.size(); ++t) {
     REQUIRE(a[t].size() == b[t].size());
-    for (std::size_t i = 0; i < a[t].size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[t][i]) - b[t][i]));
+    for (std::size_t i = 0; i < a[t].size(); ++i)
+      m = std::max(m, std::abs(static_cast<double>(a[t][i]) - b[t][i]));
   }
   return m;
 }
 
 // Trains with `world` in-process workers; returns every rank's final parameters.
-std::vector<std::vector<std::vector<float>>> train_ranks(int world, train::data_split const& d,
-                                                         train::train_options const& o,
-                                                         std::vector<train::run_result>* results = nullptr) {
+std::vector<std::vector<std::vector<float>>> train_ranks(
+    int world, train::data_split const& d, train::train_options const& o,
+    std::vector<train::run_result>* results = nullptr) {
   std::vector<std::vector<std::vector<float>>> params(static_cast<std::size_t>(world));
   std::vector<train::run_result> res(static_cast<std::size_t>(world));
   gradcomp::run_in_process(world, [&](gradcomp::in_process_communicator& c) {
@@ -134,25 +136,36 @@ TEST_CASE("IDX reader accepts well-formed files and rejects malformed ones", "[t
     gz[1] = 0x8b;
     CHECK_THAT(format_message([&] { train::parse_idx(gz, 3, "f"); }),
                Catch::Contains("magic") && Catch::Contains("0x1f 0x8b"));
-    CHECK_THAT(format_message([&] { train::parse_idx(idx(0x0d, {1, 1, 1}, {0, 0, 0, 0}), 3, "f"); }),
+    CHECK_THAT(format_message([&] {
+                 train::parse_idx(idx(0x0d, {1, 1, 1}, {0, 0, 0, 0}), 3, "f");
+               }),
                Catch::Contains("element type 0x0d") && Catch::Contains("expected 0x08"));
     CHECK_THAT(format_message([&] { train::parse_idx(labels(4), 3, "f"); }),
                Catch::Contains("1 dimension(s), expected 3"));
-    CHECK_THAT(format_message([&] { train::parse_idx(idx(0x08, {2, 0, 3}, {}), 3, "f"); }),
+    CHECK_THAT(format_message([&] {
+                 train::parse_idx(idx(0x08, {2, 0, 3}, {}), 3, "f");
+               }),
                Catch::Contains("dimension 1 is zero"));
-    CHECK_THAT(format_message([&] { train::parse_idx(bytes{0, 0}, 1, "f"); }), Catch::Contains("truncated"));
+    CHECK_THAT(format_message([&] {
+                 train::parse_idx(bytes{0, 0}, 1, "f");
+               }),
+               Catch::Contains("truncated"));
     bytes header_cut = images(2, 2, 2);
     header_cut.resize(10);
-    CHECK_THAT(format_message([&] { train::parse_idx(header_cut, 3, "f"); }), Catch::Contains("truncated header"));
+    CHECK_THAT(format_message([&] { train::parse_idx(header_cut, 3, "f"); }),
+               Catch::Contains("truncated header"));
     bytes body_cut = images(2, 3, 3);
     body_cut.pop_back();
-    CHECK_THAT(format_message([&] { train::parse_idx(body_cut, 3, "myfile"); }),
-               Catch::Contains("myfile") && Catch::Contains("truncated") && Catch::Contains("18 values"));
+    CHECK_THAT(
+        format_message([&] { train::parse_idx(body_cut, 3, "myfile"); }),
+        Catch::Contains("myfile") && Catch::Contains("truncated") && Catch::Contains("18 values"));
     bytes trailing = labels(5);
     trailing.push_back(1);
-    CHECK_THAT(format_message([&] { train::parse_idx(trailing, 1, "f"); }), Catch::Contains("1 bytes after"));
+    CHECK_THAT(format_message([&] { train::parse_idx(trailing, 1, "f"); }),
+               Catch::Contains("1 bytes after"));
     bytes huge = idx(0x08, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {});
-    CHECK_THAT(format_message([&] { train::parse_idx(huge, 3, "f"); }), Catch::Contains("overflow"));
+    CHECK_THAT(format_message([&] { train::parse_idx(huge, 3, "f"); }),
+               Catch::Contains("overflow"));
   }
   SECTION("images and labels that disagree") {
     CHECK_THAT(format_message([&] { train::idx_dataset(images(3, 2, 2), "im", labels(4), "lb"); }),
@@ -164,7 +177,8 @@ TEST_CASE("IDX reader accepts well-formed files and rejects malformed ones", "[t
   }
   SECTION("a directory in the MNIST layout") {
     auto const dir = std::filesystem::temp_directory_path() /
-                     ("gradcomp_idx_test_" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+                     ("gradcomp_idx_test_" +
+                      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
     std::filesystem::create_directories(dir);
     write(dir / "train-images-idx3-ubyte", images(6, 3, 3));
     write(dir / "train-labels-idx1-ubyte", labels(6));
@@ -267,7 +281,8 @@ TEST_CASE("data-parallel dense training equals one process on the union of the s
   for (int r = 0; r < world; ++r) {
     INFO("rank " << r);
     CHECK(max_abs_diff(ranks[static_cast<std::size_t>(r)], ref) < 1e-5);
-    CHECK(max_abs_diff(ranks[static_cast<std::size_t>(r)], ranks[0]) == 0.0);  // all ranks identical
+    CHECK(max_abs_diff(ranks[static_cast<std::size_t>(r)], ranks[0]) ==
+          0.0);  // all ranks identical
   }
   // Control: the reference on other batches (one worker's batches only) is far away, so the
   // agreement above is not an accident of a tiny learning signal.
@@ -276,7 +291,8 @@ TEST_CASE("data-parallel dense training equals one process on the union of the s
   // Reports: dense bytes, factor 1 everywhere, a curve point per eval_every steps.
   CHECK(res[0].bytes_per_worker == res[0].dense_bytes_per_worker);
   CHECK(res[0].curve.size() == 3);
-  CHECK(std::all_of(res[0].factors.begin(), res[0].factors.end(), [](double f) { return f == 1.0; }));
+  CHECK(
+      std::all_of(res[0].factors.begin(), res[0].factors.end(), [](double f) { return f == 1.0; }));
   CHECK(res[0].test_accuracy == res[2].test_accuracy);
 }
 
@@ -350,7 +366,8 @@ TEST_CASE("gradient_exchange follows the controller's factor and conserves error
   double worst = 0.0, nonzero = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
     double computed = 0.0;
-    for (std::size_t s = 0; s < steps; ++s) computed += 0.5 * (static_cast<double>(grad(0, s, i)) + grad(1, s, i));
+    for (std::size_t s = 0; s < steps; ++s)
+      computed += 0.5 * (static_cast<double>(grad(0, s, i)) + grad(1, s, i));
     double const kept = 0.5 * (residual[0][i] + residual[1][i]);
     worst = std::max(worst, std::abs(sent[0][i] + kept - computed));
     nonzero = std::max(nonzero, std::abs(kept));
@@ -372,7 +389,8 @@ TEST_CASE("controller specs: static and schedule here, adaptive ones when the li
   if constexpr (train::have_adaptive_controllers) {
     CHECK_NOTHROW(train::make_controller("gravac:policy=geometric,window=10"));
   } else {
-    CHECK_THROWS_AS(train::make_controller("gravac:policy=geometric"), train::controller_unavailable);
+    CHECK_THROWS_AS(train::make_controller("gravac:policy=geometric"),
+                    train::controller_unavailable);
     CHECK_THROWS_AS(train::make_controller("accordion"), train::controller_unavailable);
   }
 }
