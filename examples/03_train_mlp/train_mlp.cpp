@@ -401,6 +401,29 @@ int run(int argc, char** argv) {
   bool const root = true;
 #endif
 
+  std::vector<run_spec> specs =
+      demo ? demo_runs(o.steps) : std::vector<run_spec>{{single.codec, single}};
+  if (!demo && single.codec.rfind("topk", 0) == 0) {
+    specs[0].label = single.codec + " " + single.controller + (single.error_feedback ? " +EF" : "");
+  } else if (!demo && single.codec != "dense") {
+    specs[0].label = single.codec + (single.error_feedback ? " +EF" : "");
+  }
+
+  // Check every spec before spending time on the data: an unknown codec or a malformed
+  // controller is an error; an adaptive controller this build lacks is one only for a single run.
+  for (auto const& spec : specs) {
+    std::string_view const codec = spec.exchange.codec;
+    if (codec.substr(0, codec.find(':')) == "topk") {
+      try {
+        (void)train::make_controller(spec.exchange.controller);
+      } catch (train::controller_unavailable const&) {
+        if (!demo) throw;
+      }
+    } else if (codec != "dense") {
+      (void)gradcomp::make_codec(codec);
+    }
+  }
+
   auto const t0 = std::chrono::steady_clock::now();
   train::data_split const data =
       mnist.empty() ? train::make_synthetic(syn) : train::load_mnist(mnist);
@@ -414,14 +437,6 @@ int run(int argc, char** argv) {
         "-%zu, %zu workers x batch %zu, lr %.3g (x%.2g after step %zu), momentum %.2g, %zu steps\n",
         data.train.classes, static_cast<std::size_t>(workers), o.batch, o.learning_rate, o.decay,
         static_cast<std::size_t>(o.decay_at * static_cast<double>(o.steps)), o.momentum, o.steps);
-  }
-
-  std::vector<run_spec> specs =
-      demo ? demo_runs(o.steps) : std::vector<run_spec>{{single.codec, single}};
-  if (!demo && single.codec.rfind("topk", 0) == 0) {
-    specs[0].label = single.codec + " " + single.controller + (single.error_feedback ? " +EF" : "");
-  } else if (!demo && single.codec != "dense") {
-    specs[0].label = single.codec + (single.error_feedback ? " +EF" : "");
   }
 
   std::vector<outcome> results;
