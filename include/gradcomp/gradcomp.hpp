@@ -2,9 +2,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// Umbrella header of the CPU library: every codec, error-feedback policy and core type.
+/// Umbrella header of the CPU library: every codec, error-feedback policy and core type, the
+/// optimizers, topologies and the runtime model.
 /// CUDA code lives in gradcomp/cuda/*.cuh and is never included from here.
 
+#include <gradcomp/adapt/accordion.hpp>
+#include <gradcomp/adapt/any_controller.hpp>
+#include <gradcomp/adapt/gravac.hpp>
+#include <gradcomp/adapt/protocol.hpp>
+#include <gradcomp/adapt/schedule.hpp>
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/cast.hpp>
 #include <gradcomp/codec/context.hpp>
@@ -15,12 +21,16 @@
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
 #include <gradcomp/comm/any_communicator.hpp>
+#include <gradcomp/comm/async_adaptor.hpp>
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/comm/reduce.hpp>
 #include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/controller.hpp>
 #include <gradcomp/concepts/feedback.hpp>
+#include <gradcomp/concepts/mixer.hpp>
+#include <gradcomp/concepts/optimizer.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
@@ -30,4 +40,12 @@
 #include <gradcomp/cpu/thread_pool.hpp>
 #include <gradcomp/feedback/compressor.hpp>
 #include <gradcomp/feedback/policies.hpp>
+#include <gradcomp/model/runtime.hpp>
+#include <gradcomp/optim/adam.hpp>
+#include <gradcomp/optim/choco.hpp>
+#include <gradcomp/optim/compressed_adam.hpp>
+#include <gradcomp/optim/decentralized.hpp>
+#include <gradcomp/optim/mixing.hpp>
+#include <gradcomp/optim/sgd.hpp>
+#include <gradcomp/topology/topology.hpp>
 #include <gradcomp/version.hpp>

@@ -1,0 +1,119 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Decentralized training with a local optimizer: DAdam (local optimizer `adam`), its AccumAdam
+/// variant (`accum_adam`), or D-PSGD (`sgd`). Per rank i and iteration k:
+/// ```
+///   x_i^(k+1) = sum_j w_ij^(k) x_j^(k)  -  lr * d_i( g_i(x_i^(k)) )
+/// ```
+/// The gradient is taken at the rank's own, un-mixed parameters; only parameters are mixed
+/// (moments, step counts and accumulators stay local); the local step (AdamW decay included)
+/// acts on the mixed parameters.
+///
+/// Overlapped form (`start` once, then `step` per iteration), as in the authors' Decent-DP:
+/// the mixing of x^(k) is launched right after the update that produced it and waited for only
+/// once g_i(x^(k)) has been computed, so the exchange runs during the forward and backward
+/// passes. Blocking form (`step_blocking`): mix, then update, with nothing outstanding in
+/// between. Both use W^(k) at iteration k and give bit-identical parameters.
+
+#include <gradcomp/concepts/mixer.hpp>
+#include <gradcomp/concepts/optimizer.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/error.hpp>
+#include <gradcomp/optim/mixing.hpp>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// A local optimizer run on gossip-mixed parameters (file comment).
+template <local_optimizer Optimizer, parameter_mixer Mixer>
+class decentralized_optimizer {
+ public:
+  decentralized_optimizer(Optimizer opt, Mixer mixer)
+      : opt_(std::move(opt)), mixer_(std::move(mixer)) {}
+
+  /// Overlapped form: launches the mixing of the initial parameters x^(0) (identical on every
+  /// rank after the initial broadcast). Call once before the first `step`, and again after
+  /// `drain` to resume.
+  void start(std::span<float const> x) {
+    if (pending_)
+      throw config_error(
+          "gradcomp: decentralized_optimizer::start called while a mixing is outstanding");
+    mixer_.start_mixing(x, k_);
+    pending_ = true;
+  }
+
+  /// Overlapped iteration: `g` is the gradient at the current (un-mixed) `x`. Waits for the
+  /// outstanding mixing (x <- W^(k) x), applies the local step, then launches the mixing of
+  /// the new parameters for iteration k + 1. Leave `x` unchanged between calls.
+  void step(std::span<float> x, std::span<float const> g) {
+    if (!pending_) {
+      throw config_error(
+          "gradcomp: decentralized_optimizer::step needs an outstanding mixing; call "
+          "start(x) before the first step (or use step_blocking)");
+    }
+    mixer_.wait_mixing(x);
+    pending_ = false;
+    opt_.step(x, g);
+    ++k_;
+    mixer_.start_mixing(std::span<float const>(x), k_);
+    pending_ = true;
+  }
+
+  /// Blocking iteration: mixes `x` with W^(k) now, then applies the local step. Nothing may be
+  /// outstanding (do not mix with the overlapped form without `drain`).
+  void step_blocking(std::span<float> x, std::span<float const> g) {
+    if (pending_) {
+      throw config_error(
+          "gradcomp: decentralized_optimizer::step_blocking called while a mixing "
+          "is outstanding; call drain(x) first");
+    }
+    mixer_.start_mixing(std::span<float const>(x), k_);
+    mixer_.wait_mixing(x);
+    opt_.step(x, g);
+    ++k_;
+  }
+
+  /// Completes the outstanding mixing, if any: x <- W^(k) x. Since W^(k) is doubly stochastic
+  /// this keeps the average over ranks. Use before evaluation, checkpoints or global averaging;
+  /// `start(x)` resumes (with W^(k) again).
+  void drain(std::span<float> x) {
+    if (!pending_) return;
+    mixer_.wait_mixing(x);
+    pending_ = false;
+  }
+
+  /// Exact global averaging (periodic consensus, or evaluation): drain, replace x by the mean
+  /// over the `world` ranks using `sum` (an in-place all-reduce sum over all ranks), and resume
+  /// the overlapped form if it was running. Collective: every rank calls it at the same step.
+  template <class AllReduceSum>
+  void global_average(std::span<float> x, int world, AllReduceSum&& sum) {
+    bool const resume = pending_;
+    drain(x);
+    average_parameters(x, world, std::forward<AllReduceSum>(sum));
+    if (resume) start(x);
+  }
+
+  /// Iterations done so far (k).
+  [[nodiscard]] std::uint64_t steps() const noexcept { return k_; }
+  /// Whether a mixing is outstanding.
+  [[nodiscard]] bool pending() const noexcept { return pending_; }
+  [[nodiscard]] Optimizer& optimizer() noexcept { return opt_; }
+  [[nodiscard]] Optimizer const& optimizer() const noexcept { return opt_; }
+  [[nodiscard]] Mixer& mixer() noexcept { return mixer_; }
+  [[nodiscard]] double lr() const noexcept { return opt_.lr(); }
+  void set_lr(double lr) { opt_.set_lr(lr); }
+
+ private:
+  Optimizer opt_;
+  Mixer mixer_;
+  std::uint64_t k_ = 0;
+  bool pending_ = false;
+};
+
+GRADCOMP_NAMESPACE_END

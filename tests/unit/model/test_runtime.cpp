@@ -1,0 +1,194 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+// Runtime model: every formula against hand-computed cases, the straggler term against the
+// known expected maxima of normal samples, and parameter validation.
+
+#include <catch2/catch.hpp>
+
+#include <gradcomp/model/runtime.hpp>
+#include <gradcomp/topology/topology.hpp>
+
+#include <cmath>
+
+namespace {
+
+namespace gc = gradcomp;
+
+gc::cluster_params cluster16() {
+  gc::cluster_params c;
+  c.ranks = 16;
+  c.ranks_per_node = 4;
+  c.intra = {1e-6, 1e11};
+  c.inter = {1e-5, 1.25e9};  // 10 Gb/s
+  return c;
+}
+
+gc::compute_params compute100ms() {
+  gc::compute_params c;
+  c.mean = 0.1;
+  c.stddev = 0.01;
+  c.backward_fraction = 2.0 / 3.0;
+  c.optimizer = 0.005;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("runtime model: collective formulas", "[runtime_model]") {
+  REQUIRE(gc::ring_allreduce_time(1e9, 4, {1e-5, 1e10}) == Approx(6e-5 + 0.15).epsilon(1e-12));
+  REQUIRE(gc::ring_allreduce_time(1e9, 1, {1e-5, 1e10}) == 0.0);
+  REQUIRE(gc::allgather_time(1e6, 8, {2e-6, 1e9}) == Approx(7 * (2e-6 + 1e-3)).epsilon(1e-12));
+  REQUIRE(gc::reduce_scatter_time(8e6, 8, {0.0, 1e9}) == Approx(7e-3).epsilon(1e-12));
+}
+
+TEST_CASE("runtime model: expected maximum of normal samples", "[runtime_model]") {
+  double const pi = 3.141592653589793;
+  REQUIRE(gc::expected_max_standard_normal(1) == 0.0);
+  REQUIRE(gc::expected_max_standard_normal(2) == Approx(1.0 / std::sqrt(pi)).epsilon(1e-7));
+  REQUIRE(gc::expected_max_standard_normal(3) == Approx(1.5 / std::sqrt(pi)).epsilon(1e-7));
+  // Tabulated values (e.g. Harter 1961).
+  REQUIRE(gc::expected_max_standard_normal(4) == Approx(1.0293754).epsilon(1e-6));
+  REQUIRE(gc::expected_max_standard_normal(10) == Approx(1.5387527).epsilon(1e-6));
+  REQUIRE(gc::expected_max_standard_normal(100) == Approx(2.5075937).epsilon(1e-6));
+  // Grows like sqrt(2 ln n) but stays below it.
+  for (int n : {10, 100, 1000, 100000}) {
+    REQUIRE(gc::expected_max_standard_normal(n) < std::sqrt(2.0 * std::log(n)));
+    REQUIRE(gc::expected_max_standard_normal(n) > gc::expected_max_standard_normal(n / 2));
+  }
+  REQUIRE_THROWS_AS(gc::expected_max_standard_normal(0), gc::config_error);
+}
+
+TEST_CASE("runtime model: all-reduce, compressed all-reduce and two-way", "[runtime_model]") {
+  auto const cl = cluster16();
+  auto const cp = compute100ms();
+  double const e16 = gc::expected_max_standard_normal(16);
+  double const m = 1e8;
+
+  auto const ar = gc::predict_allreduce(m, cl, cp);
+  double const comm = 2 * 15 * 1e-5 + 2.0 * 15 / 16 * m / 1.25e9;
+  REQUIRE(ar.communication == Approx(comm).epsilon(1e-12));
+  REQUIRE(ar.exposed == Approx(comm - 0.1 * 2 / 3).epsilon(1e-12));
+  REQUIRE(ar.compute == Approx(0.1 + 0.01 * e16).epsilon(1e-12));
+  REQUIRE(ar.total() == Approx(ar.compute + ar.exposed + 0.005).epsilon(1e-12));
+  REQUIRE(ar.bytes_sent == Approx(2.0 * 15 / 16 * m));
+  // Without overlap everything is exposed.
+  auto serial = cp;
+  serial.overlap = false;
+  REQUIRE(gc::predict_allreduce(m, cl, serial).exposed == Approx(comm));
+  // One node: the intra link.
+  auto one = cl;
+  one.ranks = 4;
+  REQUIRE(gc::predict_allreduce(m, one, cp).communication == Approx(2 * 3 * 1e-6 + 1.5 * m / 1e11));
+
+  gc::codec_params k;
+  k.ratio = 32;
+  k.compress_bandwidth = 1e10;
+  k.decompress_bandwidth = 2e10;
+  double const mc = m / 32;
+
+  k.aggregation = gc::aggregation_kind::gather;
+  auto const g = gc::predict_compressed_allreduce(m, cl, cp, k);
+  REQUIRE(g.communication == Approx(15 * (1e-5 + mc / 1.25e9)).epsilon(1e-12));
+  REQUIRE(g.codec == Approx(m / 1e10 + 16 * m / 2e10).epsilon(1e-12));
+  REQUIRE(g.exposed == 0.0);
+  REQUIRE(g.bytes_sent == Approx(15 * mc));
+
+  k.aggregation = gc::aggregation_kind::summable;
+  auto const s = gc::predict_compressed_allreduce(m, cl, cp, k);
+  REQUIRE(s.communication == Approx(gc::ring_allreduce_time(mc, 16, cl.inter)).epsilon(1e-12));
+  REQUIRE(s.codec == Approx(m / 1e10 + m / 2e10).epsilon(1e-12));
+  k.aggregation = gc::aggregation_kind::shared_support;
+  REQUIRE(gc::predict_compressed_allreduce(m, cl, cp, k).communication == Approx(s.communication));
+  k.aggregation = gc::aggregation_kind::low_rank;
+  REQUIRE(gc::predict_compressed_allreduce(m, cl, cp, k).communication ==
+          Approx(2 * gc::ring_allreduce_time(mc / 2, 16, cl.inter)).epsilon(1e-12));
+
+  auto const tw = gc::predict_two_way(m, cl, cp, k);
+  REQUIRE(
+      tw.communication ==
+      Approx(15 * 1e-5 + 15.0 / 16 * mc / 1.25e9 + 15 * (1e-5 + mc / 16 / 1.25e9)).epsilon(1e-12));
+  REQUIRE(tw.communication == Approx(gc::ring_allreduce_time(mc, 16, cl.inter)).epsilon(1e-12));
+  REQUIRE(tw.codec == Approx((m + m / 16) / 1e10 + 2 * m / 2e10).epsilon(1e-12));
+}
+
+TEST_CASE("runtime model: gossip over the topologies", "[runtime_model]") {
+  auto const cl = cluster16();
+  auto const cp = compute100ms();
+  double const m = 1e8;
+
+  // One-peer exponential, 4 ranks per node: phases 0 and 1 stay in the node; in phases 2 and 3
+  // all 4 ranks of a node cross, sharing the interface (bandwidth / 4).
+  auto const exp = gc::predict_gossip(m, cl, cp, gc::topology::one_peer_exponential(16));
+  double const intra = 2 * 1e-6 + m / 1e11;
+  double const inter = 2 * 1e-5 + m / (1.25e9 / 4);
+  REQUIRE(exp.communication == Approx((2 * intra + 2 * inter) / 4).epsilon(1e-12));
+  REQUIRE(exp.exposed == Approx(2 * (inter - 0.1) / 4).epsilon(1e-12));
+  REQUIRE(exp.compute == Approx(0.1 + 0.01 / std::sqrt(3.141592653589793)).epsilon(1e-7));
+  REQUIRE(exp.bytes_sent == Approx(m));
+
+  // AER: every phase has an inter-node group of 8 (one crossing edge per node) and intra groups.
+  auto const aer = gc::predict_gossip(m, cl, cp, gc::topology::alternating_exp_ring(16, 4));
+  double const group8 = 2 * 7 * 1e-5 + 2.0 * 7 / 8 * m / 1.25e9;
+  REQUIRE(aer.communication == Approx(group8).epsilon(1e-12));
+  REQUIRE(aer.exposed == Approx(group8 - 0.1).epsilon(1e-12));
+  REQUIRE(aer.compute == Approx(0.1 + 0.01 * gc::expected_max_standard_normal(8)).epsilon(1e-12));
+
+  // Complete: one all-reduce of the parameters, hidden behind the whole computation.
+  auto const comp = gc::predict_gossip(m, cl, cp, gc::topology::complete(16));
+  REQUIRE(comp.communication ==
+          Approx(gc::predict_allreduce(m, cl, cp).communication).epsilon(1e-12));
+  REQUIRE(comp.exposed == Approx(comp.communication - 0.1).epsilon(1e-12));
+
+  // Static ring: two sends in turn; ranks 3 -> 4 etc. cross nodes.
+  auto const sr = gc::predict_gossip(m, cl, cp, gc::topology::static_ring(16));
+  REQUIRE(sr.communication == Approx((1e-6 + m / 1e11) + (1e-5 + m / 1.25e9)).epsilon(1e-12));
+  REQUIRE(sr.bytes_sent == Approx(2 * m));
+
+  // CHOCO-style compressed gossip on the ring: packets of m / 8 to each peer.
+  gc::codec_params k;
+  k.aggregation = gc::aggregation_kind::gather;
+  k.ratio = 8;
+  k.compress_bandwidth = 1e10;
+  k.decompress_bandwidth = 1e10;
+  auto const cg = gc::predict_gossip(m, cl, cp, gc::topology::static_ring(16), &k);
+  REQUIRE(cg.communication ==
+          Approx((1e-6 + m / 8 / 1e11) + (1e-5 + m / 8 / 1.25e9)).epsilon(1e-12));
+  REQUIRE(cg.codec == Approx(m / 1e10 + 2 * m / 1e10).epsilon(1e-12));
+
+  // Decentralized wins here: the all-reduce is exposed, AER's gossip much less.
+  REQUIRE(aer.total() < gc::predict_allreduce(m, cl, cp).total());
+}
+
+TEST_CASE("runtime model rejects invalid parameters", "[runtime_model]") {
+  auto const cp = compute100ms();
+  auto cl = cluster16();
+  REQUIRE_THROWS_AS(gc::predict_allreduce(-1.0, cl, cp), gc::config_error);
+  REQUIRE_THROWS_AS(gc::predict_allreduce(std::nan(""), cl, cp), gc::config_error);
+  cl.ranks_per_node = 3;
+  REQUIRE_THROWS_AS(gc::predict_allreduce(1.0, cl, cp), gc::config_error);
+  cl = cluster16();
+  cl.inter.bandwidth = 0.0;
+  REQUIRE_THROWS_AS(gc::predict_allreduce(1.0, cl, cp), gc::config_error);
+  cl = cluster16();
+  cl.intra.latency = -1.0;
+  REQUIRE_THROWS_AS(gc::predict_allreduce(1.0, cl, cp), gc::config_error);
+  cl = cluster16();
+  cl.ranks = 0;
+  REQUIRE_THROWS_AS(gc::predict_allreduce(1.0, cl, cp), gc::config_error);
+  cl = cluster16();
+  auto bad = cp;
+  bad.backward_fraction = 1.5;
+  REQUIRE_THROWS_AS(gc::predict_allreduce(1.0, cl, bad), gc::config_error);
+  bad = cp;
+  bad.stddev = -0.1;
+  REQUIRE_THROWS_AS(gc::predict_allreduce(1.0, cl, bad), gc::config_error);
+  gc::codec_params k;
+  k.ratio = 0.0;
+  REQUIRE_THROWS_AS(gc::predict_compressed_allreduce(1.0, cl, cp, k), gc::config_error);
+  k = {};
+  k.compress_bandwidth = 0.0;
+  REQUIRE_THROWS_AS(gc::predict_two_way(1.0, cl, cp, k), gc::config_error);
+  REQUIRE_THROWS_AS(gc::predict_gossip(1.0, cl, cp, gc::topology::ring(8)), gc::config_error);
+  REQUIRE_THROWS_AS(gc::predict_gossip(1.0, cl, cp, gc::topology::alternating_exp_ring(16, 8)),
+                    gc::config_error);
+}

@@ -1,0 +1,82 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Test problems for the optimizers: a sum of per-rank diagonal quadratics
+//   f_i(x) = 1/2 sum_d a_id (x_d - c_id)^2,  gradient a_i * (x - c_i) + sigma * noise,
+// whose global minimizer is x*_d = sum_i a_id c_id / sum_i a_id; and helpers that run n ranks
+// in one thread.
+
+#include <gradcomp/optim/adam.hpp>
+
+#include "../support/codec_support.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace gradcomp_test {
+
+struct quadratic_problem {
+  std::size_t n = 8;
+  std::size_t d = 32;
+  double sigma = 0.0;
+  std::vector<std::vector<float>> a, c;
+
+  // Curvatures in [0.5, 2]; centers N(0, 1) shared by all ranks (heterogeneous = false) or
+  // drawn per rank.
+  quadratic_problem(std::size_t ranks, std::size_t dim, bool heterogeneous, double noise,
+                    std::uint64_t seed)
+      : n(ranks), d(dim), sigma(noise) {
+    test_rng r(seed);
+    std::vector<float> shared(d);
+    for (auto& v : shared) v = static_cast<float>(r.gaussian());
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<float> ai(d), ci(d);
+      for (std::size_t k = 0; k < d; ++k) {
+        ai[k] = static_cast<float>(0.5 + 1.5 * r.uniform());
+        ci[k] = heterogeneous ? static_cast<float>(r.gaussian()) : shared[k];
+      }
+      a.push_back(ai);
+      c.push_back(ci);
+    }
+  }
+
+  [[nodiscard]] std::vector<double> optimum() const {
+    std::vector<double> x(d, 0.0);
+    for (std::size_t k = 0; k < d; ++k) {
+      double num = 0.0, den = 0.0;
+      for (std::size_t i = 0; i < n; ++i) {
+        num += static_cast<double>(a[i][k]) * c[i][k];
+        den += a[i][k];
+      }
+      x[k] = num / den;
+    }
+    return x;
+  }
+
+  // Stochastic gradient of rank i at x for step s (deterministic noise).
+  [[nodiscard]] std::vector<float> gradient(std::size_t i, std::vector<float> const& x,
+                                            std::uint64_t s) const {
+    test_rng r(0x9E37u * (s + 1) + 7919u * i + 1);
+    std::vector<float> g(d);
+    for (std::size_t k = 0; k < d; ++k) {
+      g[k] = static_cast<float>(a[i][k] * (x[k] - c[i][k]) + sigma * r.gaussian());
+    }
+    return g;
+  }
+};
+
+// Cosine learning rate from lr0 to 0 over `steps`.
+inline double cosine_lr(double lr0, std::uint64_t s, std::uint64_t steps) {
+  return 0.5 * lr0 *
+         (1.0 + std::cos(3.141592653589793 * static_cast<double>(s) / static_cast<double>(steps)));
+}
+
+inline double max_abs_error(std::vector<float> const& x, std::vector<double> const& ref) {
+  double e = 0.0;
+  for (std::size_t k = 0; k < x.size(); ++k) e = std::max(e, std::abs(x[k] - ref[k]));
+  return e;
+}
+
+}  // namespace gradcomp_test
