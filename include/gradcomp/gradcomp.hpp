@@ -21,6 +21,16 @@
 #include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
+#include <gradcomp/collective/agreement.hpp>
+#include <gradcomp/collective/all_reduce.hpp>
+#include <gradcomp/collective/bucket.hpp>
+#include <gradcomp/collective/common.hpp>
+#include <gradcomp/collective/dense.hpp>
+#include <gradcomp/collective/low_rank.hpp>
+#include <gradcomp/collective/parameter_server.hpp>
+#include <gradcomp/collective/powersgd_session.hpp>
+#include <gradcomp/collective/sections.hpp>
+#include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/comm/any_communicator.hpp>
 #include <gradcomp/comm/async_adaptor.hpp>
 #include <gradcomp/comm/in_process.hpp>
