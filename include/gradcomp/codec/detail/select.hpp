@@ -1,0 +1,264 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Magnitude selection over one tensor or a list of tensors treated as one vector (the
+/// engine of approximate top-k, whole-model top-k and multi-level re-compression).
+///
+/// Elements are ranked by the key `bits(x) & 0x7fffffff` (orders like |x| for finite floats),
+/// ties by position (lower first; across tensors, the earlier tensor first). A selection of
+/// m elements is always the top m in that order. Given a target k and a window [lo, hi] ∋ k:
+///
+/// 1. a fixed-stride sample of s keys (every ⌊N/s⌋-th element) gives a lower key bound that about k + 4√(ks/N) + 8
+///    sample-ranks' worth of elements reach (N the total length);
+/// 2. one pass collects every element at or above the bound (per chunk on the pool; chunks
+///    joined in order, so nothing depends on the thread count); if fewer than lo did (a
+///    misleading sample), an exact 11-bit histogram pass finds a bound that works and the
+///    collection is repeated;
+/// 3. `find_cut` narrows the candidates by 11/10/10-bit digit histograms and stops at the first
+///    digit boundary whose count lies in [lo, hi]; if none does, it resolves the exact k-th
+///    key and takes ties by position up to exactly k.
+///
+/// With lo = hi = k the result is the exact top-k (the same set as `topk_codec`).
+
+#include <gradcomp/codec/context.hpp>
+#include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/wire.hpp>
+#include <gradcomp/cpu/parallel.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <span>
+#include <vector>
+
+GRADCOMP_NAMESPACE_BEGIN
+namespace detail::select {
+
+/// The ranking key of a float: its bits without the sign.
+inline std::uint32_t key(float f) noexcept {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u & 0x7fffffffu;
+}
+
+/// A cut of a ranked list: every element with key > t, plus the first `eq` elements (in
+/// position order) with key == t.
+struct cut {
+  std::uint32_t t = 0x7fffffffu;
+  std::uint64_t eq = 0;
+
+  /// The cut that selects everything.
+  static constexpr cut all() noexcept { return {0u, UINT64_MAX}; }
+  /// The cut that selects nothing (no finite key exceeds 0x7fffffff).
+  static constexpr cut none() noexcept { return {0x7fffffffu, 0}; }
+};
+
+/// A cut of `keys` selecting m elements with lo <= m <= hi: at a digit boundary when one
+/// lands in the window, else exactly k (lo <= k <= hi <= keys.size(), lo >= 1).
+inline cut find_cut(std::span<std::uint32_t const> keys, std::uint64_t lo, std::uint64_t k,
+                    std::uint64_t hi) {
+  if (k == 0) return cut::none();
+  if (hi >= keys.size()) return cut::all();
+  std::uint64_t above = 0;
+  std::uint32_t prefix = 0, known = 0;
+  std::vector<std::uint64_t> h(2048);
+  for (unsigned shift : {20u, 10u, 0u}) {
+    std::uint32_t const width = shift == 20 ? 2048u : 1024u;
+    std::fill(h.begin(), h.end(), 0);
+    for (std::uint32_t kk : keys) {
+      if ((kk & known) == prefix) ++h[(kk >> shift) & (width - 1)];
+    }
+    std::uint32_t d = width;
+    while (d > 0) {
+      --d;
+      std::uint64_t const c = above + h[d];
+      if (c >= lo) {
+        std::uint32_t const lb = prefix | (d << shift);
+        if (c <= hi) return lb == 0 ? cut::all() : cut{lb - 1, 0};
+        prefix = lb;
+        known |= (width - 1) << shift;
+        break;
+      }
+      above = c;
+    }
+  }
+  return cut{prefix, k - above};
+}
+
+/// One contiguous float tensor of a selection.
+struct segment {
+  float const* x = nullptr;
+  std::size_t n = 0;
+};
+
+/// Indices (per segment, ascending) of every element with key >= `bound`. Throws the
+/// `numeric_error` of codec `who` naming the first non-finite element of the first segment
+/// holding one.
+inline std::vector<std::vector<std::uint32_t>> collect(std::span<segment const> segs,
+                                                       std::uint32_t bound, double expect_frac,
+                                                       codec_id who, codec_context const& ctx) {
+  std::vector<std::vector<std::uint32_t>> out(segs.size());
+  for (std::size_t s = 0; s < segs.size(); ++s) {
+    float const* x = segs[s].x;
+    std::size_t const n = segs[s].n;
+    std::size_t const chunks = cpu::chunk_count(n, 64);
+    std::vector<std::vector<std::uint32_t>> part(chunks);
+    std::vector<unsigned char> bad(chunks);
+    std::size_t const reserve =
+        static_cast<std::size_t>(expect_frac * static_cast<double>(cpu::chunk_length(64))) + 16;
+    cpu::for_each_chunk(n, 64, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
+      std::vector<std::uint32_t>& o = part[c];
+      o.reserve(std::min(reserve, e - b));
+      std::uint32_t nonfinite = 0;
+      std::size_t i = b;
+      for (; i + 16 <= e; i += 16) {
+        std::uint32_t any = 0;
+        for (std::size_t j = 0; j < 16; ++j) any |= static_cast<std::uint32_t>(key(x[i + j]) >= bound);
+        if (any == 0) continue;
+        std::uint32_t mask = 0;
+        for (std::size_t j = 0; j < 16; ++j) mask |= static_cast<std::uint32_t>(key(x[i + j]) >= bound) << j;
+        while (mask != 0) {
+          std::size_t const j = i + static_cast<std::size_t>(std::countr_zero(mask));
+          mask &= mask - 1;
+          nonfinite |= static_cast<std::uint32_t>(key(x[j]) >= 0x7f800000u);
+          o.push_back(static_cast<std::uint32_t>(j));
+        }
+      }
+      for (; i < e; ++i) {
+        std::uint32_t const kk = key(x[i]);
+        nonfinite |= static_cast<std::uint32_t>(kk >= 0x7f800000u);
+        if (kk >= bound) o.push_back(static_cast<std::uint32_t>(i));
+      }
+      bad[c] = nonfinite != 0;
+    });
+    for (std::size_t c = 0; c < chunks; ++c) {
+      if (bad[c]) {
+        std::size_t const at = first_nonfinite(x, n);
+        throw_nonfinite(who, at, x[at]);
+      }
+    }
+    std::size_t m = 0;
+    for (auto const& p : part) m += p.size();
+    out[s].reserve(m);
+    for (auto const& p : part) out[s].insert(out[s].end(), p.begin(), p.end());
+  }
+  return out;
+}
+
+/// A key bound that at least k elements of `segs` reach, from an exact histogram of the top
+/// 11 key bits (one pass; non-finite values raise `numeric_error` of `who`).
+inline std::uint32_t histogram_bound(std::span<segment const> segs, std::uint64_t k, codec_id who,
+                                     codec_context const& ctx) {
+  std::vector<std::uint64_t> total(2048);
+  for (segment const& sg : segs) {
+    std::size_t const chunks = cpu::chunk_count(sg.n, 64);
+    std::vector<std::uint32_t> hist(chunks * 2048);
+    cpu::for_each_chunk(sg.n, 64, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
+      std::uint32_t* h = hist.data() + c * 2048;
+      for (std::size_t i = b; i < e; ++i) ++h[key(sg.x[i]) >> 20];
+    });
+    for (std::size_t c = 0; c < chunks; ++c) {
+      for (std::size_t d = 0; d < 2048; ++d) total[d] += hist[c * 2048 + d];
+    }
+    for (std::size_t d = 0x7f8; d < 2048; ++d) {
+      if (total[d] != 0) {
+        std::size_t const at = first_nonfinite(sg.x, sg.n);
+        throw_nonfinite(who, at, sg.x[at]);
+      }
+    }
+  }
+  std::uint64_t cum = 0;
+  std::uint32_t d = 2048;
+  while (d > 0) {
+    --d;
+    cum += total[d];
+    if (cum >= k) break;
+  }
+  return d << 20;
+}
+
+/// Parameters of a selection: the target k, the window [lo, hi] ∋ k, and the sample size
+/// (`sample_fraction` of the total length, at least `min_sample`, at most all of it).
+struct request {
+  std::uint64_t k = 0, lo = 0, hi = 0;
+  double sample_fraction = 0.001;
+  std::size_t min_sample = 4096;
+};
+
+/// Selects from `segs` per `req` (see the file comment); returns ascending indices per segment.
+inline std::vector<std::vector<std::uint32_t>> top(std::span<segment const> segs, request const& req,
+                                                   codec_id who, codec_context const& ctx) {
+  std::uint64_t total_n = 0;
+  for (segment const& sg : segs) total_n += sg.n;
+  std::vector<std::vector<std::uint32_t>> none(segs.size());
+  std::uint64_t const k = std::min<std::uint64_t>(req.k, total_n);
+  std::uint32_t bound = 0;
+  double expect = 1.0;
+  if (k > 0 && k < total_n) {
+    // Sample every `step`-th element from step / 2 on: spread evenly, distinct, in range.
+    auto const want = static_cast<std::uint64_t>(std::ceil(req.sample_fraction * static_cast<double>(total_n)));
+    std::uint64_t const s0 = std::min<std::uint64_t>(total_n, std::max<std::uint64_t>(want, req.min_sample));
+    std::uint64_t const step = total_n / s0;
+    std::uint64_t const s = total_n / step;
+    std::vector<std::uint32_t> sample(static_cast<std::size_t>(s));
+    std::size_t seg = 0;
+    std::uint64_t base = 0;
+    for (std::uint64_t j = 0; j < s; ++j) {
+      std::uint64_t const pos = j * step + step / 2;
+      while (pos >= base + segs[seg].n) base += segs[seg++].n;
+      sample[j] = key(segs[seg].x[pos - base]);
+    }
+    double const p = static_cast<double>(k) * static_cast<double>(s) / static_cast<double>(total_n);
+    double const r = std::ceil(p + 4.0 * std::sqrt(p) + 8.0);
+    if (r < static_cast<double>(s)) {
+      auto const rank = static_cast<std::size_t>(r);
+      std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(rank), sample.end(),
+                       std::greater<std::uint32_t>());
+      bound = std::min(sample[rank], 0x7f800000u);
+      expect = std::min(1.0, 1.5 * (r + 1.0) / static_cast<double>(s));
+    }
+  }
+  if (k == 0) {
+    // Nothing to select, but non-finite input is still an error.
+    (void)collect(segs, 0x7f800000u, 0.0, who, ctx);
+    return none;
+  }
+  auto cand = collect(segs, bound, expect, who, ctx);
+  std::uint64_t m = 0;
+  for (auto const& c : cand) m += c.size();
+  if (m < req.lo) {
+    bound = histogram_bound(segs, k, who, ctx);
+    cand = collect(segs, bound, 1.0, who, ctx);
+    m = 0;
+    for (auto const& c : cand) m += c.size();
+  }
+  if (m <= req.hi) return cand;
+  std::vector<std::uint32_t> keys;
+  keys.reserve(static_cast<std::size_t>(m));
+  for (std::size_t s = 0; s < segs.size(); ++s) {
+    for (std::uint32_t i : cand[s]) keys.push_back(key(segs[s].x[i]));
+  }
+  cut const c = find_cut(keys, req.lo, k, req.hi);
+  std::uint64_t eq = c.eq;
+  std::size_t at = 0;
+  for (std::size_t s = 0; s < segs.size(); ++s) {
+    std::size_t w = 0;
+    for (std::uint32_t i : cand[s]) {
+      std::uint32_t const kk = keys[at++];
+      if (kk > c.t || (kk == c.t && eq > 0)) {
+        if (kk == c.t) --eq;
+        cand[s][w++] = i;
+      }
+    }
+    cand[s].resize(w);
+  }
+  return cand;
+}
+
+}  // namespace detail::select
+GRADCOMP_NAMESPACE_END
