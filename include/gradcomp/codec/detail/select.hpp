@@ -25,6 +25,7 @@
 #include <gradcomp/codec/detail/codec_base.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/wire.hpp>
+#include <gradcomp/cpu/kernels/select.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <algorithm>
@@ -96,45 +97,44 @@ struct segment {
   std::size_t n = 0;
 };
 
-/// Indices (per segment, ascending) of every element with key >= `bound`. Throws the
-/// `numeric_error` of codec `who` naming the first non-finite element of the first segment
-/// holding one.
-inline std::vector<std::vector<std::uint32_t>> collect(std::span<segment const> segs,
-                                                       std::uint32_t bound, double expect_frac,
-                                                       codec_id who, codec_context const& ctx) {
-  std::vector<std::vector<std::uint32_t>> out(segs.size());
+/// The elements of one segment at or above a bound: ascending indices and their keys.
+struct candidates {
+  std::vector<std::uint32_t> idx;
+  std::vector<std::uint32_t> key;
+};
+
+/// Every element with key >= `bound` (about `expect_frac` of them, a capacity hint), per
+/// segment (branch-free SIMD compaction per chunk on the pool; chunks joined in order).
+/// Throws the `numeric_error` of codec `who` naming the first non-finite element of the first
+/// segment holding one (`bound` <= 0x7f800000, so every non-finite element is collected).
+inline std::vector<candidates> collect(std::span<segment const> segs, std::uint32_t bound,
+                                       double expect_frac, codec_id who,
+                                       codec_context const& ctx) {
+  constexpr std::size_t block = 2048;
+  cpu::isa const level = cpu::effective_isa(ctx.isa);
+  std::vector<candidates> out(segs.size());
   for (std::size_t s = 0; s < segs.size(); ++s) {
     float const* x = segs[s].x;
     std::size_t const n = segs[s].n;
-    std::size_t const chunks = cpu::chunk_count(n, 64);
-    std::vector<std::vector<std::uint32_t>> part(chunks);
+    std::size_t const chunks = cpu::chunk_count(n, block);
+    std::vector<candidates> part(chunks);
     std::vector<unsigned char> bad(chunks);
-    std::size_t const reserve =
-        static_cast<std::size_t>(expect_frac * static_cast<double>(cpu::chunk_length(64))) + 16;
-    cpu::for_each_chunk(n, 64, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
-      std::vector<std::uint32_t>& o = part[c];
-      o.reserve(std::min(reserve, e - b));
-      std::uint32_t nonfinite = 0;
-      std::size_t i = b;
-      for (; i + 16 <= e; i += 16) {
-        std::uint32_t any = 0;
-        for (std::size_t j = 0; j < 16; ++j) any |= static_cast<std::uint32_t>(key(x[i + j]) >= bound);
-        if (any == 0) continue;
-        std::uint32_t mask = 0;
-        for (std::size_t j = 0; j < 16; ++j) mask |= static_cast<std::uint32_t>(key(x[i + j]) >= bound) << j;
-        while (mask != 0) {
-          std::size_t const j = i + static_cast<std::size_t>(std::countr_zero(mask));
-          mask &= mask - 1;
-          nonfinite |= static_cast<std::uint32_t>(key(x[j]) >= 0x7f800000u);
-          o.push_back(static_cast<std::uint32_t>(j));
-        }
+    cpu::for_each_chunk(n, block, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
+      std::uint32_t ib[block + cpu::kernels::compact_slack], kb[block + cpu::kernels::compact_slack];
+      candidates& o = part[c];
+      auto const hint = static_cast<std::size_t>(expect_frac * static_cast<double>(e - b)) + 64;
+      o.idx.reserve(hint);
+      o.key.reserve(hint);
+      std::uint32_t top = 0;
+      for (std::size_t i = b; i < e; i += block) {
+        std::size_t const len = std::min(block, e - i);
+        std::size_t const m =
+            cpu::kernels::compact_above(x + i, len, static_cast<std::uint32_t>(i), bound, ib, kb, level);
+        o.idx.insert(o.idx.end(), ib, ib + m);
+        o.key.insert(o.key.end(), kb, kb + m);
+        for (std::size_t j = 0; j < m; ++j) top = std::max(top, kb[j]);
       }
-      for (; i < e; ++i) {
-        std::uint32_t const kk = key(x[i]);
-        nonfinite |= static_cast<std::uint32_t>(kk >= 0x7f800000u);
-        if (kk >= bound) o.push_back(static_cast<std::uint32_t>(i));
-      }
-      bad[c] = nonfinite != 0;
+      bad[c] = top >= 0x7f800000u;
     });
     for (std::size_t c = 0; c < chunks; ++c) {
       if (bad[c]) {
@@ -143,9 +143,13 @@ inline std::vector<std::vector<std::uint32_t>> collect(std::span<segment const> 
       }
     }
     std::size_t m = 0;
-    for (auto const& p : part) m += p.size();
-    out[s].reserve(m);
-    for (auto const& p : part) out[s].insert(out[s].end(), p.begin(), p.end());
+    for (auto const& p : part) m += p.idx.size();
+    out[s].idx.reserve(m);
+    out[s].key.reserve(m);
+    for (auto const& p : part) {
+      out[s].idx.insert(out[s].idx.end(), p.idx.begin(), p.idx.end());
+      out[s].key.insert(out[s].key.end(), p.key.begin(), p.key.end());
+    }
   }
   return out;
 }
@@ -220,7 +224,7 @@ inline std::vector<std::vector<std::uint32_t>> top(std::span<segment const> segs
       std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(rank), sample.end(),
                        std::greater<std::uint32_t>());
       bound = std::min(sample[rank], 0x7f800000u);
-      expect = std::min(1.0, 1.5 * (r + 1.0) / static_cast<double>(s));
+      expect = std::min(1.0, 1.25 * (r + 1.0) / static_cast<double>(s));
     }
   }
   if (k == 0) {
@@ -230,34 +234,40 @@ inline std::vector<std::vector<std::uint32_t>> top(std::span<segment const> segs
   }
   auto cand = collect(segs, bound, expect, who, ctx);
   std::uint64_t m = 0;
-  for (auto const& c : cand) m += c.size();
+  for (auto const& c : cand) m += c.idx.size();
   if (m < req.lo) {
     bound = histogram_bound(segs, k, who, ctx);
-    cand = collect(segs, bound, 1.0, who, ctx);
+    cand = collect(segs, bound, 1.5 * static_cast<double>(k) / static_cast<double>(total_n), who, ctx);
     m = 0;
-    for (auto const& c : cand) m += c.size();
+    for (auto const& c : cand) m += c.idx.size();
   }
-  if (m <= req.hi) return cand;
+  std::vector<std::vector<std::uint32_t>> result(segs.size());
+  if (m <= req.hi) {
+    for (std::size_t s = 0; s < segs.size(); ++s) result[s] = std::move(cand[s].idx);
+    return result;
+  }
   std::vector<std::uint32_t> keys;
-  keys.reserve(static_cast<std::size_t>(m));
-  for (std::size_t s = 0; s < segs.size(); ++s) {
-    for (std::uint32_t i : cand[s]) keys.push_back(key(segs[s].x[i]));
+  if (segs.size() == 1) {
+    keys = std::move(cand[0].key);
+  } else {
+    keys.reserve(static_cast<std::size_t>(m));
+    for (auto const& c : cand) keys.insert(keys.end(), c.key.begin(), c.key.end());
   }
   cut const c = find_cut(keys, req.lo, k, req.hi);
   std::uint64_t eq = c.eq;
   std::size_t at = 0;
   for (std::size_t s = 0; s < segs.size(); ++s) {
-    std::size_t w = 0;
-    for (std::uint32_t i : cand[s]) {
+    std::vector<std::uint32_t>& r = result[s];
+    for (std::uint32_t i : cand[s].idx) {
       std::uint32_t const kk = keys[at++];
-      if (kk > c.t || (kk == c.t && eq > 0)) {
+      bool const take = kk > c.t || (kk == c.t && eq > 0);
+      if (take) {
         if (kk == c.t) --eq;
-        cand[s][w++] = i;
+        r.push_back(i);
       }
     }
-    cand[s].resize(w);
   }
-  return cand;
+  return result;
 }
 
 }  // namespace detail::select
