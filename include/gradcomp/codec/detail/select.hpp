@@ -59,20 +59,25 @@ struct cut {
   static constexpr cut none() noexcept { return {0x7fffffffu, 0}; }
 };
 
-/// A cut of `keys` selecting m elements with lo <= m <= hi: at a digit boundary when one
-/// lands in the window, else exactly k (lo <= k <= hi <= keys.size(), lo >= 1).
-inline cut find_cut(std::span<std::uint32_t const> keys, std::uint64_t lo, std::uint64_t k,
-                    std::uint64_t hi) {
+/// A cut of the keys in `parts` (taken as one list) selecting m elements with
+/// lo <= m <= hi: at a digit boundary when one lands in the window, else exactly k
+/// (lo <= k <= hi, lo >= 1).
+inline cut find_cut(std::span<std::span<std::uint32_t const> const> parts, std::uint64_t lo,
+                    std::uint64_t k, std::uint64_t hi) {
+  std::uint64_t total = 0;
+  for (auto const& p : parts) total += p.size();
   if (k == 0) return cut::none();
-  if (hi >= keys.size()) return cut::all();
+  if (hi >= total) return cut::all();
   std::uint64_t above = 0;
   std::uint32_t prefix = 0, known = 0;
   std::vector<std::uint64_t> h(2048);
   for (unsigned shift : {20u, 10u, 0u}) {
     std::uint32_t const width = shift == 20 ? 2048u : 1024u;
     std::fill(h.begin(), h.end(), 0);
-    for (std::uint32_t kk : keys) {
-      if ((kk & known) == prefix) ++h[(kk >> shift) & (width - 1)];
+    for (auto const& p : parts) {
+      for (std::uint32_t kk : p) {
+        if ((kk & known) == prefix) ++h[(kk >> shift) & (width - 1)];
+      }
     }
     std::uint32_t d = width;
     while (d > 0) {
@@ -91,6 +96,12 @@ inline cut find_cut(std::span<std::uint32_t const> keys, std::uint64_t lo, std::
   return cut{prefix, k - above};
 }
 
+/// `find_cut` of one list of keys.
+inline cut find_cut(std::span<std::uint32_t const> keys, std::uint64_t lo, std::uint64_t k,
+                    std::uint64_t hi) {
+  return find_cut(std::span<std::span<std::uint32_t const> const>(&keys, 1), lo, k, hi);
+}
+
 /// One contiguous float tensor of a selection.
 struct segment {
   float const* x = nullptr;
@@ -103,28 +114,30 @@ struct candidates {
   std::vector<std::uint32_t> key;
 };
 
-/// Every element with key >= `bound` (about `expect_frac` of them, a capacity hint), per
-/// segment (branch-free SIMD compaction per chunk on the pool; chunks joined in order).
-/// Throws the `numeric_error` of codec `who` naming the first non-finite element of the first
-/// segment holding one (`bound` <= 0x7f800000, so every non-finite element is collected).
-inline std::vector<candidates> collect(std::span<segment const> segs, std::uint32_t bound,
-                                       double expect_frac, codec_id who,
-                                       codec_context const& ctx) {
+/// Every element with key >= `bound`, per segment and chunk: `parts[s][c]` receives chunk c of
+/// segment s (branch-free SIMD compaction per chunk on the pool). `parts` is reused: its
+/// vectors keep their capacity from earlier calls. Throws the `numeric_error` of codec `who`
+/// naming the first non-finite element of the first segment holding one (`bound` <=
+/// 0x7f800000, so every non-finite element is collected). Returns the number collected.
+inline std::uint64_t collect(std::span<segment const> segs, std::uint32_t bound,
+                             std::vector<std::vector<candidates>>& parts, codec_id who,
+                             codec_context const& ctx) {
   constexpr std::size_t block = 2048;
   cpu::isa const level = cpu::effective_isa(ctx.isa);
-  std::vector<candidates> out(segs.size());
+  parts.resize(segs.size());
+  std::uint64_t total = 0;
   for (std::size_t s = 0; s < segs.size(); ++s) {
     float const* x = segs[s].x;
     std::size_t const n = segs[s].n;
     std::size_t const chunks = cpu::chunk_count(n, block);
-    std::vector<candidates> part(chunks);
+    std::vector<candidates>& part = parts[s];
+    part.resize(chunks);
     std::vector<unsigned char> bad(chunks);
     cpu::for_each_chunk(n, block, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
       std::uint32_t ib[block + cpu::kernels::compact_slack], kb[block + cpu::kernels::compact_slack];
       candidates& o = part[c];
-      auto const hint = static_cast<std::size_t>(expect_frac * static_cast<double>(e - b)) + 64;
-      o.idx.reserve(hint);
-      o.key.reserve(hint);
+      o.idx.clear();
+      o.key.clear();
       std::uint32_t top = 0;
       for (std::size_t i = b; i < e; i += block) {
         std::size_t const len = std::min(block, e - i);
@@ -142,16 +155,9 @@ inline std::vector<candidates> collect(std::span<segment const> segs, std::uint3
         throw_nonfinite(who, at, x[at]);
       }
     }
-    std::size_t m = 0;
-    for (auto const& p : part) m += p.idx.size();
-    out[s].idx.reserve(m);
-    out[s].key.reserve(m);
-    for (auto const& p : part) {
-      out[s].idx.insert(out[s].idx.end(), p.idx.begin(), p.idx.end());
-      out[s].key.insert(out[s].key.end(), p.key.begin(), p.key.end());
-    }
+    for (auto const& p : part) total += p.idx.size();
   }
-  return out;
+  return total;
 }
 
 /// A key bound that at least k elements of `segs` reach, from an exact histogram of the top
@@ -202,7 +208,6 @@ inline std::vector<std::vector<std::uint32_t>> top(std::span<segment const> segs
   std::vector<std::vector<std::uint32_t>> none(segs.size());
   std::uint64_t const k = std::min<std::uint64_t>(req.k, total_n);
   std::uint32_t bound = 0;
-  double expect = 1.0;
   if (k > 0 && k < total_n) {
     // Sample every `step`-th element from step / 2 on: spread evenly, distinct, in range.
     auto const want = static_cast<std::uint64_t>(std::ceil(req.sample_fraction * static_cast<double>(total_n)));
@@ -224,46 +229,60 @@ inline std::vector<std::vector<std::uint32_t>> top(std::span<segment const> segs
       std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(rank), sample.end(),
                        std::greater<std::uint32_t>());
       bound = std::min(sample[rank], 0x7f800000u);
-      expect = std::min(1.0, 1.25 * (r + 1.0) / static_cast<double>(s));
     }
   }
+  // Candidate storage reused across calls on this thread, so that a training loop does not
+  // pay fresh pages every step; released after a call that needed more than 2^21 entries.
+  thread_local std::vector<std::vector<candidates>> parts;
+  struct release {
+    std::vector<std::vector<candidates>>& p;
+    std::uint64_t m = 0;
+    ~release() {
+      if (m > (std::uint64_t{1} << 21)) {
+        p.clear();
+        p.shrink_to_fit();
+      }
+    }
+  } guard{parts};
   if (k == 0) {
     // Nothing to select, but non-finite input is still an error.
-    (void)collect(segs, 0x7f800000u, 0.0, who, ctx);
+    (void)collect(segs, 0x7f800000u, parts, who, ctx);
     return none;
   }
-  auto cand = collect(segs, bound, expect, who, ctx);
-  std::uint64_t m = 0;
-  for (auto const& c : cand) m += c.idx.size();
+  std::uint64_t m = collect(segs, bound, parts, who, ctx);
   if (m < req.lo) {
     bound = histogram_bound(segs, k, who, ctx);
-    cand = collect(segs, bound, 1.5 * static_cast<double>(k) / static_cast<double>(total_n), who, ctx);
-    m = 0;
-    for (auto const& c : cand) m += c.idx.size();
+    m = collect(segs, bound, parts, who, ctx);
   }
+  guard.m = m;
   std::vector<std::vector<std::uint32_t>> result(segs.size());
   if (m <= req.hi) {
-    for (std::size_t s = 0; s < segs.size(); ++s) result[s] = std::move(cand[s].idx);
+    for (std::size_t s = 0; s < segs.size(); ++s) {
+      std::size_t ms = 0;
+      for (auto const& p : parts[s]) ms += p.idx.size();
+      result[s].reserve(ms);
+      for (auto const& p : parts[s]) result[s].insert(result[s].end(), p.idx.begin(), p.idx.end());
+    }
     return result;
   }
-  std::vector<std::uint32_t> keys;
-  if (segs.size() == 1) {
-    keys = std::move(cand[0].key);
-  } else {
-    keys.reserve(static_cast<std::size_t>(m));
-    for (auto const& c : cand) keys.insert(keys.end(), c.key.begin(), c.key.end());
+  std::vector<std::span<std::uint32_t const>> keys;
+  for (auto const& seg_parts : parts) {
+    for (auto const& p : seg_parts) keys.emplace_back(p.key);
   }
   cut const c = find_cut(keys, req.lo, k, req.hi);
   std::uint64_t eq = c.eq;
-  std::size_t at = 0;
   for (std::size_t s = 0; s < segs.size(); ++s) {
     std::vector<std::uint32_t>& r = result[s];
-    for (std::uint32_t i : cand[s].idx) {
-      std::uint32_t const kk = keys[at++];
-      bool const take = kk > c.t || (kk == c.t && eq > 0);
-      if (take) {
-        if (kk == c.t) --eq;
-        r.push_back(i);
+    std::size_t ms = 0;
+    for (auto const& p : parts[s]) ms += p.idx.size();
+    r.reserve(std::min(static_cast<std::size_t>(req.hi), ms));
+    for (auto const& p : parts[s]) {
+      for (std::size_t j = 0; j < p.idx.size(); ++j) {
+        std::uint32_t const kk = p.key[j];
+        if (kk > c.t || (kk == c.t && eq > 0)) {
+          if (kk == c.t) --eq;
+          r.push_back(p.idx[j]);
+        }
       }
     }
   }
