@@ -17,9 +17,10 @@
 /// about k + 4√(k s / n) · n / s + 8 n / s candidates (s the sample size): the sample fraction
 /// trades the sample's cost (s keys read at random-ish addresses and partially sorted)
 /// against the candidate overshoot; the tolerance decides how early the refinement may stop
-/// (at the first 11-bit or 21-bit key-digit boundary whose count lands in the window; with a
-/// narrow window or many ties it resolves the exact k-th key, which costs one more pass over
-/// the candidates). A misleading sample (periodic data) costs two more passes over the
+/// (at the first boundary of a 2048-bin histogram over the candidates' key range whose count
+/// lands in the window — usually the first histogram; with a narrow window or many ties it
+/// narrows further and resolves the exact k-th key, one more pass over the candidates per
+/// level). A misleading sample (periodic data) costs two more passes over the
 /// tensor, never a wrong count. Compared with exact `topk_codec`, which already runs a
 /// sample-bracketed single pass for large tensors, the gain is the early stop; it matters
 /// most for large k and on GPUs.

@@ -162,8 +162,9 @@ TEST_CASE("approx_topk: sample fractions and value types round-trip", "[codec][a
 
 TEST_CASE("approx_topk golden packet", "[codec][approx_topk][golden]") {
   std::vector<float> const x = {0.5f, -2.0f, 0.0f, 1.0f, 3.0f, 0.0f, 0.0f, -1.0f};
-  // k = 3, tolerance 0.5: the window is [2, 4]. The 11-bit digit buckets from the top hold
-  // 3 (bucket of 3.0), then -2 (2.0): cumulative 2, inside the window, so the cut stops there:
+  // k = 3, tolerance 0.5: the window is [2, 4]. The first histogram over the key range
+  // [0, key(3.0)] has 2^20-key bins (the 11-bit digits); from the top they hold 3 (bin of
+  // 3.0), then -2 (2.0): cumulative 2, inside the window, so the cut stops there:
   // indices 1, 4; delta b = bit_width(1 | 2) = 2 -> 4 bytes < 8.
   auto const p = compress(gc::approx_topk_codec::count(3, 0.001, 0.5), x);
   CHECK(to_hex(p) ==

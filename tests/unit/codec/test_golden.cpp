@@ -22,7 +22,8 @@
 // 0x81/0x80/0x80 (max |x| 4, 2.25, 3.5), TernGrad scales are the bucket max |x|. random_k
 // (added later): both packets share the check word of (seed, step, tensor 3); the k = 5
 // support is a subset of the k = 9 one (values 4.111 = 37/9 times the inputs there);
-// approx_topk k = 6, tolerance 0.2 stops at the 11-bit digit boundary holding 5 elements,
+// approx_topk k = 6, tolerance 0.2 stops at the first histogram's bin boundary (2^20-key bins over
+// the key range [0, key(4.0)]) holding 5 elements,
 // the five largest |x| (4, 4, 3.5, 2.75, 2.75).
 
 #include <catch2/catch.hpp>

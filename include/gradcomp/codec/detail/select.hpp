@@ -15,9 +15,9 @@
 ///    joined in order, so nothing depends on the thread count); if fewer than lo did (a
 ///    misleading sample), an exact 11-bit histogram pass finds a bound that works and the
 ///    collection is repeated;
-/// 3. `find_cut` narrows the candidates by 11/10/10-bit digit histograms and stops at the first
-///    digit boundary whose count lies in [lo, hi]; if none does, it resolves the exact k-th
-///    key and takes ties by position up to exactly k.
+/// 3. `find_cut` narrows the candidates by 2048-bin histograms over their key range and stops
+///    at the first bin boundary whose count lies in [lo, hi]; if none does, it resolves the
+///    exact k-th key and takes ties by position up to exactly k.
 ///
 /// With lo = hi = k the result is the exact top-k (the same set as `topk_codec`).
 
@@ -60,40 +60,52 @@ struct cut {
 };
 
 /// A cut of the keys in `parts` (taken as one list) selecting m elements with
-/// lo <= m <= hi: at a digit boundary when one lands in the window, else exactly k
-/// (lo <= k <= hi, lo >= 1).
+/// lo <= m <= hi: at a histogram bin boundary when one lands in the window, else exactly k
+/// (lo <= k <= hi, lo >= 1). Each level histograms the keys of the current key range
+/// [a, b] (first: the keys' minimum and maximum) into at most 2048 bins of 2^shift keys,
+/// walks the bins from the top and either stops at a boundary inside the window or narrows
+/// the range to the bin holding the k-th key; a range of single keys resolves it exactly.
 inline cut find_cut(std::span<std::span<std::uint32_t const> const> parts, std::uint64_t lo,
                     std::uint64_t k, std::uint64_t hi) {
   std::uint64_t total = 0;
-  for (auto const& p : parts) total += p.size();
+  std::uint32_t a = 0xffffffffu, b = 0;
+  for (auto const& p : parts) {
+    total += p.size();
+    for (std::uint32_t kk : p) {
+      a = std::min(a, kk);
+      b = std::max(b, kk);
+    }
+  }
   if (k == 0) return cut::none();
   if (hi >= total) return cut::all();
-  std::uint64_t above = 0;
-  std::uint32_t prefix = 0, known = 0;
+  std::uint64_t above = 0;  // keys above the range [a, b]
   std::vector<std::uint64_t> h(2048);
-  for (unsigned shift : {20u, 10u, 0u}) {
-    std::uint32_t const width = shift == 20 ? 2048u : 1024u;
-    std::fill(h.begin(), h.end(), 0);
+  for (;;) {
+    std::uint32_t const span = b - a;
+    unsigned const bits = static_cast<unsigned>(std::bit_width(span));
+    unsigned const shift = bits > 11 ? bits - 11 : 0;
+    std::uint32_t const bins = (span >> shift) + 1;
+    std::fill(h.begin(), h.begin() + bins, 0);
     for (auto const& p : parts) {
       for (std::uint32_t kk : p) {
-        if ((kk & known) == prefix) ++h[(kk >> shift) & (width - 1)];
+        if (kk >= a && kk <= b) ++h[(kk - a) >> shift];
       }
     }
-    std::uint32_t d = width;
+    std::uint32_t d = bins;
     while (d > 0) {
       --d;
       std::uint64_t const c = above + h[d];
       if (c >= lo) {
-        std::uint32_t const lb = prefix | (d << shift);
+        std::uint32_t const lb = a + (d << shift);
         if (c <= hi) return lb == 0 ? cut::all() : cut{lb - 1, 0};
-        prefix = lb;
-        known |= (width - 1) << shift;
+        if (shift == 0) return cut{lb, k - above};
+        b = static_cast<std::uint32_t>(std::min<std::uint64_t>(b, std::uint64_t{lb} + (std::uint64_t{1} << shift) - 1));
+        a = lb;
         break;
       }
       above = c;
     }
   }
-  return cut{prefix, k - above};
 }
 
 /// `find_cut` of one list of keys.
