@@ -87,14 +87,16 @@ void timed(benchmark::State& state, std::size_t n, unsigned threads, Call&& call
   }
   double const t = gb::median(times), tb = gb::median(base);
   double const in_bytes = static_cast<double>(n * sizeof(float));
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(n * sizeof(float)));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>(n * sizeof(float)));
   state.counters["GB/s"] = t > 0 ? in_bytes / t / 1e9 : 0.0;
   state.counters["base_GB/s"] = tb > 0 ? in_bytes / tb / 1e9 : 0.0;
   state.counters["ratio"] = t > 0 ? tb / t : 0.0;
   state.counters["B/elem"] = static_cast<double>(bytes) / static_cast<double>(n);
 }
 
-void bm_compress(benchmark::State& state, std::string const& spec, std::size_t n, unsigned threads) {
+void bm_compress(benchmark::State& state, std::string const& spec, std::size_t n,
+                 unsigned threads) {
   gc::any_codec const codec = gc::make_codec(spec);
   gc::codec_context const ctx = gb::context(threads);
   gb::buffer<std::byte> out(codec.max_compressed_bytes(n));
@@ -173,7 +175,8 @@ int main(int argc, char** argv) {
       std::string const tail = "/n:" + std::to_string(n) + "/threads:" + std::to_string(t);
       add("baseline/read" + tail, [n, t](benchmark::State& s) {
         timed(s, n, t, [&] {
-          return static_cast<std::size_t>(gb::run_baseline(gb::baseline::read, gb::gaussian(n).data(), nullptr, n,
+          return static_cast<std::size_t>(gb::run_baseline(gb::baseline::read,
+                                                           gb::gaussian(n).data(), nullptr, n,
                                                            gb::context(t)) != 0.0f);
         });
       });
@@ -182,8 +185,9 @@ int main(int argc, char** argv) {
         add("compress/" + sp + tail, [sp, n, t](benchmark::State& s) { bm_compress(s, sp, n, t); });
       }
       for (recompress_case const& rc : recompress_cases) {
-        std::string const name = std::string("recompress/") + rc.spec + ">k:" +
-                                 std::to_string(static_cast<std::uint64_t>(rc.ratio * static_cast<double>(n)));
+        std::string const name =
+            std::string("recompress/") + rc.spec +
+            ">k:" + std::to_string(static_cast<std::uint64_t>(rc.ratio * static_cast<double>(n)));
         add(name + tail, [rc, n, t](benchmark::State& s) { bm_recompress(s, rc, n, t); });
       }
     }

@@ -94,7 +94,8 @@ class approx_topk_codec : public detail::sparse_codec_base<approx_topk_codec> {
 
   /// Header plus absolute indices plus values for the most elements the window allows.
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    std::size_t const m = std::min<std::size_t>(n, static_cast<std::size_t>(window(k_for(n)).second));
+    std::size_t const m =
+        std::min<std::size_t>(n, static_cast<std::size_t>(window(k_for(n)).second));
     return header_bytes + m * static_cast<std::size_t>(4 + detail::sparse::value_bytes(values_));
   }
 
@@ -122,12 +123,15 @@ class approx_topk_codec : public detail::sparse_codec_base<approx_topk_codec> {
  private:
   static approx_topk_codec make(double sample, double tolerance, sparse_values values) {
     if (!(sample > 0.0 && sample <= 1.0)) {
-      throw config_error("gradcomp: approx_topk sample fraction must be in (0, 1], got " + std::to_string(sample));
+      throw config_error("gradcomp: approx_topk sample fraction must be in (0, 1], got " +
+                         std::to_string(sample));
     }
     if (!(tolerance >= 0.0 && tolerance < 1.0)) {
-      throw config_error("gradcomp: approx_topk tolerance must be in [0, 1), got " + std::to_string(tolerance));
+      throw config_error("gradcomp: approx_topk tolerance must be in [0, 1), got " +
+                         std::to_string(tolerance));
     }
-    if (static_cast<unsigned>(values) > 2) throw config_error("gradcomp: sparse value type must be f32, f16 or bf16");
+    if (static_cast<unsigned>(values) > 2)
+      throw config_error("gradcomp: sparse value type must be f32, f16 or bf16");
     approx_topk_codec c;
     c.sample_ = sample;
     c.tolerance_ = tolerance;

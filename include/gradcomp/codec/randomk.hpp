@@ -10,14 +10,13 @@
 /// - `scaled_random_k_codec` sends (n/k) x_i, which makes it unbiased (E[x̂] = x).
 ///
 /// **Selection.** A keyed pseudo-random permutation π of [0, n) (an 8-round Feistel network
-/// over the smallest power-of-two domain ≥ max(n, 256), with cycle-walking; round keys from Philox4x32-10
-/// of (seed, step, tensor id)) maps the ranks 0..k−1 to the chosen coordinates
-/// S(k) = {π(0), ..., π(k−1)}, which are then sorted by a bucket sort. The cost is O(k) (a
-/// few nanoseconds per coordinate), independent of n, and the result does not depend on the
-/// thread count. Because S(k') ⊂ S(k) for k' ≤ k, a random-k packet can be re-compressed to
-/// fewer coordinates without the dense tensor (`codec/recompress.hpp`), and the result is the
-/// packet a direct compression to k' gives. docs/wire-format.md, "random_k", specifies π
-/// exactly.
+/// over the smallest power-of-two domain ≥ max(n, 256), with cycle-walking; round keys from
+/// Philox4x32-10 of (seed, step, tensor id)) maps the ranks 0..k−1 to the chosen coordinates S(k) =
+/// {π(0), ..., π(k−1)}, which are then sorted by a bucket sort. The cost is O(k) (a few nanoseconds
+/// per coordinate), independent of n, and the result does not depend on the thread count. Because
+/// S(k') ⊂ S(k) for k' ≤ k, a random-k packet can be re-compressed to fewer coordinates without the
+/// dense tensor (`codec/recompress.hpp`), and the result is the packet a direct compression to k'
+/// gives. docs/wire-format.md, "random_k", specifies π exactly.
 ///
 /// **Payload** (values only): a 32-bit check word derived from (seed, step, tensor id), then
 /// the k values in ascending coordinate order (f32, f16 or bf16). The header holds k and the
@@ -58,7 +57,8 @@ inline constexpr std::uint32_t permutation_domain = 0x524b5031u;  // "RKP1"
 inline constexpr std::uint32_t check_domain = 0x524b4331u;        // "RKC1"
 
 /// The permutation π of random-k for a stream.
-inline cpu::kernels::feistel_permutation permutation(std::uint64_t n, random_stream const& rs) noexcept {
+inline cpu::kernels::feistel_permutation permutation(std::uint64_t n,
+                                                     random_stream const& rs) noexcept {
   return cpu::kernels::feistel_permutation(n, rs, permutation_domain);
 }
 
@@ -118,9 +118,11 @@ inline std::vector<std::uint32_t> indices(std::uint64_t n, std::uint64_t k, rand
 
 /// S(k) ascending with each coordinate's rank: entry = coordinate << 32 | rank.
 inline std::vector<std::uint64_t> ranked_indices(std::uint64_t n, std::uint64_t k,
-                                                 random_stream const& rs, codec_context const& ctx) {
+                                                 random_stream const& rs,
+                                                 codec_context const& ctx) {
   std::vector<std::uint32_t> coord(static_cast<std::size_t>(k));
-  cpu::kernels::feistel_fill(permutation(n, rs), 0, coord.size(), coord.data(), cpu::effective_isa(ctx.isa));
+  cpu::kernels::feistel_fill(permutation(n, rs), 0, coord.size(), coord.data(),
+                             cpu::effective_isa(ctx.isa));
   std::vector<std::uint64_t> out(coord.size());
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = (std::uint64_t{coord[i]} << 32) | i;
   radix_sort(out, n, [](std::uint64_t v) { return static_cast<std::uint32_t>(v >> 32); });
@@ -142,7 +144,8 @@ inline void validate(packet_header const& h) {
     throw format_error(who + "selects " + std::to_string(h.param0) + " of " +
                        std::to_string(h.count) + " elements");
   }
-  expect_payload(h, 4 + std::uint64_t{h.param0} * sparse::value_bytes(static_cast<sparse_values>(h.variant & 3u)));
+  expect_payload(h, 4 + std::uint64_t{h.param0} *
+                            sparse::value_bytes(static_cast<sparse_values>(h.variant & 3u)));
 }
 
 /// Throws `format_error` unless the packet's check word matches the context's seed and step.
@@ -213,7 +216,8 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
 
   /// Exact packet size: header, check word, k_for(n) values.
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    return header_bytes + 4 + k_for(n) * static_cast<std::size_t>(detail::sparse::value_bytes(values_));
+    return header_bytes + 4 +
+           k_for(n) * static_cast<std::size_t>(detail::sparse::value_bytes(values_));
   }
 
   /// Value bits per element for a ratio r (r × value bits; no indices on the wire); for a
@@ -248,9 +252,11 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
                          std::to_string(out.size()));
     }
     random_stream const rs = stream(ctx, in.id());
-    std::uint8_t const variant = static_cast<std::uint8_t>(static_cast<unsigned>(values_) | (Scaled ? 4u : 0u));
-    write_header(out, packet_header{id, dtype_of<T>, variant, n, 4 + k * vb, static_cast<std::uint32_t>(k),
-                                    static_cast<std::uint32_t>(in.id())});
+    std::uint8_t const variant =
+        static_cast<std::uint8_t>(static_cast<unsigned>(values_) | (Scaled ? 4u : 0u));
+    write_header(
+        out, packet_header{id, dtype_of<T>, variant, n, 4 + k * vb, static_cast<std::uint32_t>(k),
+                           static_cast<std::uint32_t>(in.id())});
     std::byte* payload = out.data() + header_bytes;
     detail::store_le<std::uint32_t>(payload, detail::randomk::check_word(rs));
     std::vector<std::uint32_t> const idx = detail::randomk::indices(n, k, rs, ctx);
@@ -279,7 +285,8 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
 
   /// The factor values are multiplied by before sending: n/k rounded to float (1 unscaled).
   [[nodiscard]] static float scale(std::uint64_t n, std::uint64_t k) noexcept {
-    return Scaled && k > 0 ? static_cast<float>(static_cast<double>(n) / static_cast<double>(k)) : 1.0f;
+    return Scaled && k > 0 ? static_cast<float>(static_cast<double>(n) / static_cast<double>(k))
+                           : 1.0f;
   }
 
   static void validate(packet_header const& h) { detail::randomk::validate(h); }
@@ -315,7 +322,8 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
   }
 
   static void check_values(sparse_values v) {
-    if (static_cast<unsigned>(v) > 2) throw config_error("gradcomp: sparse value type must be f32, f16 or bf16");
+    if (static_cast<unsigned>(v) > 2)
+      throw config_error("gradcomp: sparse value type must be f32, f16 or bf16");
   }
 
   bool by_ratio_ = true;
@@ -336,7 +344,8 @@ inline std::vector<std::uint32_t> random_k_packet_indices(std::span<std::byte co
                                                           codec_context const& ctx = {}) {
   packet_header const h = random_k_codec::inspect(packet);
   detail::randomk::check(h, packet.data() + header_bytes, ctx);
-  return detail::randomk::indices(h.count, h.param0, random_stream{ctx.seed, ctx.step, h.param1}, ctx);
+  return detail::randomk::indices(h.count, h.param0, random_stream{ctx.seed, ctx.step, h.param1},
+                                  ctx);
 }
 
 GRADCOMP_NAMESPACE_END

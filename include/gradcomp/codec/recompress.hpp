@@ -53,16 +53,19 @@ inline packet_header recompress_header(std::span<std::byte const> packet) {
   } else if (h.codec == codec_id::random_k) {
     randomk::validate(h);
   } else {
-    throw config_error(std::string("gradcomp: recompress_sparse takes topk, approx_topk, threshold or "
-                                   "random_k packets, got a '") + codec_name(h.codec) + "' packet");
+    throw config_error(
+        std::string("gradcomp: recompress_sparse takes topk, approx_topk, threshold or "
+                    "random_k packets, got a '") +
+        codec_name(h.codec) + "' packet");
   }
   return h;
 }
 
 inline std::size_t copy_packet(std::span<std::byte const> packet, std::span<std::byte> out) {
   if (out.size() < packet.size()) {
-    throw config_error("gradcomp: recompress_sparse output buffer of " + std::to_string(out.size()) +
-                       " bytes cannot hold the " + std::to_string(packet.size()) + "-byte packet");
+    throw config_error("gradcomp: recompress_sparse output buffer of " +
+                       std::to_string(out.size()) + " bytes cannot hold the " +
+                       std::to_string(packet.size()) + "-byte packet");
   }
   std::memcpy(out.data(), packet.data(), packet.size());
   return packet.size();
@@ -108,7 +111,8 @@ inline std::size_t recompress_sparse(std::span<std::byte const> packet, std::uin
     write_header(out, nh);
     std::memcpy(out.data() + header_bytes, payload, 4);  // the check word
     bool const scaled = (h.variant & 4u) != 0;
-    float const rescale = scaled ? static_cast<float>(static_cast<double>(m) / static_cast<double>(k)) : 1.0f;
+    float const rescale =
+        scaled ? static_cast<float>(static_cast<double>(m) / static_cast<double>(k)) : 1.0f;
     std::byte const* vals = payload + 4;
     std::byte* nv = out.data() + header_bytes + 4;
     std::size_t j = 0;
@@ -145,9 +149,9 @@ inline std::size_t recompress_sparse(std::span<std::byte const> packet, std::uin
   }
   packet_header const nh = detail::sparse::plan(h.codec, h.type, h.count, nidx, v);
   if (out.size() < nh.packet_bytes()) {
-    throw config_error("gradcomp: recompressed " + std::string(codec_name(h.codec)) + " packet needs " +
-                       std::to_string(nh.packet_bytes()) + " bytes, the output buffer has " +
-                       std::to_string(out.size()));
+    throw config_error("gradcomp: recompressed " + std::string(codec_name(h.codec)) +
+                       " packet needs " + std::to_string(nh.packet_bytes()) +
+                       " bytes, the output buffer has " + std::to_string(out.size()));
   }
   write_header(out, nh);
   std::byte* np = out.data() + header_bytes;

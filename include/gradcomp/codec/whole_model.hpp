@@ -58,8 +58,9 @@ std::vector<select::segment> whole_model_segments(std::span<tensor_view<T const>
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     std::size_t const n = tensors[t].size();
     if (n > UINT32_MAX) {
-      throw config_error("gradcomp: whole-model top-k handles at most " + std::to_string(UINT32_MAX) +
-                         " elements per tensor, tensor " + std::to_string(t) + " has " + std::to_string(n));
+      throw config_error("gradcomp: whole-model top-k handles at most " +
+                         std::to_string(UINT32_MAX) + " elements per tensor, tensor " +
+                         std::to_string(t) + " has " + std::to_string(n));
     }
     if constexpr (std::same_as<T, float>) {
       segs[t] = {tensors[t].data(), n};
@@ -107,7 +108,8 @@ std::size_t whole_model_max_bytes(C const& c, std::size_t n, std::size_t total) 
   std::uint64_t most = c.k_for(total);
   if constexpr (std::same_as<C, approx_topk_codec>) most = c.window(most).second;
   std::size_t const m = std::min<std::size_t>(n, static_cast<std::size_t>(most));
-  return header_bytes + m * static_cast<std::size_t>(4 + detail::sparse::value_bytes(c.value_type()));
+  return header_bytes +
+         m * static_cast<std::size_t>(4 + detail::sparse::value_bytes(c.value_type()));
 }
 
 /// Compresses `tensors` with whole-model selection into one packet per tensor: `out[t]`
@@ -115,25 +117,28 @@ std::size_t whole_model_max_bytes(C const& c, std::size_t n, std::size_t total) 
 /// `whole_model_max_bytes(c, tensors[t].size(), N)` bytes or the exact packet. Returns the
 /// packet sizes. Decode each packet with `C` (or `decompress_any`) like any other.
 template <whole_model_codec C, element T>
-std::vector<std::size_t> compress_whole_model(C const& c, std::span<tensor_view<T const> const> tensors,
+std::vector<std::size_t> compress_whole_model(C const& c,
+                                              std::span<tensor_view<T const> const> tensors,
                                               std::span<std::span<std::byte> const> out,
                                               codec_context const& ctx = {}) {
   if (out.size() != tensors.size()) {
     throw config_error("gradcomp: compress_whole_model got " + std::to_string(tensors.size()) +
-                       " tensors but " + std::to_string(out.size()) + " output buffers (one per tensor expected)");
+                       " tensors but " + std::to_string(out.size()) +
+                       " output buffers (one per tensor expected)");
   }
   std::vector<std::vector<float>> tmp;
   auto const segs = detail::whole_model_segments(tensors, tmp);
   std::uint64_t total = 0;
   for (auto const& s : segs) total += s.n;
-  auto const sel = detail::select::top(segs, detail::whole_model_request(c, c.k_for(static_cast<std::size_t>(total))),
-                                       C::id, ctx);
+  auto const sel = detail::select::top(
+      segs, detail::whole_model_request(c, c.k_for(static_cast<std::size_t>(total))), C::id, ctx);
   std::vector<packet_header> heads(tensors.size());
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     heads[t] = detail::sparse::plan(C::id, dtype_of<T>, segs[t].n, sel[t], c.value_type());
     if (out[t].size() < heads[t].packet_bytes()) {
-      throw config_error(std::string("gradcomp: ") + codec_name(C::id) + " whole-model packet of tensor " +
-                         std::to_string(t) + " needs " + std::to_string(heads[t].packet_bytes()) +
+      throw config_error(std::string("gradcomp: ") + codec_name(C::id) +
+                         " whole-model packet of tensor " + std::to_string(t) + " needs " +
+                         std::to_string(heads[t].packet_bytes()) +
                          " bytes, its output buffer has " + std::to_string(out[t].size()));
     }
   }

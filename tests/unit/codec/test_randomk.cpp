@@ -64,7 +64,8 @@ TEST_CASE("random_k: ranks sharing a seed select the same coordinates, others di
                             c.indices(n, seeded(42, 8), gc::tensor_id{5}),
                             c.indices(n, seeded(42, 7), gc::tensor_id{6})}) {
     std::vector<std::uint32_t> common;
-    std::set_intersection(i0.begin(), i0.end(), other.begin(), other.end(), std::back_inserter(common));
+    std::set_intersection(i0.begin(), i0.end(), other.begin(), other.end(),
+                          std::back_inserter(common));
     CHECK(other.size() == i0.size());
     CHECK(common.size() < 50);
   }
@@ -73,7 +74,8 @@ TEST_CASE("random_k: ranks sharing a seed select the same coordinates, others di
 TEST_CASE("random_k: exactly k distinct ascending coordinates, for any n and k",
           "[codec][randomk]") {
   for (std::size_t n : {0u, 1u, 2u, 3u, 255u, 256u, 257u, 1000u, 65537u, 300001u}) {
-    for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{2}, n / 100, n / 3, n > 0 ? n - 1 : 0, n, n + 3}) {
+    for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{2}, n / 100, n / 3,
+                          n > 0 ? n - 1 : 0, n, n + 3}) {
       CAPTURE(n, k);
       gc::random_k_codec const c = gc::random_k_codec::count(k);
       REQUIRE(c.k_for(n) == std::min(k, n));
@@ -92,21 +94,27 @@ TEST_CASE("random_k: exactly k distinct ascending coordinates, for any n and k",
   CHECK(gc::random_k_codec::ratio(0.5).k_for(0) == 0);
 }
 
-TEST_CASE("random_k: every coordinate is kept with probability k/n, every pair with "
-          "k(k-1)/(n(n-1))", "[codec][randomk]") {
+TEST_CASE(
+    "random_k: every coordinate is kept with probability k/n, every pair with "
+    "k(k-1)/(n(n-1))",
+    "[codec][randomk]") {
   // Over T seeds the count of coordinate i is Binomial(T, p). With z_i = (c_i - Tp) /
   // sqrt(T p (1 - p)): every |z_i| < 5 (a false alarm has probability < 1e-6 per coordinate)
   // and sum z_i^2 within 5 standard deviations of its mean n - 1 (chi-square-like, n - 1
   // degrees of freedom since the counts sum to T k). Inputs are fixed, so the test is
   // deterministic; the bounds say how unlikely a correct implementation is to fail it.
   int const trials = quick_mode() ? 3000 : 20000;
-  struct tc { std::size_t n, k; };
+  struct tc {
+    std::size_t n, k;
+  };
   for (auto [n, k] : {tc{50, 10}, tc{7, 3}, tc{300, 150}, tc{1000, 17}, tc{70000, 700}}) {
     CAPTURE(n, k);
     std::vector<double> count(n);
-    std::size_t const t_here = n > 1000 ? static_cast<std::size_t>(trials / 10) : static_cast<std::size_t>(trials);
+    std::size_t const t_here =
+        n > 1000 ? static_cast<std::size_t>(trials / 10) : static_cast<std::size_t>(trials);
     for (std::size_t s = 0; s < t_here; ++s) {
-      for (auto i : gc::random_k_codec::count(k).indices(n, seeded(0x5eed0000 + s * 7919, 3))) count[i] += 1;
+      for (auto i : gc::random_k_codec::count(k).indices(n, seeded(0x5eed0000 + s * 7919, 3)))
+        count[i] += 1;
     }
     double const p = static_cast<double>(k) / static_cast<double>(n);
     double const T = static_cast<double>(t_here);
@@ -126,7 +134,8 @@ TEST_CASE("random_k: every coordinate is kept with probability k/n, every pair w
   std::size_t const n = 8, k = 3;
   std::vector<double> pair(n * n);
   for (int s = 0; s < trials; ++s) {
-    auto const idx = gc::random_k_codec::count(k).indices(n, seeded(0xabc00000ull + static_cast<std::uint64_t>(s)));
+    auto const idx = gc::random_k_codec::count(k).indices(
+        n, seeded(0xabc00000ull + static_cast<std::uint64_t>(s)));
     for (std::size_t a = 0; a < idx.size(); ++a) {
       for (std::size_t b = a + 1; b < idx.size(); ++b) pair[idx[a] * n + idx[b]] += 1;
     }
@@ -195,7 +204,7 @@ TEST_CASE("random_k packets do not depend on threads or ISA; round trips per val
       for (std::size_t i = 0; i < n; ++i) {
         bool const sel = j < idx.size() && idx[j] == i;
         float const scaled = x[i] * s;
-        float const want = !sel ? 0.0f
+        float const want = !sel                          ? 0.0f
                            : v == gc::sparse_values::f32 ? scaled
                            : v == gc::sparse_values::f16 ? gc::to_float(gc::half(scaled))
                                                          : gc::to_float(gc::bfloat16(scaled));
@@ -205,7 +214,8 @@ TEST_CASE("random_k packets do not depend on threads or ISA; round trips per val
       // decompress_add touches the coordinates only; decompress_any needs the same context.
       std::vector<float> acc(n, 0.25f);
       c.decompress_add(std::span<std::byte const>(ref), std::span<float>(acc), -2.0f, ctx);
-      for (std::size_t i = 0; i < n; ++i) REQUIRE(bits_of(acc[i]) == bits_of(std::fma(-2.0f, y[i], 0.25f)));
+      for (std::size_t i = 0; i < n; ++i)
+        REQUIRE(bits_of(acc[i]) == bits_of(std::fma(-2.0f, y[i], 0.25f)));
       std::vector<float> z(n);
       gc::decompress_any(std::span<std::byte const>(ref), std::span<float>(z), 1.0f, false, ctx);
       REQUIRE(z == y);
@@ -222,18 +232,27 @@ TEST_CASE("random_k packets do not depend on threads or ISA; round trips per val
   for (auto i : idx) REQUIRE(yh[i].bits == xh[i].bits);
 }
 
-TEST_CASE("random_k: decoding with another seed or step fails the check word", "[codec][randomk][format]") {
+TEST_CASE("random_k: decoding with another seed or step fails the check word",
+          "[codec][randomk][format]") {
   auto const x = gaussian(3000, 4);
   gc::random_k_codec const c = gc::random_k_codec::count(30);
   auto const p = compress(c, x, seeded(77, 5), gc::tensor_id{9});
   std::vector<float> out(x.size());
   CHECK_NOTHROW(c.decompress(std::span<std::byte const>(p), std::span<float>(out), seeded(77, 5)));
-  CHECK_THROWS_AS(c.decompress(std::span<std::byte const>(p), std::span<float>(out), seeded(78, 5)), gc::format_error);
-  CHECK_THROWS_AS(c.decompress(std::span<std::byte const>(p), std::span<float>(out), seeded(77, 6)), gc::format_error);
+  CHECK_THROWS_AS(c.decompress(std::span<std::byte const>(p), std::span<float>(out), seeded(78, 5)),
+                  gc::format_error);
+  CHECK_THROWS_AS(c.decompress(std::span<std::byte const>(p), std::span<float>(out), seeded(77, 6)),
+                  gc::format_error);
   CHECK_THROWS_AS(gc::decompress_any<float>(p, out), gc::format_error);  // default context
   CHECK_THROWS_AS(gc::random_k_packet_indices(p, seeded(1)), gc::format_error);
   // The tensor id travels in the packet: patching it breaks the check word too.
-  { auto q = p; put_u32(q, field::param1, 8); CHECK_THROWS_AS(c.decompress(std::span<std::byte const>(q), std::span<float>(out), seeded(77, 5)), gc::format_error); }
+  {
+    auto q = p;
+    put_u32(q, field::param1, 8);
+    CHECK_THROWS_AS(
+        c.decompress(std::span<std::byte const>(q), std::span<float>(out), seeded(77, 5)),
+        gc::format_error);
+  }
 }
 
 TEST_CASE("random_k rejects malformed packets", "[codec][randomk][format]") {
@@ -244,31 +263,72 @@ TEST_CASE("random_k rejects malformed packets", "[codec][randomk][format]") {
   REQUIRE(good.size() == hdr + 4 + 40);
   std::vector<float> out(100);
   auto expect_format = [&](std::vector<std::byte> const& p) {
-    CHECK_THROWS_AS(c.decompress(std::span<std::byte const>(p), std::span<float>(out), ctx), gc::format_error);
+    CHECK_THROWS_AS(c.decompress(std::span<std::byte const>(p), std::span<float>(out), ctx),
+                    gc::format_error);
   };
-  for (unsigned v : {0x03u, 0x08u, 0x80u}) { auto p = good; put_u8(p, field::variant, v); expect_format(p); }
-  { auto p = good; put_u8(p, field::variant, 1); expect_format(p); }  // f16 values: payload too long
-  { auto p = good; put_u32(p, field::param0, 101); expect_format(p); }  // k > n
-  { auto p = good; put_u32(p, field::param0, 9); expect_format(p); }    // k disagrees with the payload
-  { auto p = good; p.pop_back(); put_u64(p, field::payload, p.size() - hdr); expect_format(p); }
-  { auto p = good; p.push_back(std::byte{0}); put_u64(p, field::payload, p.size() - hdr); expect_format(p); }
-  { auto p = good; p.pop_back(); expect_format(p); }
-  { auto p = good; put_u8(p, hdr, static_cast<unsigned>(p[hdr]) ^ 1u); expect_format(p); }  // check word
+  for (unsigned v : {0x03u, 0x08u, 0x80u}) {
+    auto p = good;
+    put_u8(p, field::variant, v);
+    expect_format(p);
+  }
+  {
+    auto p = good;
+    put_u8(p, field::variant, 1);
+    expect_format(p);
+  }  // f16 values: payload too long
+  {
+    auto p = good;
+    put_u32(p, field::param0, 101);
+    expect_format(p);
+  }  // k > n
+  {
+    auto p = good;
+    put_u32(p, field::param0, 9);
+    expect_format(p);
+  }  // k disagrees with the payload
+  {
+    auto p = good;
+    p.pop_back();
+    put_u64(p, field::payload, p.size() - hdr);
+    expect_format(p);
+  }
+  {
+    auto p = good;
+    p.push_back(std::byte{0});
+    put_u64(p, field::payload, p.size() - hdr);
+    expect_format(p);
+  }
+  {
+    auto p = good;
+    p.pop_back();
+    expect_format(p);
+  }
+  {
+    auto p = good;
+    put_u8(p, hdr, static_cast<unsigned>(p[hdr]) ^ 1u);
+    expect_format(p);
+  }  // check word
   {
     auto p = good;  // n beyond 2^32 - 1
     put_u64(p, field::count, std::uint64_t{1} << 33);
     CHECK_THROWS_AS(gc::random_k_codec::inspect(p), gc::format_error);
   }
-  { auto p = good; put_u8(p, field::codec, 10); CHECK_THROWS_AS(gc::random_k_codec::inspect(p), gc::format_error); }
+  {
+    auto p = good;
+    put_u8(p, field::codec, 10);
+    CHECK_THROWS_AS(gc::random_k_codec::inspect(p), gc::format_error);
+  }
   std::vector<float> wrong(99);
-  CHECK_THROWS_AS(c.decompress(std::span<std::byte const>(good), std::span<float>(wrong), ctx), gc::config_error);
+  CHECK_THROWS_AS(c.decompress(std::span<std::byte const>(good), std::span<float>(wrong), ctx),
+                  gc::config_error);
 }
 
 TEST_CASE("random_k parameters, specs and edge sizes", "[codec][randomk]") {
   CHECK_THROWS_AS(gc::random_k_codec::ratio(0.0), gc::config_error);
   CHECK_THROWS_AS(gc::random_k_codec::ratio(1.01), gc::config_error);
   CHECK_THROWS_AS(gc::random_k_codec::ratio(std::nan("")), gc::config_error);
-  CHECK_THROWS_AS(gc::random_k_codec::count(3, static_cast<gc::sparse_values>(3)), gc::config_error);
+  CHECK_THROWS_AS(gc::random_k_codec::count(3, static_cast<gc::sparse_values>(3)),
+                  gc::config_error);
   CHECK(gc::random_k_codec::ratio(0.01).bits_per_element() == Approx(0.32));
   CHECK(gc::random_k_codec::count(5, gc::sparse_values::bf16).bits_per_element() == 16.0);
   CHECK(gc::random_k_codec::count(5).max_compressed_bytes(3) == 32 + 4 + 12);
@@ -282,7 +342,8 @@ TEST_CASE("random_k parameters, specs and edge sizes", "[codec][randomk]") {
   CHECK_THROWS_AS(gc::make_codec("randomk:scale=maybe"), gc::config_error);
   auto const x = gaussian(4000, 6);
   auto const ctx = seeded(5, 1);
-  CHECK(compress(a, x, ctx) == compress(gc::scaled_random_k_codec::ratio(0.01, gc::sparse_values::f16), x, ctx));
+  CHECK(compress(a, x, ctx) ==
+        compress(gc::scaled_random_k_codec::ratio(0.01, gc::sparse_values::f16), x, ctx));
   CHECK(compress(b, x, ctx) == compress(gc::random_k_codec::count(7), x, ctx));
   // k = 0, k = n, n = 1, n = 0.
   for (std::size_t n : {0u, 1u, 5u}) {
@@ -293,7 +354,8 @@ TEST_CASE("random_k parameters, specs and edge sizes", "[codec][randomk]") {
       auto const p = compress(c, xs, ctx);
       REQUIRE(p.size() == hdr + 4 + 4 * std::min(k, n));
       auto const y = decompress<float>(c, p, n, ctx);
-      for (std::size_t i = 0; i < n; ++i) REQUIRE(y[i] == (k == 0 ? 0.0f : xs[i]));  // n/k = 1 at k = n
+      for (std::size_t i = 0; i < n; ++i)
+        REQUIRE(y[i] == (k == 0 ? 0.0f : xs[i]));  // n/k = 1 at k = n
     }
   }
 }
@@ -306,7 +368,8 @@ TEST_CASE("random_k with error feedback conserves mass", "[codec][randomk][feedb
   for (std::uint32_t step = 0; step < 10; ++step) {
     auto const g = gaussian(n, 500 + step);
     auto const ctx = seeded(99, step);
-    std::size_t const bytes = comp.compress(gc::tensor_view<float const>(g, gc::tensor_id{4}), buf, ctx);
+    std::size_t const bytes =
+        comp.compress(gc::tensor_view<float const>(g, gc::tensor_id{4}), buf, ctx);
     std::vector<float> d(n);
     comp.decompress(std::span<std::byte const>(buf).first(bytes), std::span<float>(d), ctx);
     for (std::size_t i = 0; i < n; ++i) {
@@ -328,7 +391,8 @@ namespace {
 std::uint32_t spec_pi(std::uint64_t n, std::uint64_t seed, std::uint32_t step, std::uint32_t tensor,
                       std::uint64_t i) {
   if (n <= 1) return 0;
-  gc::philox_key const key{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
+  gc::philox_key const key{static_cast<std::uint32_t>(seed),
+                           static_cast<std::uint32_t>(seed >> 32)};
   std::uint32_t rk[8];
   for (std::uint32_t j = 0; j < 2; ++j) {
     auto const o = gc::philox4x32<10>(gc::philox_block{j, 0x524b5031u, step, tensor}, key);
@@ -345,7 +409,8 @@ std::uint32_t spec_pi(std::uint64_t n, std::uint64_t seed, std::uint32_t step, s
     unsigned wl = w / 2, wr = w - w / 2;
     std::uint64_t l = x >> wr, r = x & ((std::uint64_t{1} << wr) - 1);
     for (int round = 0; round < 8; ++round) {
-      std::uint64_t const f = mix(static_cast<std::uint32_t>(r) ^ rk[round]) & ((std::uint64_t{1} << wl) - 1);
+      std::uint64_t const f =
+          mix(static_cast<std::uint32_t>(r) ^ rk[round]) & ((std::uint64_t{1} << wl) - 1);
       std::uint64_t const nl = r;
       r = l ^ f;
       l = nl;
@@ -358,7 +423,8 @@ std::uint32_t spec_pi(std::uint64_t n, std::uint64_t seed, std::uint32_t step, s
 
 }  // namespace
 
-TEST_CASE("random_k coordinates and check word follow the documented construction", "[codec][randomk][wire]") {
+TEST_CASE("random_k coordinates and check word follow the documented construction",
+          "[codec][randomk][wire]") {
   for (std::uint64_t n : {1u, 2u, 3u, 200u, 256u, 257u, 4097u, 65536u, 1000003u}) {
     for (std::uint64_t k : {std::uint64_t{1}, n / 7, n / 2}) {
       if (k == 0 || k >= n) continue;
@@ -368,12 +434,15 @@ TEST_CASE("random_k coordinates and check word follow the documented constructio
       std::sort(want.begin(), want.end());
       CAPTURE(n, k);
       for (auto level : isa_levels) {
-        REQUIRE(gc::random_k_codec::count(k).indices(n, serial_ctx(level, seed, 7), gc::tensor_id{3}) == want);
+        REQUIRE(gc::random_k_codec::count(k).indices(n, serial_ctx(level, seed, 7),
+                                                     gc::tensor_id{3}) == want);
       }
     }
   }
   auto const x = gaussian(50, 1);
-  auto const p = compress(gc::random_k_codec::count(5), x, serial_ctx(gc::cpu::isa::best, 11, 22), gc::tensor_id{33});
-  auto const o = gc::philox4x32<10>(gc::philox_block{0, 0x524b4331u, 22, 33}, gc::philox_key{11, 0});
+  auto const p = compress(gc::random_k_codec::count(5), x, serial_ctx(gc::cpu::isa::best, 11, 22),
+                          gc::tensor_id{33});
+  auto const o =
+      gc::philox4x32<10>(gc::philox_block{0, 0x524b4331u, 22, 33}, gc::philox_key{11, 0});
   CHECK(get_u32(p, hdr) == o[0]);
 }

@@ -24,7 +24,8 @@ namespace {
 using namespace gradcomp_test;
 namespace gc = gradcomp;
 
-std::vector<std::byte> recompress(std::span<std::byte const> p, std::uint64_t k, gc::codec_context const& ctx = {}) {
+std::vector<std::byte> recompress(std::span<std::byte const> p, std::uint64_t k,
+                                  gc::codec_context const& ctx = {}) {
   std::size_t const max = gc::max_recompressed_bytes(p, k);
   std::vector<std::byte> out(max + guard_bytes, guard_byte);
   std::size_t const size = gc::recompress_sparse(p, k, std::span<std::byte>(out), ctx);
@@ -52,7 +53,8 @@ std::vector<float> tied(std::size_t n, std::uint64_t seed) {
 TEST_CASE("multi-level: top-k of a top-k packet equals top-k of the dense tensor",
           "[codec][multilevel]") {
   for (std::size_t n : {1u, 10u, 1000u, 100000u}) {
-    for (auto const& x : {gaussian(n, 1), heavy_tailed(n, 2), tied(n, 3), std::vector<float>(n, 1.0f)}) {
+    for (auto const& x :
+         {gaussian(n, 1), heavy_tailed(n, 2), tied(n, 3), std::vector<float>(n, 1.0f)}) {
       for (std::size_t k1 : {n, n / 2, n / 10, n / 100}) {
         auto const p1 = compress(gc::topk_codec::count(k1), x, serial_ctx());
         for (std::size_t k2 : {std::size_t{0}, std::size_t{1}, k1 / 2, k1 / 7, k1}) {
@@ -60,7 +62,8 @@ TEST_CASE("multi-level: top-k of a top-k packet equals top-k of the dense tensor
           CAPTURE(n, k1, k2);
           REQUIRE(recompress(p1, k2) == compress(gc::topk_codec::count(k2), x, serial_ctx()));
           // Multi-level chains compose: k1 -> k2 -> k2 / 3.
-          REQUIRE(recompress(recompress(p1, k2), k2 / 3) == compress(gc::topk_codec::count(k2 / 3), x, serial_ctx()));
+          REQUIRE(recompress(recompress(p1, k2), k2 / 3) ==
+                  compress(gc::topk_codec::count(k2 / 3), x, serial_ctx()));
         }
       }
     }
@@ -108,18 +111,21 @@ TEST_CASE("multi-level: 16-bit values rank by the rounded values", "[codec][mult
   }
 }
 
-TEST_CASE("multi-level: random-k re-compresses to the direct random-k packet", "[codec][multilevel][randomk]") {
+TEST_CASE("multi-level: random-k re-compresses to the direct random-k packet",
+          "[codec][multilevel][randomk]") {
   for (std::size_t n : {1u, 300u, 100000u}) {
     auto const x = gaussian(n, n + 1);
     auto const ctx = serial_ctx(gc::cpu::isa::best, 1234, 9);
     for (std::size_t k1 : {n, n / 3, n / 100}) {
-      auto const p1 = compress(gc::random_k_codec::count(k1, gc::sparse_values::bf16), x, ctx, gc::tensor_id{4});
+      auto const p1 = compress(gc::random_k_codec::count(k1, gc::sparse_values::bf16), x, ctx,
+                               gc::tensor_id{4});
       auto const s1 = compress(gc::scaled_random_k_codec::count(k1), x, ctx, gc::tensor_id{4});
       for (std::size_t k2 : {std::size_t{0}, std::size_t{1}, k1 / 2, k1}) {
         if (k2 > k1) continue;
         CAPTURE(n, k1, k2);
         REQUIRE(recompress(p1, k2, ctx) ==
-                compress(gc::random_k_codec::count(k2, gc::sparse_values::bf16), x, ctx, gc::tensor_id{4}));
+                compress(gc::random_k_codec::count(k2, gc::sparse_values::bf16), x, ctx,
+                         gc::tensor_id{4}));
         // Scaled: the same support and header; values n/k2 x up to float rounding of the
         // two-step scale (k1/k2 after n/k1).
         auto const r = recompress(s1, k2, ctx);
@@ -137,7 +143,8 @@ TEST_CASE("multi-level: random-k re-compresses to the direct random-k packet", "
   auto const x = gaussian(1000, 2);
   auto const p = compress(gc::random_k_codec::count(100), x, serial_ctx(gc::cpu::isa::best, 5, 1));
   std::vector<std::byte> out(1000);
-  CHECK_THROWS_AS(gc::recompress_sparse(p, 10, out, serial_ctx(gc::cpu::isa::best, 6, 1)), gc::format_error);
+  CHECK_THROWS_AS(gc::recompress_sparse(p, 10, out, serial_ctx(gc::cpu::isa::best, 6, 1)),
+                  gc::format_error);
 }
 
 TEST_CASE("multi-level: copies, bounds and errors", "[codec][multilevel][format]") {
@@ -157,8 +164,16 @@ TEST_CASE("multi-level: copies, bounds and errors", "[codec][multilevel][format]
   std::vector<std::byte> out(10000);
   CHECK_THROWS_AS(gc::recompress_sparse(dense, 10, out), gc::config_error);
   CHECK_THROWS_AS(gc::max_recompressed_bytes(dense, 10), gc::config_error);
-  { auto b = p; put_u32(b, field::param0, 2000); CHECK_THROWS_AS(gc::recompress_sparse(b, 10, out), gc::format_error); }
-  { auto b = p; b.pop_back(); CHECK_THROWS_AS(gc::recompress_sparse(b, 10, out), gc::format_error); }
+  {
+    auto b = p;
+    put_u32(b, field::param0, 2000);
+    CHECK_THROWS_AS(gc::recompress_sparse(b, 10, out), gc::format_error);
+  }
+  {
+    auto b = p;
+    b.pop_back();
+    CHECK_THROWS_AS(gc::recompress_sparse(b, 10, out), gc::format_error);
+  }
   {
     // Unsorted absolute indices.
     std::vector<std::byte> b(hdr + 8 * 3);

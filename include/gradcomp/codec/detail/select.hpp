@@ -9,7 +9,8 @@
 /// ties by position (lower first; across tensors, the earlier tensor first). A selection of
 /// m elements is always the top m in that order. Given a target k and a window [lo, hi] ∋ k:
 ///
-/// 1. a fixed-stride sample of s keys (every ⌊N/s⌋-th element) gives a lower key bound that about k + 4√(ks/N) + 8
+/// 1. a fixed-stride sample of s keys (every ⌊N/s⌋-th element) gives a lower key bound that about k
+/// + 4√(ks/N) + 8
 ///    sample-ranks' worth of elements reach (N the total length);
 /// 2. one pass collects every element at or above the bound (per chunk on the pool; chunks
 ///    joined in order, so nothing depends on the thread count); if fewer than lo did (a
@@ -99,7 +100,8 @@ inline cut find_cut(std::span<std::span<std::uint32_t const> const> parts, std::
         std::uint32_t const lb = a + (d << shift);
         if (c <= hi) return lb == 0 ? cut::all() : cut{lb - 1, 0};
         if (shift == 0) return cut{lb, k - above};
-        b = static_cast<std::uint32_t>(std::min<std::uint64_t>(b, std::uint64_t{lb} + (std::uint64_t{1} << shift) - 1));
+        b = static_cast<std::uint32_t>(
+            std::min<std::uint64_t>(b, std::uint64_t{lb} + (std::uint64_t{1} << shift) - 1));
         a = lb;
         break;
       }
@@ -146,15 +148,16 @@ inline std::uint64_t collect(std::span<segment const> segs, std::uint32_t bound,
     part.resize(chunks);
     std::vector<unsigned char> bad(chunks);
     cpu::for_each_chunk(n, block, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
-      std::uint32_t ib[block + cpu::kernels::compact_slack], kb[block + cpu::kernels::compact_slack];
+      std::uint32_t ib[block + cpu::kernels::compact_slack],
+          kb[block + cpu::kernels::compact_slack];
       candidates& o = part[c];
       o.idx.clear();
       o.key.clear();
       std::uint32_t top = 0;
       for (std::size_t i = b; i < e; i += block) {
         std::size_t const len = std::min(block, e - i);
-        std::size_t const m =
-            cpu::kernels::compact_above(x + i, len, static_cast<std::uint32_t>(i), bound, ib, kb, level);
+        std::size_t const m = cpu::kernels::compact_above(x + i, len, static_cast<std::uint32_t>(i),
+                                                          bound, ib, kb, level);
         o.idx.insert(o.idx.end(), ib, ib + m);
         o.key.insert(o.key.end(), kb, kb + m);
         for (std::size_t j = 0; j < m; ++j) top = std::max(top, kb[j]);
@@ -213,8 +216,9 @@ struct request {
 };
 
 /// Selects from `segs` per `req` (see the file comment); returns ascending indices per segment.
-inline std::vector<std::vector<std::uint32_t>> top(std::span<segment const> segs, request const& req,
-                                                   codec_id who, codec_context const& ctx) {
+inline std::vector<std::vector<std::uint32_t>> top(std::span<segment const> segs,
+                                                   request const& req, codec_id who,
+                                                   codec_context const& ctx) {
   std::uint64_t total_n = 0;
   for (segment const& sg : segs) total_n += sg.n;
   std::vector<std::vector<std::uint32_t>> none(segs.size());
@@ -222,8 +226,10 @@ inline std::vector<std::vector<std::uint32_t>> top(std::span<segment const> segs
   std::uint32_t bound = 0;
   if (k > 0 && k < total_n) {
     // Sample every `step`-th element from step / 2 on: spread evenly, distinct, in range.
-    auto const want = static_cast<std::uint64_t>(std::ceil(req.sample_fraction * static_cast<double>(total_n)));
-    std::uint64_t const s0 = std::min<std::uint64_t>(total_n, std::max<std::uint64_t>(want, req.min_sample));
+    auto const want =
+        static_cast<std::uint64_t>(std::ceil(req.sample_fraction * static_cast<double>(total_n)));
+    std::uint64_t const s0 =
+        std::min<std::uint64_t>(total_n, std::max<std::uint64_t>(want, req.min_sample));
     std::uint64_t const step = total_n / s0;
     std::uint64_t const s = total_n / step;
     std::vector<std::uint32_t> sample(static_cast<std::size_t>(s));
@@ -238,8 +244,8 @@ inline std::vector<std::vector<std::uint32_t>> top(std::span<segment const> segs
     double const r = std::ceil(p + 4.0 * std::sqrt(p) + 8.0);
     if (r < static_cast<double>(s)) {
       auto const rank = static_cast<std::size_t>(r);
-      std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(rank), sample.end(),
-                       std::greater<std::uint32_t>());
+      std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(rank),
+                       sample.end(), std::greater<std::uint32_t>());
       bound = std::min(sample[rank], 0x7f800000u);
     }
   }

@@ -47,7 +47,8 @@ class feistel_permutation {
 
   feistel_permutation(std::uint64_t n, random_stream const& rs, std::uint32_t domain) noexcept
       : n_(n) {
-    unsigned const w = n <= 1 ? 0u : std::max(min_width, static_cast<unsigned>(std::bit_width(n - 1)));
+    unsigned const w =
+        n <= 1 ? 0u : std::max(min_width, static_cast<unsigned>(std::bit_width(n - 1)));
     a_ = w / 2;
     b_ = w - a_;
     for (unsigned blk = 0; blk < rounds / 4; ++blk) {
@@ -121,7 +122,8 @@ GRADCOMP_TARGET_AVX512 inline void feistel_fill(feistel_permutation const& p, st
   __m512i const ma = _mm512_set1_epi32(static_cast<int>(feistel_permutation::low_mask(a)));
   __m512i const mb = _mm512_set1_epi32(static_cast<int>(feistel_permutation::low_mask(b)));
   __m512i key[feistel_permutation::rounds];
-  for (int r = 0; r < feistel_permutation::rounds; ++r) key[r] = _mm512_set1_epi32(static_cast<int>(p.key(r)));
+  for (int r = 0; r < feistel_permutation::rounds; ++r)
+    key[r] = _mm512_set1_epi32(static_cast<int>(p.key(r)));
   __m512i const n = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(p.size())));
   __m128i const sb = _mm_cvtsi32_si128(static_cast<int>(b));
   __m512i const lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -132,7 +134,7 @@ GRADCOMP_TARGET_AVX512 inline void feistel_fill(feistel_permutation const& p, st
     while (todo != 0) {
       __m512i l = _mm512_srl_epi32(x, sb);
       __m512i r = _mm512_and_si512(x, mb);
-#pragma GCC unroll 8
+#  pragma GCC unroll 8
       for (int k = 0; k < feistel_permutation::rounds; k += 2) {
         __m512i const f0 = _mm512_and_si512(feistel_mix(_mm512_xor_si512(r, key[k])), ma);
         l = _mm512_xor_si512(l, f0);  // (L, R) -> (R, L ^ f): keep the names, swap roles
@@ -165,9 +167,11 @@ GRADCOMP_TARGET_AVX2 inline void feistel_fill(feistel_permutation const& p, std:
   __m256i const ma = _mm256_set1_epi32(static_cast<int>(feistel_permutation::low_mask(a)));
   __m256i const mb = _mm256_set1_epi32(static_cast<int>(feistel_permutation::low_mask(b)));
   __m256i key[feistel_permutation::rounds];
-  for (int r = 0; r < feistel_permutation::rounds; ++r) key[r] = _mm256_set1_epi32(static_cast<int>(p.key(r)));
+  for (int r = 0; r < feistel_permutation::rounds; ++r)
+    key[r] = _mm256_set1_epi32(static_cast<int>(p.key(r)));
   __m256i const bias = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  __m256i const nb = _mm256_xor_si256(_mm256_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(p.size()))), bias);
+  __m256i const nb = _mm256_xor_si256(
+      _mm256_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(p.size()))), bias);
   __m128i const sb = _mm_cvtsi32_si128(static_cast<int>(b));
   __m256i const lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   std::size_t i = 0;
@@ -177,7 +181,7 @@ GRADCOMP_TARGET_AVX2 inline void feistel_fill(feistel_permutation const& p, std:
     while (!_mm256_testz_si256(todo, todo)) {
       __m256i l = _mm256_srl_epi32(x, sb);
       __m256i r = _mm256_and_si256(x, mb);
-#pragma GCC unroll 8
+#  pragma GCC unroll 8
       for (int k = 0; k < feistel_permutation::rounds; k += 2) {
         l = _mm256_xor_si256(l, _mm256_and_si256(feistel_mix(_mm256_xor_si256(r, key[k])), ma));
         r = _mm256_xor_si256(r, _mm256_and_si256(feistel_mix(_mm256_xor_si256(l, key[k + 1])), mb));

@@ -28,8 +28,9 @@ inline constexpr std::size_t compact_slack = 16;
 
 namespace scalar {
 /// Indices (from `first`) and keys of x[0, len) with key >= bound; returns their number.
-inline std::size_t compact_above(float const* x, std::size_t len, std::uint32_t first, std::uint32_t bound,
-                                 std::uint32_t* idx, std::uint32_t* key) noexcept {
+inline std::size_t compact_above(float const* x, std::size_t len, std::uint32_t first,
+                                 std::uint32_t bound, std::uint32_t* idx,
+                                 std::uint32_t* key) noexcept {
   std::size_t m = 0;
   for (std::size_t i = 0; i < len; ++i) {
     std::uint32_t u;
@@ -46,13 +47,15 @@ inline std::size_t compact_above(float const* x, std::size_t len, std::uint32_t 
 #if GRADCOMP_X86_SIMD
 GRADCOMP_SIMD_DIAGNOSTICS_PUSH
 namespace avx512 {
-GRADCOMP_TARGET_AVX512 inline std::size_t compact_above(float const* x, std::size_t len, std::uint32_t first,
-                                                        std::uint32_t bound, std::uint32_t* idx,
+GRADCOMP_TARGET_AVX512 inline std::size_t compact_above(float const* x, std::size_t len,
+                                                        std::uint32_t first, std::uint32_t bound,
+                                                        std::uint32_t* idx,
                                                         std::uint32_t* key) noexcept {
   __m512i const abs = _mm512_set1_epi32(0x7fffffff);
   __m512i const b = _mm512_set1_epi32(static_cast<int>(bound));
-  __m512i at = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(first)),
-                                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  __m512i at =
+      _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(first)),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   __m512i const sixteen = _mm512_set1_epi32(16);
   std::size_t m = 0, i = 0;
   for (; i + 16 <= len; i += 16) {
@@ -65,7 +68,8 @@ GRADCOMP_TARGET_AVX512 inline std::size_t compact_above(float const* x, std::siz
     m += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(sel)));
     at = _mm512_add_epi32(at, sixteen);
   }
-  return m + scalar::compact_above(x + i, len - i, first + static_cast<std::uint32_t>(i), bound, idx + m, key + m);
+  return m + scalar::compact_above(x + i, len - i, first + static_cast<std::uint32_t>(i), bound,
+                                   idx + m, key + m);
 }
 }  // namespace avx512
 
@@ -84,26 +88,32 @@ inline constexpr std::array<std::uint64_t, 256> compact_table = [] {
   return t;
 }();
 
-GRADCOMP_TARGET_AVX2 inline std::size_t compact_above(float const* x, std::size_t len, std::uint32_t first,
-                                                      std::uint32_t bound, std::uint32_t* idx,
+GRADCOMP_TARGET_AVX2 inline std::size_t compact_above(float const* x, std::size_t len,
+                                                      std::uint32_t first, std::uint32_t bound,
+                                                      std::uint32_t* idx,
                                                       std::uint32_t* key) noexcept {
   __m256i const abs = _mm256_set1_epi32(0x7fffffff);
   // k >= bound  <=>  k > bound - 1 (signed compare is fine: keys and bound are below 2^31).
   __m256i const b1 = _mm256_set1_epi32(static_cast<int>(bound) - 1);
-  __m256i at = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(first)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  __m256i at = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(first)),
+                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   __m256i const eight = _mm256_set1_epi32(8);
   std::size_t m = 0, i = 0;
   if (bound == 0) return scalar::compact_above(x, len, first, bound, idx, key);
   for (; i + 8 <= len; i += 8) {
-    __m256i const k = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + i)), abs);
-    auto const sel = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(k, b1))));
-    __m256i const perm = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(compact_table[sel])));
+    __m256i const k =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + i)), abs);
+    auto const sel =
+        static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(k, b1))));
+    __m256i const perm =
+        _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(compact_table[sel])));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + m), _mm256_permutevar8x32_epi32(at, perm));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(key + m), _mm256_permutevar8x32_epi32(k, perm));
     m += static_cast<std::size_t>(std::popcount(sel));
     at = _mm256_add_epi32(at, eight);
   }
-  return m + scalar::compact_above(x + i, len - i, first + static_cast<std::uint32_t>(i), bound, idx + m, key + m);
+  return m + scalar::compact_above(x + i, len - i, first + static_cast<std::uint32_t>(i), bound,
+                                   idx + m, key + m);
 }
 }  // namespace avx2
 GRADCOMP_SIMD_DIAGNOSTICS_POP
@@ -111,8 +121,9 @@ GRADCOMP_SIMD_DIAGNOSTICS_POP
 
 /// `compact_above` at SIMD level `level`. `idx` and `key` need room for len + `compact_slack`
 /// entries.
-inline std::size_t compact_above(float const* x, std::size_t len, std::uint32_t first, std::uint32_t bound,
-                                 std::uint32_t* idx, std::uint32_t* key, isa level) noexcept {
+inline std::size_t compact_above(float const* x, std::size_t len, std::uint32_t first,
+                                 std::uint32_t bound, std::uint32_t* idx, std::uint32_t* key,
+                                 isa level) noexcept {
 #if GRADCOMP_X86_SIMD
   if (level == isa::avx512) return avx512::compact_above(x, len, first, bound, idx, key);
   if (level == isa::avx2) return avx2::compact_above(x, len, first, bound, idx, key);
