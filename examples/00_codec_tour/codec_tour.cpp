@@ -252,6 +252,9 @@ std::vector<codec_entry> default_codecs() {
       {"dither linear s=2 max", "dithering:levels=2,partition=linear,norm=max,bucket=512"},
       {"dither natural s=8 max", "dithering:levels=8,partition=natural,norm=max,bucket=512"},
       {"dither linear s=2 l2", "dithering:levels=2,partition=linear,norm=l2,bucket=512"},
+      {"approx top-k 1%", "approx_topk:ratio=0.01"},
+      {"random-k 1%", "randomk:ratio=0.01"},
+      {"random-k 1% scaled", "randomk:ratio=0.01,scale=true"},
   };
 }
 

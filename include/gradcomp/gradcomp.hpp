@@ -12,6 +12,7 @@
 #include <gradcomp/adapt/protocol.hpp>
 #include <gradcomp/adapt/schedule.hpp>
 #include <gradcomp/codec/any_codec.hpp>
+#include <gradcomp/codec/approx_topk.hpp>
 #include <gradcomp/codec/cast.hpp>
 #include <gradcomp/codec/context.hpp>
 #include <gradcomp/codec/dithering.hpp>
@@ -19,8 +20,11 @@
 #include <gradcomp/codec/natural.hpp>
 #include <gradcomp/codec/onebit.hpp>
 #include <gradcomp/codec/powersgd.hpp>
+#include <gradcomp/codec/randomk.hpp>
+#include <gradcomp/codec/recompress.hpp>
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
+#include <gradcomp/codec/whole_model.hpp>
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/bucket.hpp>

@@ -6,12 +6,14 @@
 /// text spec such as "qsgd:levels=15,bucket=256"), and `decompress_any` (decode a packet of
 /// whatever codec wrote it, from its header).
 
+#include <gradcomp/codec/approx_topk.hpp>
 #include <gradcomp/codec/cast.hpp>
 #include <gradcomp/codec/dithering.hpp>
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
 #include <gradcomp/codec/onebit.hpp>
 #include <gradcomp/codec/powersgd.hpp>
+#include <gradcomp/codec/randomk.hpp>
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
 #include <gradcomp/concepts/codec.hpp>
@@ -120,7 +122,9 @@ inline double parse_double(std::string_view key, std::string_view v) {
 /// `onebit:scaling=mean_abs|none`, `qsgd:levels=7,bucket=512`, `terngrad:bucket=512`,
 /// `natural:bucket=512`, `dithering:levels=2,partition=linear|natural,norm=max|l2,bucket=512`,
 /// `topk:k=1000` or `topk:ratio=0.01` (exactly one of the two) with `values=f32|f16|bf16`,
-/// `threshold:value=0.5,values=f32|f16|bf16`.
+/// `threshold:value=0.5,values=f32|f16|bf16`,
+/// `randomk:ratio=0.01,scale=false|true,values=f32|f16|bf16` (or `k=`; also `random_k:`),
+/// `approx_topk:ratio=0.01,sample=0.001,tolerance=0.1,values=f32|f16|bf16` (or `k=`).
 /// Unknown names, keys or values raise `config_error`; so does `powersgd`, which is stateful
 /// and shaped (use `make_powersgd`, codec/powersgd.hpp; `decompress_any` decodes its packets).
 inline any_codec make_codec(std::string_view spec) {
@@ -223,13 +227,35 @@ inline any_codec make_codec(std::string_view spec) {
                        "each tensor's matrix shape, so it is not an any_codec; build it with "
                        "gradcomp::make_powersgd(\"" + std::string(spec) + "\") (codec/powersgd.hpp)");
   }
+  if (name == "randomk" || name == "random_k") {
+    bool const has_k = opts.count("k") != 0, has_r = opts.count("ratio") != 0;
+    if (has_k && has_r) throw config_error("gradcomp: codec 'randomk' takes k or ratio, not both");
+    std::string const sc = take("scale", "false");
+    choose("scale", sc, {"false", "true"});
+    sparse_values const v = values();
+    if (sc == "true") {
+      if (has_k) return finish(scaled_random_k_codec::count(num("k", 0), v));
+      return finish(scaled_random_k_codec::ratio(detail::parse_double("ratio", take("ratio", "0.01")), v));
+    }
+    if (has_k) return finish(random_k_codec::count(num("k", 0), v));
+    return finish(random_k_codec::ratio(detail::parse_double("ratio", take("ratio", "0.01")), v));
+  }
+  if (name == "approx_topk") {
+    bool const has_k = opts.count("k") != 0, has_r = opts.count("ratio") != 0;
+    if (has_k && has_r) throw config_error("gradcomp: codec 'approx_topk' takes k or ratio, not both");
+    double const sample = detail::parse_double("sample", take("sample", "0.001"));
+    double const tol = detail::parse_double("tolerance", take("tolerance", "0.1"));
+    sparse_values const v = values();
+    if (has_k) return finish(approx_topk_codec::count(num("k", 0), sample, tol, v));
+    return finish(approx_topk_codec::ratio(detail::parse_double("ratio", take("ratio", "0.01")), sample, tol, v));
+  }
   throw config_error("gradcomp: unknown codec '" + std::string(name) +
                      "' (expected identity, fp16, bf16, int8, onebit, qsgd, terngrad, natural, dithering, "
-                     "topk or threshold)");
+                     "topk, threshold, randomk or approx_topk)");
 }
 
 /// Decodes `packet` whatever codec wrote it (read from its header) into `out`, or adds `alpha`
-/// times it when `add`.
+/// times it when `add`. random_k packets need the sender's seed and step in `ctx`.
 template <element T>
 void decompress_any(std::span<std::byte const> packet, std::span<T> out, float alpha = 1.0f,
                     bool add = false, codec_context const& ctx = {}) {
@@ -247,6 +273,8 @@ void decompress_any(std::span<std::byte const> packet, std::span<T> out, float a
     case codec_id::dithering: return run(dithering_codec{});
     case codec_id::topk: return run(topk_codec{});
     case codec_id::threshold: return run(threshold_codec{});
+    case codec_id::random_k: return run(random_k_codec{});  // decodes scaled packets too
+    case codec_id::approx_topk: return run(approx_topk_codec{});
     case codec_id::powersgd:  // stateless decoding of a stateful codec's packet
       return add ? powersgd::decompress_add(packet, out, alpha, ctx) : powersgd::decompress(packet, out, ctx);
   }

@@ -9,7 +9,7 @@
 ///
 /// A codec states where its values are with a member
 /// `value_section value_section(std::span<std::byte const> packet) const`; identity, fp16 and
-/// bf16 packets, and random-k packets (codec id 12: values after a 4-byte check word), are
+/// bf16 packets, and random-k packets (`codec_id::random_k`: values after a 4-byte check word), are
 /// known here from their header, so they (and `any_codec`s holding them) need none.
 
 #include <gradcomp/collective/common.hpp>
@@ -53,9 +53,9 @@ value_section section_of(Codec const& codec, std::span<std::byte const> packet) 
     return codec.value_section(packet);
   } else {
     packet_header const h = read_header(packet);
-    // random_k (pre-assigned codec id 12): a 4-byte check word, then the values in the type of
+    // random_k: a 4-byte check word, then the values in the type of
     // variant bits 0-1 (0 f32, 1 f16, 2 bf16), so any_codec holding it needs no member hook.
-    if (static_cast<unsigned>(h.codec) == 12u) {
+    if (h.codec == codec_id::random_k) {
       unsigned const v = h.variant & 3u;
       if (h.payload_bytes < 4 || v > 2) {
         throw format_error("gradcomp: random_k packet has no value section (payload " +

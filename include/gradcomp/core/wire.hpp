@@ -43,6 +43,8 @@ enum class codec_id : std::uint8_t {
   dithering = 9,
   topk = 10,
   threshold = 11,
+  random_k = 12,
+  approx_topk = 13,
   powersgd = 14,
 };
 
@@ -60,6 +62,8 @@ constexpr char const* codec_name(codec_id id) noexcept {
     case codec_id::dithering: return "dithering";
     case codec_id::topk: return "topk";
     case codec_id::threshold: return "threshold";
+    case codec_id::random_k: return "random_k";
+    case codec_id::approx_topk: return "approx_topk";
     case codec_id::powersgd: return "powersgd";
   }
   return "unknown";

@@ -19,7 +19,12 @@
 // (bucket, levels); identity payloads are the input bytes, fp16 of f32 equals identity of the
 // same values as binary16, onebit's scale is mean|x| with sign bits 0x19 for elements 0..7
 // (-0 counted positive), int8 ranges are the bucket min/max, natural's exponent bytes are
-// 0x81/0x80/0x80 (max |x| 4, 2.25, 3.5), TernGrad scales are the bucket max |x|.
+// 0x81/0x80/0x80 (max |x| 4, 2.25, 3.5), TernGrad scales are the bucket max |x|. random_k
+// (added later): both packets share the check word of (seed, step, tensor 3); the k = 5
+// support is a subset of the k = 9 one (values 4.111 = 37/9 times the inputs there);
+// approx_topk k = 6, tolerance 0.2 stops at the first histogram's bin boundary (2^20-key bins over
+// the key range [0, key(4.0)]) holding 5 elements,
+// the five largest |x| (4, 4, 3.5, 2.75, 2.75).
 
 #include <catch2/catch.hpp>
 
@@ -110,6 +115,15 @@ golden const goldens[] = {
       gc::dtype::f32, {gc::codec_id(9), gc::dtype(1), 3, 37, 40, 30, 16},
          "4743504b01090103250000000000000028000000000000001e00000010000000"
          "e46bf340405c9e40da7468403aa7e979070079bf6d38cf6d18df7399bef7dab6f75a97f17cb7e93a"},
+    {"randomk:k=9,scale=true", gc::dtype::f32, {gc::codec_id(12), gc::dtype(1), 4, 37, 40, 9, 3},
+         "4743504b010c0104250000000000000028000000000000000900000003000000f59b8c89000014c0"
+         "398e834100000000398e83bf398e83c1398e833ee438e6c0e438663fe4386641"},
+    {"randomk:k=5,values=bf16", gc::dtype::f16, {gc::codec_id(12), gc::dtype(2), 2, 37, 14, 5, 3},
+         "4743504b010c020225000000000000000e000000000000000500000003000000f59b8c8910bf8040"
+         "000080c0e0bf"},
+    {"approx_topk:k=6,tolerance=0.2", gc::dtype::f32, {gc::codec_id(13), gc::dtype(1), 4, 37, 24, 5, 5},
+         "4743504b010d0104250000000000000018000000000000000500000005000000618c310100003040"
+         "00008040000080c0000030c000006040"},
 };
 // clang-format on
 
@@ -161,7 +175,9 @@ TEST_CASE("golden packets decode to the values their codec documents", "[codec][
     CAPTURE(g.spec);
     gc::any_codec const c = gc::make_codec(g.spec);
     auto const p = from_hex(g.hex);
-    auto const y = decompress<float>(c, p, 37);
+    // random_k regenerates its coordinates from the sender's seed and step.
+    auto const ctx = serial_ctx(gc::cpu::isa::best, golden_seed, golden_step);
+    auto const y = decompress<float>(c, p, 37, ctx);
     std::string const spec = g.spec;
     if (spec == "identity" || spec == "fp16" || spec == "bf16") {
       // Lossless for these dyadic inputs (all fit binary16 and bfloat16).
@@ -184,7 +200,7 @@ TEST_CASE("golden packets decode to the values their codec documents", "[codec][
     }
     // Every golden packet survives a decode-encode-free round trip through decompress_any.
     std::vector<float> z(37);
-    gc::decompress_any(std::span<std::byte const>(p), std::span<float>(z));
+    gc::decompress_any(std::span<std::byte const>(p), std::span<float>(z), 1.0f, false, ctx);
     REQUIRE(z == y);
   }
 }

@@ -258,7 +258,7 @@ TEST_CASE("decompress_any rejects unknown codec ids and bad headers", "[feedback
   std::vector<float> out(16);
   REQUIRE_NOTHROW(gc::decompress_any<float>(good, out));
   CHECK(out == x);
-  for (unsigned id : {0u, 12u, 13u, 100u, 255u}) {
+  for (unsigned id : {0u, 99u, 100u, 255u}) {
     auto bad = good;
     bad[5] = static_cast<std::byte>(id);
     INFO("codec id " << id);

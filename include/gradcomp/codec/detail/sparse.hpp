@@ -69,13 +69,9 @@ inline packet_header plan(codec_id id, dtype t, std::uint64_t n,
           n, ib + m * value_bytes(v), static_cast<std::uint32_t>(m), delta ? b : 0u};
 }
 
-/// Writes the payload of `h` (from `plan`): the indices `idx` and the values `value(j)` of
-/// idx[j].
-template <class Value>
-void write_with(std::byte* p, packet_header const& h, std::vector<std::uint32_t> const& idx,
-                Value const& value) {
+/// Writes the index section of the payload of `h` (from `plan`) for `idx`; returns its size.
+inline std::size_t write_indices(std::byte* p, packet_header const& h, std::vector<std::uint32_t> const& idx) {
   std::size_t const m = idx.size();
-  auto const v = static_cast<sparse_values>(h.variant & 3u);
   std::size_t ib = 4 * m;
   if ((h.variant >> 2) == 1) {
     unsigned const b = h.param1;
@@ -100,7 +96,17 @@ void write_with(std::byte* p, packet_header const& h, std::vector<std::uint32_t>
   } else {
     for (std::size_t i = 0; i < m; ++i) store_le<std::uint32_t>(p + 4 * i, idx[i]);
   }
-  std::byte* vals = p + ib;
+  return ib;
+}
+
+/// Writes the payload of `h` (from `plan`): the indices `idx` and the values `value(j)` of
+/// idx[j].
+template <class Value>
+void write_with(std::byte* p, packet_header const& h, std::vector<std::uint32_t> const& idx,
+                Value const& value) {
+  std::size_t const m = idx.size();
+  auto const v = static_cast<sparse_values>(h.variant & 3u);
+  std::byte* vals = p + write_indices(p, h, idx);
   switch (v) {
     case sparse_values::f32:
       for (std::size_t i = 0; i < m; ++i) store_f32(vals + 4 * i, value(i));
@@ -196,6 +202,15 @@ inline float value_at(sparse_values v, std::byte const* vals, std::size_t j) noe
     case sparse_values::f16: return half_bits_to_float(load_le<std::uint16_t>(vals + 2 * j));
     case sparse_values::bf16: return bfloat16_bits_to_float(load_le<std::uint16_t>(vals + 2 * j));
     default: return load_f32(vals + 4 * j);
+  }
+}
+
+/// Writes value j of a value section, rounded to the value type.
+inline void store_value(sparse_values v, std::byte* vals, std::size_t j, float f) noexcept {
+  switch (v) {
+    case sparse_values::f16: store_le<std::uint16_t>(vals + 2 * j, float_to_half_bits(f)); break;
+    case sparse_values::bf16: store_le<std::uint16_t>(vals + 2 * j, float_to_bfloat16_bits(f)); break;
+    default: store_f32(vals + 4 * j, f); break;
   }
 }
 
