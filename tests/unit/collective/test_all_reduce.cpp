@@ -22,12 +22,13 @@ using gc::run_in_process;
 
 namespace {
 
-// Specs covering every codec family on main (summable, gather).
+// Specs covering the summable, shared-support and gather families (low-rank: below).
 std::vector<std::string> const specs = {
     "identity", "fp16", "bf16", "int8:bucket=64", "int8:bucket=64,rounding=stochastic", "onebit",
     "onebit:scaling=none", "qsgd:levels=7,bucket=128", "terngrad:bucket=64", "natural:bucket=64",
     "dithering:levels=3,partition=natural,norm=l2,bucket=64", "topk:ratio=0.05", "topk:k=3",
-    "topk:ratio=0.1,values=bf16", "threshold:value=0.001"};
+    "topk:ratio=0.1,values=bf16", "threshold:value=0.001", "approx_topk:ratio=0.05",
+    "randomk:ratio=0.1", "randomk:k=5,scale=true", "randomk:ratio=0.2,values=bf16"};
 
 // Per-rank context: gather codecs get different seeds on different ranks (independent noise),
 // summable ones the same.
@@ -124,7 +125,8 @@ void check_scenario(scenario const& s) {
     } else {
       // Summed in the compressed domain: one rounding of the wire type per peer (identity:
       // float, exact in rank order up to the averaging scale).
-      double const u = codec.id() == gc::codec_id::fp16 ? 0x1p-11 : codec.id() == gc::codec_id::bf16 ? 0x1p-8 : 0x1p-24;
+      bool const bf16_values = codec.id() == gc::codec_id::bf16 || s.spec.find("values=bf16") != std::string::npos;
+      double const u = codec.id() == gc::codec_id::fp16 ? 0x1p-11 : bf16_values ? 0x1p-8 : 0x1p-24;
       REQUIRE(close(o, e, bound[static_cast<std::size_t>(step)], (s.ranks + 1) * u));
     }
   }
