@@ -22,7 +22,7 @@
 //   --sizes=16,20,24   log2 of the element counts to run (default 16,20,24)
 //   --threads=1,all    pool sizes to run ("all" = hardware_concurrency(); default 1,all)
 
-#include "common.hpp"
+#include "harness.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -191,72 +191,23 @@ void bm_baseline(benchmark::State& state, gb::baseline b, std::size_t n, unsigne
   set_throughput(state, n, times);
 }
 
-// Parses "--name=a,b,c" from argv (removing it); returns the items, or `fallback`.
-std::vector<std::string> take_list(int& argc, char** argv, std::string_view name,
-                                   std::vector<std::string> fallback) {
-  std::string const prefix = "--" + std::string(name) + "=";
-  for (int i = 1; i < argc; ++i) {
-    std::string_view const a = argv[i];
-    if (a.substr(0, prefix.size()) != prefix) continue;
-    std::vector<std::string> items;
-    std::string_view rest = a.substr(prefix.size());
-    while (!rest.empty()) {
-      std::size_t const comma = rest.find(',');
-      items.emplace_back(rest.substr(0, comma));
-      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    }
-    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
-    --argc;
-    return items;
-  }
-  return fallback;
-}
-
-template <class Fn>
-void add(std::string const& name, Fn&& fn) {
-  benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))
-      ->MinTime(0.3)
-      ->Repetitions(3)
-      ->ReportAggregatesOnly(true)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::size_t> sizes;
-  for (std::string const& s : take_list(argc, argv, "sizes", {"16", "20", "24"})) {
-    int const log2n = std::atoi(s.c_str());
-    if (log2n < 4 || log2n > 30) {
-      std::fprintf(stderr, "gradcomp_bench_codecs: --sizes takes log2 element counts in 4..30\n");
-      return 2;
-    }
-    sizes.push_back(std::size_t{1} << log2n);
-  }
-  std::vector<unsigned> thread_counts;
-  for (std::string const& s : take_list(argc, argv, "threads", {"1", "all"})) {
-    unsigned const t = s == "all" ? gb::all_threads() : static_cast<unsigned>(std::atoi(s.c_str()));
-    if (t == 0) {
-      std::fprintf(stderr, "gradcomp_bench_codecs: --threads takes positive counts or 'all'\n");
-      return 2;
-    }
-    if (std::find(thread_counts.begin(), thread_counts.end(), t) == thread_counts.end()) {
-      thread_counts.push_back(t);
-    }
-  }
+  std::vector<std::size_t> const sizes = gb::take_sizes(argc, argv, "gradcomp_bench_codecs", {"16", "20", "24"}, 4, 30);
+  std::vector<unsigned> const thread_counts = gb::take_threads(argc, argv, "gradcomp_bench_codecs", {"1", "all"});
 
   for (std::size_t n : sizes) {
     for (unsigned t : thread_counts) {
       std::string const tail = "/n:" + std::to_string(n) + "/threads:" + std::to_string(t);
       for (gb::baseline b : {gb::baseline::read, gb::baseline::write, gb::baseline::update}) {
-        add(std::string("baseline/") + gb::baseline_name(b) + tail,
+        gb::add(std::string("baseline/") + gb::baseline_name(b) + tail,
             [b, n, t](benchmark::State& s) { bm_baseline(s, b, n, t); });
       }
       for (char const* spec : codec_specs) {
         for (op o : {op::compress, op::decompress, op::decompress_add}) {
           std::string const s = spec;
-          add(std::string(op_name(o)) + "/" + s + tail,
+          gb::add(std::string(op_name(o)) + "/" + s + tail,
               [s, o, n, t](benchmark::State& st) { bm_codec(st, s, o, n, t); });
         }
       }

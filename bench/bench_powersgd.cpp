@@ -24,7 +24,7 @@
 //
 // Options (before Google Benchmark's own): --rows=4096 --cols=4096 --rank=4
 
-#include "common.hpp"
+#include "harness.hpp"
 
 #include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/cpu/kernels/gemm.hpp>
@@ -216,16 +216,6 @@ std::size_t take_option(int& argc, char** argv, std::string_view name, std::size
   return fallback;
 }
 
-template <class Fn>
-void add(std::string const& name, Fn&& fn) {
-  benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))
-      ->MinTime(0.5)
-      ->Repetitions(3)
-      ->ReportAggregatesOnly(true)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -241,27 +231,21 @@ int main(int argc, char** argv) {
 #endif
   std::string const shape = "/" + std::to_string(g_rows) + "x" + std::to_string(g_cols) +
                             "/r:" + std::to_string(g_rank) + "/threads:1";
-  add("step/builtin" + shape,
+  gb::add("step/builtin" + shape,
       [](benchmark::State& s) { bm_step(s, gc::cpu::gemm_backend::builtin, false); });
-  add("step+decode/builtin" + shape,
+  gb::add("step+decode/builtin" + shape,
       [](benchmark::State& s) { bm_step(s, gc::cpu::gemm_backend::builtin, true); });
   if (gc::cpu::gemm_has_blas) {
-    add("step/blas" + shape,
+    gb::add("step/blas" + shape,
         [](benchmark::State& s) { bm_step(s, gc::cpu::gemm_backend::blas, false); });
   }
   for (form f : {form::nt_codec, form::nn_codec, form::nn_textbook, form::tn_textbook}) {
-    add(std::string("gemm/builtin/") + form_name(f) + shape,
+    gb::add(std::string("gemm/builtin/") + form_name(f) + shape,
         [f](benchmark::State& s) { bm_gemm(s, f, gc::cpu::gemm_backend::builtin); });
     if (gc::cpu::gemm_has_blas) {
-      add(std::string("gemm/blas/") + form_name(f) + shape,
+      gb::add(std::string("gemm/blas/") + form_name(f) + shape,
           [f](benchmark::State& s) { bm_gemm(s, f, gc::cpu::gemm_backend::blas); });
     }
   }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  benchmark::AddCustomContext("gradcomp_isa", gc::cpu::isa_name(gc::cpu::machine_isa()));
-  benchmark::AddCustomContext("gemm_blas", gc::cpu::gemm_has_blas ? "yes" : "no");
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return gb::run_benchmarks(argc, argv, {{"gemm_blas", gc::cpu::gemm_has_blas ? "yes" : "no"}});
 }

@@ -19,7 +19,7 @@
 //
 // Extra options: --sizes=20,24 (log2 element counts; default 24), --threads=1,all (default 1).
 
-#include "common.hpp"
+#include "harness.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -119,61 +119,15 @@ void bm_recompress(benchmark::State& state, recompress_case rc, std::size_t n, u
   state.counters["m"] = static_cast<double>(k);
 }
 
-std::vector<std::string> take_list(int& argc, char** argv, std::string_view name,
-                                   std::vector<std::string> fallback) {
-  std::string const prefix = "--" + std::string(name) + "=";
-  for (int i = 1; i < argc; ++i) {
-    std::string_view const a = argv[i];
-    if (a.substr(0, prefix.size()) != prefix) continue;
-    std::vector<std::string> items;
-    std::string_view rest = a.substr(prefix.size());
-    while (!rest.empty()) {
-      std::size_t const comma = rest.find(',');
-      items.emplace_back(rest.substr(0, comma));
-      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    }
-    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
-    --argc;
-    return items;
-  }
-  return fallback;
-}
-
-template <class Fn>
-void add(std::string const& name, Fn&& fn) {
-  benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))
-      ->MinTime(0.3)
-      ->Repetitions(3)
-      ->ReportAggregatesOnly(true)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::size_t> sizes;
-  for (std::string const& s : take_list(argc, argv, "sizes", {"24"})) {
-    int const log2n = std::atoi(s.c_str());
-    if (log2n < 10 || log2n > 30) {
-      std::fprintf(stderr, "gradcomp_bench_sparse: --sizes takes log2 element counts in 10..30\n");
-      return 2;
-    }
-    sizes.push_back(std::size_t{1} << log2n);
-  }
-  std::vector<unsigned> threads;
-  for (std::string const& s : take_list(argc, argv, "threads", {"1"})) {
-    unsigned const t = s == "all" ? gb::all_threads() : static_cast<unsigned>(std::atoi(s.c_str()));
-    if (t == 0) {
-      std::fprintf(stderr, "gradcomp_bench_sparse: --threads takes positive counts or 'all'\n");
-      return 2;
-    }
-    threads.push_back(t);
-  }
+  std::vector<std::size_t> const sizes = gb::take_sizes(argc, argv, "gradcomp_bench_sparse", {"24"}, 10, 30);
+  std::vector<unsigned> const threads = gb::take_threads(argc, argv, "gradcomp_bench_sparse", {"1"});
   for (std::size_t n : sizes) {
     for (unsigned t : threads) {
       std::string const tail = "/n:" + std::to_string(n) + "/threads:" + std::to_string(t);
-      add("baseline/read" + tail, [n, t](benchmark::State& s) {
+      gb::add("baseline/read" + tail, [n, t](benchmark::State& s) {
         timed(s, n, t, [&] {
           return static_cast<std::size_t>(gb::run_baseline(gb::baseline::read,
                                                            gb::gaussian(n).data(), nullptr, n,
@@ -182,20 +136,15 @@ int main(int argc, char** argv) {
       });
       for (char const* spec : compress_specs) {
         std::string const sp = spec;
-        add("compress/" + sp + tail, [sp, n, t](benchmark::State& s) { bm_compress(s, sp, n, t); });
+        gb::add("compress/" + sp + tail, [sp, n, t](benchmark::State& s) { bm_compress(s, sp, n, t); });
       }
       for (recompress_case const& rc : recompress_cases) {
         std::string const name =
             std::string("recompress/") + rc.spec +
             ">k:" + std::to_string(static_cast<std::uint64_t>(rc.ratio * static_cast<double>(n)));
-        add(name + tail, [rc, n, t](benchmark::State& s) { bm_recompress(s, rc, n, t); });
+        gb::add(name + tail, [rc, n, t](benchmark::State& s) { bm_recompress(s, rc, n, t); });
       }
     }
   }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  benchmark::AddCustomContext("gradcomp_isa", gc::cpu::isa_name(gc::cpu::machine_isa()));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return gb::run_benchmarks(argc, argv);
 }

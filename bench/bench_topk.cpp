@@ -21,7 +21,7 @@
 //   --sizes=20,24        log2 of the element counts (default 24)
 //   --threads=1,all      pool sizes (default 1)
 
-#include "common.hpp"
+#include "harness.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -136,70 +136,21 @@ void bm_read(benchmark::State& state, std::size_t n, unsigned threads) {
   state.counters["GB/s"] = t > 0 ? static_cast<double>(n * sizeof(float)) / t / 1e9 : 0.0;
 }
 
-// Parses "--name=a,b,c" from argv (removing it); returns the items, or `fallback`.
-std::vector<std::string> take_list(int& argc, char** argv, std::string_view name,
-                                   std::vector<std::string> fallback) {
-  std::string const prefix = "--" + std::string(name) + "=";
-  for (int i = 1; i < argc; ++i) {
-    std::string_view const a = argv[i];
-    if (a.substr(0, prefix.size()) != prefix) continue;
-    std::vector<std::string> items;
-    std::string_view rest = a.substr(prefix.size());
-    while (!rest.empty()) {
-      std::size_t const comma = rest.find(',');
-      items.emplace_back(rest.substr(0, comma));
-      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    }
-    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
-    --argc;
-    return items;
-  }
-  return fallback;
-}
-
-template <class Fn>
-void add(std::string const& name, Fn&& fn) {
-  benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))
-      ->MinTime(0.5)
-      ->Repetitions(3)
-      ->ReportAggregatesOnly(true)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::size_t> sizes;
-  for (std::string const& s : take_list(argc, argv, "sizes", {"24"})) {
-    int const log2n = std::atoi(s.c_str());
-    if (log2n < 4 || log2n > 31) {
-      std::fprintf(stderr, "gradcomp_bench_topk: --sizes takes log2 element counts in 4..31\n");
-      return 2;
-    }
-    sizes.push_back(std::size_t{1} << log2n);
-  }
-  std::vector<unsigned> thread_counts;
-  for (std::string const& s : take_list(argc, argv, "threads", {"1"})) {
-    unsigned const t = s == "all" ? gb::all_threads() : static_cast<unsigned>(std::atoi(s.c_str()));
-    if (t == 0) {
-      std::fprintf(stderr, "gradcomp_bench_topk: --threads takes positive counts or 'all'\n");
-      return 2;
-    }
-    if (std::find(thread_counts.begin(), thread_counts.end(), t) == thread_counts.end()) {
-      thread_counts.push_back(t);
-    }
-  }
+  std::vector<std::size_t> const sizes = gb::take_sizes(argc, argv, "gradcomp_bench_topk", {"24"}, 4, 31);
+  std::vector<unsigned> const thread_counts = gb::take_threads(argc, argv, "gradcomp_bench_topk", {"1"});
 
   for (std::size_t n : sizes) {
     for (unsigned t : thread_counts) {
       std::string const tail = "/n:" + std::to_string(n) + "/threads:" + std::to_string(t);
-      add("baseline/read" + tail, [n, t](benchmark::State& s) { bm_read(s, n, t); });
+      gb::add("baseline/read" + tail, [n, t](benchmark::State& s) { bm_read(s, n, t); });
       for (char const* d : distributions) {
         for (double r : ratios) {
           for (op o : {op::select, op::compress}) {
             std::string const dist = d;
-            add(std::string(o == op::select ? "select/" : "compress/") + dist + "/" +
+            gb::add(std::string(o == op::select ? "select/" : "compress/") + dist + "/" +
                     ratio_label(r) + tail,
                 [o, dist, r, n, t](benchmark::State& s) { bm_topk(s, o, dist, r, n, t); });
           }
@@ -208,10 +159,5 @@ int main(int argc, char** argv) {
     }
   }
 
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  benchmark::AddCustomContext("gradcomp_isa", gc::cpu::isa_name(gc::cpu::machine_isa()));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return gb::run_benchmarks(argc, argv);
 }
