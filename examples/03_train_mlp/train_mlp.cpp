@@ -410,15 +410,11 @@ int run(int argc, char** argv) {
   }
 
   // Check every spec before spending time on the data: an unknown codec or a malformed
-  // controller is an error; an adaptive controller this build lacks is one only for a single run.
+  // controller is an error.
   for (auto const& spec : specs) {
     std::string_view const codec = spec.exchange.codec;
     if (codec.substr(0, codec.find(':')) == "topk") {
-      try {
-        (void)train::make_controller(spec.exchange.controller);
-      } catch (train::controller_unavailable const&) {
-        if (!demo) throw;
-      }
+      (void)train::make_controller(spec.exchange.controller);
     } else if (codec != "dense") {
       (void)gradcomp::make_codec(codec);
     }
@@ -445,16 +441,6 @@ int run(int argc, char** argv) {
     outcome oc;
     oc.spec = spec;
     o.exchange = spec.exchange;
-    if (spec.exchange.codec.rfind("topk", 0) == 0) {
-      try {
-        (void)train::make_controller(spec.exchange.controller);
-      } catch (train::controller_unavailable const&) {
-        oc.why = "not available in this build (needs gradcomp's adaptive controllers)";
-        if (root) std::printf("%-20s %s\n", spec.label.c_str(), oc.why.c_str());
-        results.push_back(std::move(oc));
-        continue;
-      }
-    }
     train::run_result r;
 #if defined(GRADCOMP_HAVE_MPI)
     if (mpi_comm)
