@@ -60,6 +60,7 @@
 #include <gradcomp/model/runtime.hpp>
 #include <gradcomp/optim/adam.hpp>
 #include <gradcomp/optim/choco.hpp>
+#include <gradcomp/optim/comm_mixer.hpp>
 #include <gradcomp/optim/compressed_adam.hpp>
 #include <gradcomp/optim/decentralized.hpp>
 #include <gradcomp/optim/mixing.hpp>

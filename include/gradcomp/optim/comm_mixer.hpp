@@ -1,0 +1,120 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// `comm_mixer`: gossip of a flat parameter span over any `communicator` (in-process, MPI,
+/// `any_communicator`, a user's own), modelling `parameter_mixer` for the decentralized
+/// optimizers (DAdam, AccumAdam, D-PSGD in `optim/decentralized.hpp`).
+///
+/// `start_mixing(x, t)` posts a non-blocking receive from, and a non-blocking send of x to, every
+/// peer of this rank's row of W^(t) (`topology::row`); `wait_mixing(x)` completes them and writes
+/// sum_j w_ij x_j with `mix_row` (ascending rank order in double, one rounding), so the result is
+/// bit-identical to the in-process `gossip_board` and the two members of a pair agree. The
+/// caller leaves x untouched in between (the concept's rule), so the sends go straight from it;
+/// computation between the two calls overlaps the exchange.
+///
+/// A peer that fails or disappears surfaces as the communicator's `comm_error` from
+/// `wait_mixing`; a topology whose size differs from the communicator's, or a span whose
+/// length differs from a peer's, is a `config_error` / `comm_error` rather than a wrong mix.
+
+#include <gradcomp/comm/request.hpp>
+#include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/mixer.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/error.hpp>
+#include <gradcomp/optim/mixing.hpp>
+#include <gradcomp/topology/topology.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// Gossip over a communicator (see file comment). Holds a reference to the communicator, which
+/// must outlive it; one mixer per rank.
+template <communicator Comm>
+class comm_mixer {
+ public:
+  using mixer_concept = mixer_tag;
+
+  /// Mixes over `comm` with the schedule of `topo` (whose size must be `comm.size()`), using
+  /// message tag `tag` (>= 0) for its point-to-point traffic.
+  comm_mixer(Comm& comm, topology topo, int tag = 0x4d58)
+      : comm_(&comm), topo_(std::move(topo)), tag_(tag) {
+    if (topo_.size() != comm.size()) {
+      throw config_error("gradcomp: comm_mixer topology has " + std::to_string(topo_.size()) +
+                         " ranks, the communicator " + std::to_string(comm.size()));
+    }
+    if (tag < 0) throw config_error("gradcomp: comm_mixer tag must be >= 0, got " + std::to_string(tag));
+  }
+
+  /// Launches the exchange of `x` for schedule step `step`.
+  void start_mixing(std::span<float const> x, std::uint64_t step) {
+    if (pending_) {
+      throw config_error("gradcomp: comm_mixer on rank " + std::to_string(comm_->rank()) +
+                         " started step " + std::to_string(step) + " while step " +
+                         std::to_string(step_) + " is still outstanding");
+    }
+    row_ = topo_.row(step, comm_->rank());
+    peers_ = row_.peers();
+    received_.resize(peers_.size());
+    requests_.clear();
+    requests_.reserve(2 * peers_.size());
+    for (std::size_t i = 0; i < peers_.size(); ++i) {
+      received_[i].resize(x.size());
+      requests_.push_back(comm_->irecv(std::as_writable_bytes(std::span<float>(received_[i])), peers_[i], tag_));
+    }
+    for (int p : peers_) requests_.push_back(comm_->isend(std::as_bytes(x), p, tag_));
+    bytes_sent_ += peers_.size() * x.size_bytes();
+    pending_ = true;
+    step_ = step;
+  }
+
+  /// Completes the exchange and writes sum_j w_ij x_j into `x` (the span given to
+  /// `start_mixing`).
+  void wait_mixing(std::span<float> x) {
+    if (!pending_) {
+      throw config_error("gradcomp: comm_mixer on rank " + std::to_string(comm_->rank()) +
+                         " waits for a mixing it never started");
+    }
+    pending_ = false;
+    wait_all(requests_);
+    requests_.clear();
+    int const self = comm_->rank();
+    mix_row(
+        row_,
+        [&](int j) -> std::span<float const> {
+          if (j == self) return x;
+          for (std::size_t i = 0; i < peers_.size(); ++i) {
+            if (peers_[i] == j) return received_[i];
+          }
+          throw config_error("gradcomp: comm_mixer row names rank " + std::to_string(j) +
+                             ", which is not a peer");
+        },
+        x);
+  }
+
+  /// True between `start_mixing` and `wait_mixing`.
+  [[nodiscard]] bool pending() const noexcept { return pending_; }
+  /// Parameter bytes this rank has sent so far.
+  [[nodiscard]] std::uint64_t bytes_sent() const noexcept { return bytes_sent_; }
+  [[nodiscard]] topology const& topo() const noexcept { return topo_; }
+
+ private:
+  Comm* comm_;
+  topology topo_;
+  int tag_;
+  mixing_row row_;
+  std::vector<int> peers_;
+  std::vector<std::vector<float>> received_;
+  std::vector<request> requests_;
+  std::uint64_t step_ = 0;
+  std::uint64_t bytes_sent_ = 0;
+  bool pending_ = false;
+};
+
+GRADCOMP_NAMESPACE_END
