@@ -255,8 +255,13 @@ std::vector<codec_entry> default_codecs() {
       {"approx top-k 1%", "approx_topk:ratio=0.01"},
       {"random-k 1%", "randomk:ratio=0.01"},
       {"random-k 1% scaled", "randomk:ratio=0.01,scale=true"},
+      {"powersgd rank 4", "powersgd:rank=4"},
   };
 }
+
+// PowerSGD is stateful and shaped (each layer's rows x cols; its own error feedback), so it is
+// not an any_codec: `powersgd` specs run through gradcomp::make_powersgd instead.
+bool is_powersgd(std::string const& spec) { return spec.rfind("powersgd", 0) == 0; }
 
 struct result {
   codec_entry codec;
@@ -284,8 +289,88 @@ void add_error(std::span<float const> a, std::span<float const> b, double& diff2
   }
 }
 
+// One PowerSGD run per layer shape: without feedback (each step compresses its gradient alone)
+// and with its built-in error feedback; the same columns as run_codec.
+result run_powersgd(codec_entry const& entry, std::vector<layer> const& model, int steps,
+                    std::uint64_t seed, gc::cpu::thread_pool& pool) {
+  gc::powersgd fed = gc::make_powersgd(entry.spec);
+  gc::powersgd_options no_feedback = fed.options();
+  no_feedback.error_feedback = false;
+  gc::powersgd plain_codec(no_feedback);
+  std::size_t total = 0, largest = 0, max_packet = 0;
+  for (layer const& l : model) {
+    total += l.size();
+    largest = std::max(largest, l.size());
+    max_packet = std::max(max_packet, fed.max_compressed_bytes(l.rows, l.cols));
+  }
+  std::vector<std::byte> packet(max_packet);
+  std::vector<float> decoded(largest);
+  std::vector<std::vector<float>> g, sum_g(model.size()), sent_plain(model.size()), sent_ef(model.size());
+  for (std::size_t k = 0; k < model.size(); ++k) {
+    sum_g[k].assign(model[k].size(), 0.0f);
+    sent_plain[k].assign(model[k].size(), 0.0f);
+    sent_ef[k].assign(model[k].size(), 0.0f);
+  }
+  gradient_stream stream(model, seed);
+  double t_comp = 0, t_decomp = 0, t_ef = 0, bytes = 0, step_err = 0;
+  for (int t = 0; t < steps; ++t) {
+    stream.next(g);
+    gc::codec_context ctx;
+    ctx.seed = seed;
+    ctx.step = static_cast<std::uint32_t>(t);
+    ctx.pool = &pool;
+    double diff2 = 0, ref2 = 0;
+    for (std::size_t k = 0; k < model.size(); ++k) {
+      layer const& l = model[k];
+      gc::tensor_view<float const> const view(g[k], static_cast<gc::tensor_id>(k));
+      std::span<float> const out(decoded.data(), g[k].size());
+      for (std::size_t i = 0; i < g[k].size(); ++i) sum_g[k][i] += g[k][i];
+      auto t0 = std::chrono::steady_clock::now();
+      std::size_t const n_bytes = plain_codec.compress(view, l.rows, l.cols, packet, ctx);
+      t_comp += seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      gc::powersgd::decompress(std::span<std::byte const>(packet.data(), n_bytes), out, ctx);
+      t_decomp += seconds_since(t0);
+      bytes += static_cast<double>(n_bytes);
+      add_error(out, g[k], diff2, ref2);
+      for (std::size_t i = 0; i < out.size(); ++i) sent_plain[k][i] += out[i];
+      t0 = std::chrono::steady_clock::now();
+      std::size_t const e_bytes = fed.compress(view, l.rows, l.cols, packet, ctx);
+      t_ef += seconds_since(t0);
+      gc::powersgd::decompress_add(std::span<std::byte const>(packet.data(), e_bytes), std::span<float>(sent_ef[k]),
+                                   1.0f, ctx);
+    }
+    step_err += ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0;
+  }
+  auto run_error = [&](std::vector<std::vector<float>> const& sent) {
+    double diff2 = 0, ref2 = 0;
+    for (std::size_t k = 0; k < model.size(); ++k) add_error(sent[k], sum_g[k], diff2, ref2);
+    return ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0;
+  };
+  double const in_bytes = 4.0 * static_cast<double>(total) * steps;
+  result r;
+  r.codec = entry;
+  r.bytes_per_step = bytes / steps;
+  r.ratio = in_bytes / bytes;
+  r.step_err = step_err / steps;
+  r.run_err_plain = run_error(sent_plain);
+  r.run_err_ef = run_error(sent_ef);
+  for (std::size_t k = 0; k < model.size(); ++k) {
+    gc::powersgd_state const* st = fed.find(static_cast<gc::tensor_id>(k));
+    if (st == nullptr) continue;
+    std::vector<float> const e = st->residual();
+    for (std::size_t i = 0; i < e.size(); ++i) sent_ef[k][i] += e[i];
+  }
+  r.conservation = run_error(sent_ef);
+  r.compress_gbs = in_bytes / t_comp / 1e9;
+  r.decompress_gbs = in_bytes / t_decomp / 1e9;
+  r.ef_compress_gbs = in_bytes / t_ef / 1e9;
+  return r;
+}
+
 result run_codec(codec_entry const& entry, std::vector<layer> const& model, int steps,
                  std::uint64_t seed, gc::cpu::thread_pool& pool) {
+  if (is_powersgd(entry.spec)) return run_powersgd(entry, model, steps, seed, pool);
   gc::any_codec const codec = gc::make_codec(entry.spec);
   bool const with_ef = entry.spec != "identity";  // feedback on a lossless codec does nothing
   gc::compressor<gc::any_codec, gc::no_feedback> plain(codec);
@@ -541,7 +626,11 @@ int main(int argc, char** argv) {
   if (codecs.empty()) codecs = default_codecs();
   for (codec_entry const& c : codecs) {  // reject a bad --codec before any work
     try {
-      (void)gc::make_codec(c.spec);
+      if (is_powersgd(c.spec)) {
+        (void)gc::make_powersgd(c.spec);
+      } else {
+        (void)gc::make_codec(c.spec);
+      }
     } catch (gc::error const& e) {
       std::fprintf(stderr, "gradcomp_demo: --codec %s: %s\n", c.spec.c_str(), e.what());
       return 2;
