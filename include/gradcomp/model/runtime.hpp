@@ -37,11 +37,27 @@ struct cluster_params {
   int ranks_per_node = 1;
   link_params intra{1e-6, 100e9};  ///< between ranks of one node (NVLink / PCIe / shared memory)
   link_params inter{10e-6, 3e9};   ///< a node's network interface, shared by its ranks
+  /// Capacity of the network core, shared by every flow between nodes (bytes per second): an
+  /// oversubscribed switch, or one shared medium such as the network lab's single shaped
+  /// loopback. Infinity (the default) is a non-blocking fabric, where only the nodes'
+  /// interfaces limit a flow.
+  double fabric_bandwidth = std::numeric_limits<double>::infinity();
 
   [[nodiscard]] int nodes() const noexcept { return ranks / ranks_per_node; }
-  /// The slowest link a collective over all ranks crosses.
-  [[nodiscard]] link_params const& bottleneck() const noexcept {
-    return nodes() > 1 ? inter : intra;
+
+  /// The link one of `flows` concurrent flows between nodes sees, each leaving its node's
+  /// interface with `per_interface` flows on it: latency of `inter`, bandwidth
+  /// min(inter.bandwidth / per_interface, fabric_bandwidth / flows).
+  [[nodiscard]] link_params network_link(int flows, int per_interface = 1) const noexcept {
+    double const f = flows < 1 ? 1.0 : static_cast<double>(flows);
+    double const i = per_interface < 1 ? 1.0 : static_cast<double>(per_interface);
+    return {inter.latency, std::min(inter.bandwidth / i, fabric_bandwidth / f)};
+  }
+
+  /// The slowest link of a ring over all ranks (laid out node by node): inside one node the
+  /// intra link; else a network link, the ring's `nodes()` inter-node edges sharing the fabric.
+  [[nodiscard]] link_params bottleneck() const noexcept {
+    return nodes() > 1 ? network_link(nodes()) : intra;
   }
 
   void validate() const {
@@ -59,6 +75,7 @@ struct cluster_params {
       if (!(std::isfinite(l->bandwidth) && l->bandwidth > 0.0))
         fail("link bandwidth must be finite and > 0");
     }
+    if (!(fabric_bandwidth > 0.0)) fail("fabric bandwidth must be > 0 (infinity: non-blocking)");
   }
 };
 
@@ -212,7 +229,7 @@ inline double window(compute_params const& c, bool whole_compute) {
   k.validate();
   int const n = cl.ranks;
   double const mc = bytes / k.ratio;
-  link_params const& l = cl.bottleneck();
+  link_params const l = cl.bottleneck();
   iteration_time t;
   t.compute = expected_max_compute(c, n);
   double decoded = bytes;
@@ -252,7 +269,7 @@ inline double window(compute_params const& c, bool whole_compute) {
   k.validate();
   int const n = cl.ranks;
   double const mc = bytes / k.ratio;
-  link_params const& l = cl.bottleneck();
+  link_params const l = cl.bottleneck();
   iteration_time t;
   t.compute = expected_max_compute(c, n);
   t.communication = reduce_scatter_time(mc, n, l) + allgather_time(mc / n, n, l);
@@ -273,13 +290,17 @@ inline double window(compute_params const& c, bool whole_compute) {
   auto node = [&](int r) { return r / cl.ranks_per_node; };
   std::vector<mixing_group> const groups = topo.groups(step);
   std::vector<int> leaving(static_cast<std::size_t>(cl.nodes()), 0);
+  int flows = 0;  // inter-node ring edges of the phase, all sharing the fabric
   for (auto const& g : groups) {
     std::size_t const m = g.ranks.size();
     if (m < 2) continue;
     for (std::size_t i = 0; i < m; ++i) {
       int const u = g.ranks[i];
       int const v = g.ranks[(i + 1) % m];
-      if (node(u) != node(v)) ++leaving[static_cast<std::size_t>(node(u))];
+      if (node(u) != node(v)) {
+        ++leaving[static_cast<std::size_t>(node(u))];
+        ++flows;
+      }
     }
   }
   std::vector<double> out;
@@ -295,8 +316,9 @@ inline double window(compute_params const& c, bool whole_compute) {
       int const u = g.ranks[i];
       int const v = g.ranks[(i + 1) % m];
       if (node(u) != node(v)) {
-        bw = std::min(bw, cl.inter.bandwidth / leaving[static_cast<std::size_t>(node(u))]);
-        alpha = std::max(alpha, cl.inter.latency);
+        link_params const l = cl.network_link(flows, leaving[static_cast<std::size_t>(node(u))]);
+        bw = std::min(bw, l.bandwidth);
+        alpha = std::max(alpha, l.latency);
       } else {
         bw = std::min(bw, cl.intra.bandwidth);
         alpha = std::max(alpha, cl.intra.latency);
@@ -355,13 +377,25 @@ inline double window(compute_params const& c, bool whole_compute) {
         sent = std::max(sent, m > 1 ? 2.0 * (m - 1.0) / m * bytes : 0.0);
       }
     } else {
+      // Each rank sends to its peers one after the other: at any moment one flow per rank
+      // with a peer on another node, all of them sharing the fabric.
+      int flows = 0;
+      for (int r = 0; r < cl.ranks; ++r) {
+        for (int p : topo.row(s, r).peers()) {
+          if (node(p) != node(r)) {
+            ++flows;
+            break;
+          }
+        }
+      }
+      link_params const net = cl.network_link(flows);
       for (int r = 0; r < cl.ranks; ++r) {
         mixing_row const row = topo.row(s, r);
         largest = std::max(largest, static_cast<int>(row.entries.size()));
         max_degree = std::max(max_degree, row.degree());
         double tr = 0.0;
         for (int p : row.peers()) {
-          link_params const& l = node(p) == node(r) ? cl.intra : cl.inter;
+          link_params const& l = node(p) == node(r) ? cl.intra : net;
           tr += l.latency + mc / l.bandwidth;
         }
         comm = std::max(comm, tr);

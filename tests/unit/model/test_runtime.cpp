@@ -159,6 +159,48 @@ TEST_CASE("runtime model: gossip over the topologies", "[runtime_model]") {
   REQUIRE(aer.total() < gc::predict_allreduce(m, cl, cp).total());
 }
 
+TEST_CASE("runtime model: a shared fabric divides its bandwidth among concurrent flows",
+          "[runtime_model]") {
+  // The network lab: n single-rank nodes whose traffic all crosses one link of rate R.
+  double const r = 1.25e8, a = 5e-5, m = 1.6e7;
+  gc::cluster_params lab;
+  lab.ranks = 4;
+  lab.ranks_per_node = 1;
+  lab.inter = {a, r};
+  lab.intra = {a, r};
+  gc::compute_params idle;  // communication only
+  // A non-blocking fabric (the default) leaves the per-interface results unchanged.
+  REQUIRE(gc::predict_allreduce(m, lab, idle).communication ==
+          Approx(gc::ring_allreduce_time(m, 4, {a, r})).epsilon(1e-12));
+  lab.fabric_bandwidth = r;
+  REQUIRE(lab.bottleneck().bandwidth == Approx(r / 4).epsilon(1e-15));
+  // Ring all-reduce: every rank sends 2(n-1)/n m at once; all of it crosses the one link.
+  REQUIRE(gc::predict_allreduce(m, lab, idle).total() ==
+          Approx(6 * a + 6 * m / r).epsilon(1e-12));
+  // All-gather of n packets (gather kind): n (n-1) packets cross the link.
+  gc::codec_params k;
+  k.aggregation = gc::aggregation_kind::gather;
+  k.ratio = 32;
+  auto const g = gc::predict_compressed_allreduce(m, lab, idle, k);
+  REQUIRE(g.communication == Approx(3 * (a + 4 * (m / 32) / r)).epsilon(1e-12));
+  // One-peer exponential: 4 flows at once, each m.
+  auto const e = gc::predict_gossip(m, lab, idle, gc::topology::one_peer_exponential(4));
+  REQUIRE(e.communication == Approx(2 * a + 4 * m / r).epsilon(1e-12));
+  // Static ring: each rank sends m to two peers in turn, 4 flows at any moment.
+  auto const s = gc::predict_gossip(m, lab, idle, gc::topology::static_ring(4));
+  REQUIRE(s.communication == Approx(2 * (a + 4 * m / r)).epsilon(1e-12));
+  // A fabric faster than the interfaces changes nothing; a slower one caps every flow.
+  gc::cluster_params c = cluster16();
+  double const base = gc::predict_allreduce(1e8, c, compute100ms()).communication;
+  c.fabric_bandwidth = 1e12;
+  REQUIRE(gc::predict_allreduce(1e8, c, compute100ms()).communication == Approx(base));
+  c.fabric_bandwidth = 1.25e9;  // 4 node-crossing ring edges share one interface's worth
+  REQUIRE(c.bottleneck().bandwidth == Approx(1.25e9 / 4));
+  REQUIRE(gc::predict_allreduce(1e8, c, compute100ms()).communication > 3.9 * base - 1e-3);
+  c.fabric_bandwidth = 0.0;
+  REQUIRE_THROWS_AS(gc::predict_allreduce(1e8, c, compute100ms()), gc::config_error);
+}
+
 TEST_CASE("runtime model rejects invalid parameters", "[runtime_model]") {
   auto const cp = compute100ms();
   auto cl = cluster16();
