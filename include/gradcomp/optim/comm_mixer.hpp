@@ -98,6 +98,20 @@ class comm_mixer {
         x);
   }
 
+  /// Moves the outstanding exchange forward without blocking and returns true once all of it
+  /// has completed. Some transports move
+  /// large messages only inside their own calls (Open MPI over TCP without a progress thread
+  /// sends a long message in pieces, each one driven by an MPI call), so a caller that wants
+  /// the exchange to overlap a long computation calls this now and then during it; transports
+  /// with asynchronous progress (in-process, NCCL) do not need it. Returns false when no
+  /// mixing is outstanding. `wait_mixing` must still be called to mix.
+  bool test_mixing() {
+    if (!pending_) return false;
+    bool done = true;
+    for (auto& r : requests_) done = r.test() && done;
+    return done;
+  }
+
   /// True between `start_mixing` and `wait_mixing`.
   [[nodiscard]] bool pending() const noexcept { return pending_; }
   /// Parameter bytes this rank has sent so far.

@@ -134,3 +134,28 @@ TEST_CASE("comm_mixer rejects misuse", "[optim][comm_mixer][errors]") {
                                        }),
                     gc::comm_error);
 }
+
+TEST_CASE("comm_mixer: test_mixing reports completion without changing the result", "[optim][comm_mixer]") {
+  gc::topology const topo = gc::topology::one_peer_exponential(4);
+  auto const reference = board_gossip(topo, 33, 4);
+  std::vector<std::vector<float>> x(4);
+  REQUIRE_NOTHROW(gc::run_in_process(4, [&](gc::in_process_communicator& comm) {
+    mixer m(comm, topo);
+    std::vector<float> v = start_value(comm.rank(), 33);
+    RANK_REQUIRE(!m.test_mixing());  // nothing outstanding
+    for (std::uint64_t t = 0; t < 4; ++t) {
+      m.start_mixing(v, t);
+      // Polling until done must terminate: the peer posts its half of the exchange.
+      std::uint64_t polls = 0;
+      while (!m.test_mixing()) {
+        ++polls;
+        RANK_REQUIRE(polls < 100000000);
+      }
+      RANK_REQUIRE(m.pending());  // done, but still to be mixed
+      m.wait_mixing(v);
+      RANK_REQUIRE(!m.test_mixing());
+    }
+    x[static_cast<std::size_t>(comm.rank())] = v;
+  }));
+  REQUIRE(x == reference);
+}
