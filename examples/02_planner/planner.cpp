@@ -10,7 +10,7 @@
 // iterations reach a given accuracy; the table says which configurations do (column "kind").
 //
 // Usage: gradcomp_planner [--params N] [--ranks N] [--ranks-per-node N]
-//                         [--intra-gbytes GB/s] [--inter-gbits Gb/s]
+//                         [--intra-gbytes GB/s] [--inter-gbits Gb/s] [--fabric-gbits Gb/s]
 //                         [--intra-latency-us US] [--inter-latency-us US]
 //                         [--compute-ms MS] [--compute-std-ms MS] [--backward-fraction F]
 //                         [--optimizer-ms MS] [--codec-speed X] [--no-overlap]
@@ -41,6 +41,7 @@ struct settings {
   int ranks_per_node = 8;
   double intra_gbytes = 100.0;  // GB/s
   double inter_gbits = 25.0;    // Gb/s
+  double fabric_gbits = 0.0;    // Gb/s shared by all inter-node flows; 0 = non-blocking
   double intra_latency_us = 2.0;
   double inter_latency_us = 20.0;
   double compute_ms = 120.0;
@@ -54,12 +55,13 @@ struct settings {
 void usage() {
   std::puts(
       "usage: gradcomp_planner [--params N] [--ranks N] [--ranks-per-node N]\n"
-      "                        [--intra-gbytes GB/s] [--inter-gbits Gb/s]\n"
+      "                        [--intra-gbytes GB/s] [--inter-gbits Gb/s] [--fabric-gbits Gb/s]\n"
       "                        [--intra-latency-us US] [--inter-latency-us US]\n"
       "                        [--compute-ms MS] [--compute-std-ms MS] [--backward-fraction F]\n"
       "                        [--optimizer-ms MS] [--codec-speed X] [--no-overlap]\n"
       "defaults: ResNet-50 (25.6M fp32 parameters), 4 nodes x 8 ranks, 100 GB/s inside a node,\n"
-      "25 Gb/s between nodes, 120 +- 10 ms compute per iteration, codec speeds of one CPU core\n"
+      "25 Gb/s between nodes over a non-blocking fabric (--fabric-gbits: the capacity that all\n"
+      "flows between nodes share, e.g. an oversubscribed switch), 120 +- 10 ms compute per iteration, codec speeds of one CPU core\n"
       "(docs/performance.md; --codec-speed scales them).");
 }
 
@@ -99,6 +101,8 @@ settings parse(int argc, char** argv) {
       s.intra_gbytes = v;
     else if (a == "--inter-gbits")
       s.inter_gbits = v;
+    else if (a == "--fabric-gbits")
+      s.fabric_gbits = v;
     else if (a == "--intra-latency-us")
       s.intra_latency_us = v;
     else if (a == "--inter-latency-us")
@@ -117,6 +121,8 @@ settings parse(int argc, char** argv) {
       throw gc::config_error("gradcomp_planner: unknown option " + std::string(a) +
                              " (see --help)");
   }
+  if (!(s.fabric_gbits >= 0))
+    throw gc::config_error("gradcomp_planner: --fabric-gbits must be >= 0 (0: non-blocking)");
   if (!(s.params > 0)) throw gc::config_error("gradcomp_planner: --params must be > 0");
   if (!(s.codec_speed > 0)) throw gc::config_error("gradcomp_planner: --codec-speed must be > 0");
   return s;
@@ -150,6 +156,7 @@ int main(int argc, char** argv) {
     cl.ranks_per_node = s.ranks_per_node;
     cl.intra = {s.intra_latency_us * 1e-6, s.intra_gbytes * 1e9};
     cl.inter = {s.inter_latency_us * 1e-6, s.inter_gbits * 1e9 / 8.0};
+    if (s.fabric_gbits > 0) cl.fabric_bandwidth = s.fabric_gbits * 1e9 / 8.0;
     gc::compute_params cp;
     cp.mean = s.compute_ms * 1e-3;
     cp.stddev = s.compute_std_ms * 1e-3;
@@ -206,8 +213,13 @@ int main(int argc, char** argv) {
     double const base = rows.front().t.total();
     std::printf(
         "model %.1fM parameters (%.1f MB fp32), %d ranks on %d node(s), intra %.0f GB/s, inter "
-        "%.1f Gb/s\n",
+        "%.1f Gb/s",
         s.params / 1e6, bytes / 1e6, s.ranks, nodes, s.intra_gbytes, s.inter_gbits);
+    if (s.fabric_gbits > 0) {
+      std::printf(", fabric %.1f Gb/s shared by all inter-node flows\n", s.fabric_gbits);
+    } else {
+      std::printf(" (non-blocking fabric)\n");
+    }
     std::printf("compute %.1f +- %.1f ms (backward %.0f%%), optimizer %.1f ms, overlap %s\n\n",
                 s.compute_ms, s.compute_std_ms, 100.0 * s.backward_fraction, s.optimizer_ms,
                 s.overlap ? "on" : "off");
