@@ -28,10 +28,11 @@
 // as it is while a GPU computes) for mean + stddev * z seconds, z standard normal from a fixed
 // seed per rank and step; while "computing" a rank polls its outstanding exchange every
 // millisecond, as a framework's communication thread would (Open MPI over TCP moves a long
-// message only inside MPI calls).
+// message only inside MPI calls; --no-poll shows what happens without it).
 //
 //   gradcomp_model_check_mpi [--mib 16] [--reps 5] [--steps 8] [--compute-ms 300]
 //                            [--stddev-ms 30] [--only name,...] [--csv FILE] [--tolerance 0.25]
+//                            [--no-poll]
 //
 // The last line is "model check: N cases, M within TOL" and the exit status is 1 when a case
 // is outside --tolerance (so scripts can use it), 0 otherwise.
@@ -81,6 +82,7 @@ struct config {
   double tolerance = 0.25;
   std::vector<std::string> only;
   std::string csv;
+  bool poll = true;  // poll outstanding exchanges while computing
 };
 
 // The largest value of `v` over the ranks.
@@ -237,6 +239,10 @@ config parse(int argc, char** argv) {
       }
       return x;
     };
+    if (a == "--no-poll") {
+      cfg.poll = false;
+      continue;
+    }
     if (a == "--mib") cfg.mib = number();
     else if (a == "--reps") cfg.reps = std::max(1, static_cast<int>(number()));
     else if (a == "--steps") cfg.steps = std::max(1, static_cast<int>(number()));
@@ -248,7 +254,7 @@ config parse(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: gradcomp_model_check_mpi [--mib 16] [--reps 5] [--steps 8] [--compute-ms 300] "
-                   "[--stddev-ms 30] [--only a,b] [--csv FILE] [--tolerance 0.25]\n");
+                   "[--stddev-ms 30] [--only a,b] [--csv FILE] [--tolerance 0.25] [--no-poll]\n");
       std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
   }
@@ -406,17 +412,17 @@ class checker {
     c.mean = cfg_.compute_ms / 1e3;
     c.stddev = cfg_.stddev_ms / 1e3;
     int const rank = comm_.rank();
-    if (wanted("compute + dense f32, no overlap")) {
+    if (wanted("compute + dense f32 no overlap")) {
       gc::compute_params blocking = c;
       blocking.overlap = false;
       double const t = time_training([&](int s) {
         emulate_compute(now(), compute_time(cfg_, rank, s), {});
         gc::all_reduce_dense(comm_, std::span<float const>(grad_), out_);
       });
-      add("compute + dense f32, no overlap", "predict_allreduce, overlap off",
+      add("compute + dense f32 no overlap", "predict_allreduce, overlap off",
           gc::predict_allreduce(bytes_, lab_.cluster, blocking), t);
     }
-    if (wanted("compute + dense f32, overlapped")) {
+    if (wanted("compute + dense f32 overlapped")) {
       // The gradient's all-reduce starts when the backward pass starts and runs during it.
       double const t = time_training([&](int s) {
         double const total = compute_time(cfg_, rank, s);
@@ -425,14 +431,16 @@ class checker {
         std::copy(grad_.begin(), grad_.end(), out_.begin());
         gc::request r = comm_.iall_reduce(std::as_writable_bytes(std::span<float>(out_)), gc::comm_type::f32,
                                           gc::reduce_op::sum);
-        emulate_compute(start, total, [&] { (void)r.test(); });
+        emulate_compute(start, total, [&] {
+          if (cfg_.poll) (void)r.test();
+        });
         r.wait();
       });
-      add("compute + dense f32, overlapped", "predict_allreduce, backward window",
+      add("compute + dense f32 overlapped", "predict_allreduce, backward window",
           gc::predict_allreduce(bytes_, lab_.cluster, c), t);
     }
     int const n = comm_.size();
-    if ((n & (n - 1)) == 0 && n > 1 && wanted("compute + gossip exp, overlapped")) {
+    if ((n & (n - 1)) == 0 && n > 1 && wanted("compute + gossip exp overlapped")) {
       // DAdam's schedule: the mixing of x^k runs during the computation of the next gradient.
       gc::topology const topo = gc::topology::one_peer_exponential(n);
       gc::comm_mixer<gc::mpi_communicator> mixer(comm_, topo);
@@ -440,12 +448,14 @@ class checker {
       std::uint64_t k = 0;
       mixer.start_mixing(x, k++);
       double const t = time_training([&](int s) {
-        emulate_compute(now(), compute_time(cfg_, rank, s), [&] { (void)mixer.test_mixing(); });
+        emulate_compute(now(), compute_time(cfg_, rank, s), [&] {
+          if (cfg_.poll) (void)mixer.test_mixing();
+        });
         mixer.wait_mixing(x);
         mixer.start_mixing(x, k++);
       });
       mixer.wait_mixing(x);
-      add("compute + gossip exp, overlapped", "predict_gossip, whole-compute window",
+      add("compute + gossip exp overlapped", "predict_gossip, whole-compute window",
           gc::predict_gossip(bytes_, lab_.cluster, c, topo), t);
     }
   }
