@@ -34,6 +34,8 @@
 #include <gradcomp/feedback/compressor.hpp>
 #include <gradcomp/gradcomp.hpp>
 
+#include "support.hpp"
+
 #if GRADCOMP_HAVE_MPI
 #  include <gradcomp/comm/mpi.hpp>
 #endif
@@ -50,7 +52,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -377,32 +378,19 @@ void print(std::vector<row> const& rows, config const& cfg, int ranks, char cons
   std::fflush(stdout);
 }
 
-std::vector<std::string> split(std::string const& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
-}
-
 config parse(int argc, char** argv) {
   config cfg;
-  for (int i = 1; i < argc; ++i) {
-    std::string const a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+  gradcomp_bench::arg_reader in(argc, argv, argv[0]);
+  while (in.next()) {
+    std::string const& a = in.option();
+    auto value = [&] { return in.value(); };
     if (a == "--ranks") cfg.ranks = std::stoi(value());
     else if (a == "--mib") cfg.mib = std::stod(value());
     else if (a == "--reps") cfg.reps = std::stoi(value());
     else if (a == "--rates") {
       cfg.rates.clear();
-      for (auto const& r : split(value())) cfg.rates.push_back(std::stod(r));
-    } else if (a == "--only") cfg.only = split(value());
+      for (auto const& r : gradcomp_bench::split_list(value())) cfg.rates.push_back(std::stod(r));
+    } else if (a == "--only") cfg.only = gradcomp_bench::split_list(value());
     else if (a == "--shared-link") cfg.shared_link = true;
     else if (a == "--threads") setenv("GRADCOMP_NUM_THREADS", value().c_str(), 1);
     else {
@@ -416,14 +404,6 @@ config parse(int argc, char** argv) {
   return cfg;
 }
 
-std::vector<float> gradient(std::size_t n, int rank) {
-  std::vector<float> g(n);
-  std::mt19937_64 rng(0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(rank));
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (auto& x : g) x = d(rng) * 1e-3f;
-  return g;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -432,7 +412,7 @@ int main(int argc, char** argv) {
   config const cfg = parse(argc, argv);
   gc::mpi_communicator comm(MPI_COMM_WORLD);
   auto const n = static_cast<std::size_t>(cfg.mib * 1024 * 1024 / 4);
-  std::vector<float> const g = gradient(n, comm.rank());
+  std::vector<float> const g = gradcomp_bench::test_gradient(n, comm.rank());
   auto const rows = run_suite(comm, cfg, g, nullptr);
   if (comm.rank() == 0) print(rows, cfg, comm.size(), "MPI");
   return 0;
@@ -440,7 +420,7 @@ int main(int argc, char** argv) {
   config const cfg = parse(argc, argv);
   auto const n = static_cast<std::size_t>(cfg.mib * 1024 * 1024 / 4);
   std::vector<std::vector<float>> grads(static_cast<std::size_t>(cfg.ranks));
-  for (int r = 0; r < cfg.ranks; ++r) grads[static_cast<std::size_t>(r)] = gradient(n, r);
+  for (int r = 0; r < cfg.ranks; ++r) grads[static_cast<std::size_t>(r)] = gradcomp_bench::test_gradient(n, r);
   std::vector<row> rows;
   cpu_token token;
   gc::run_in_process(cfg.ranks, [&](gc::in_process_communicator& comm) {

@@ -46,6 +46,8 @@
 #include <gradcomp/optim/comm_mixer.hpp>
 #include <gradcomp/topology/topology.hpp>
 
+#include "support.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,7 +57,6 @@
 #include <memory>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -133,14 +134,6 @@ double compute_time(config const& cfg, int rank, int step) {
   return std::max(0.0, cfg.compute_ms / 1e3 + cfg.stddev_ms / 1e3 * z(rng));
 }
 
-std::vector<float> gradient(std::size_t n, int rank) {
-  std::vector<float> g(n);
-  std::mt19937_64 rng(0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(rank));
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (auto& x : g) x = d(rng) * 1e-3f;
-  return g;
-}
-
 // A codec as measured here, in the model's terms.
 gc::codec_params measure_codec(gc::mpi_communicator& comm, gc::any_codec const& codec, bool ef,
                                std::vector<float> const& g, int reps) {
@@ -209,25 +202,12 @@ lab calibrate(gc::mpi_communicator& comm) {
   return l;
 }
 
-std::vector<std::string> split(std::string const& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
-}
-
 config parse(int argc, char** argv) {
   config cfg;
-  for (int i = 1; i < argc; ++i) {
-    std::string const a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "gradcomp_model_check: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+  gradcomp_bench::arg_reader in(argc, argv, "gradcomp_model_check");
+  while (in.next()) {
+    std::string const& a = in.option();
+    auto value = [&] { return in.value(); };
     auto number = [&]() {
       std::string const v = value();
       char* end = nullptr;
@@ -249,7 +229,7 @@ config parse(int argc, char** argv) {
     else if (a == "--compute-ms") cfg.compute_ms = number();
     else if (a == "--stddev-ms") cfg.stddev_ms = number();
     else if (a == "--tolerance") cfg.tolerance = number();
-    else if (a == "--only") cfg.only = split(value());
+    else if (a == "--only") cfg.only = gradcomp_bench::split_list(value());
     else if (a == "--csv") cfg.csv = value();
     else {
       std::fprintf(stderr,
@@ -271,7 +251,7 @@ class checker {
       : comm_(comm), cfg_(std::move(cfg)),
         n_(static_cast<std::size_t>(cfg_.mib * 1024 * 1024 / 4)),
         bytes_(static_cast<double>(n_ * sizeof(float))),
-        grad_(gradient(n_, comm.rank())),
+        grad_(gradcomp_bench::test_gradient(n_, comm.rank())),
         out_(n_) {}
 
   void run() {
