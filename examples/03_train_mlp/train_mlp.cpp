@@ -361,7 +361,8 @@ void print_decentralized_table(std::vector<outcome> const& runs, std::size_t ste
     auto const& r = *o.result;
     double const n = static_cast<double>(steps);
     std::string const vs =
-        base == nullptr ? "" : fmt("%+.2f", 100.0 * (r.test_accuracy - base->result->test_accuracy));
+        base == nullptr ? ""
+                        : fmt("%+.2f", 100.0 * (r.test_accuracy - base->result->test_accuracy));
     std::string const cons =
         train::is_decentralized(o.spec.optimizer) ? fmt("%.2e", r.consensus_distance) : "-";
     std::printf("%-20s %7.2f%% %9s %11.1f %8.1f %8.1f %8.1f %10s\n", o.spec.label.c_str(),
@@ -394,8 +395,8 @@ void write_decentralized_csv(std::filesystem::path const& dir, std::vector<outco
     f << csv_quote(o.spec.label) << ',' << train::optimizer_name(o.spec.optimizer) << ','
       << (train::is_decentralized(o.spec.optimizer) ? o.spec.topology : "") << ','
       << csv_quote(spec_codec(o.spec)) << ',' << workers << ',' << steps << ',' << r.test_accuracy
-      << ',' << r.test_loss << ',' << r.wire_bytes_per_worker << ',' << 1000.0 * r.step_s / n
-      << ',' << 1000.0 * r.compute_s / n << ',' << 1000.0 * r.comm_wait_s / n << ','
+      << ',' << r.test_loss << ',' << r.wire_bytes_per_worker << ',' << 1000.0 * r.step_s / n << ','
+      << 1000.0 * r.compute_s / n << ',' << 1000.0 * r.comm_wait_s / n << ','
       << r.consensus_distance << '\n';
   }
 }
@@ -531,8 +532,8 @@ int run(int argc, char** argv) {
     }
   }
   // The Adam family's learning rate, unless given.
-  bool const adam_family = o.optimizer != train::optimizer_kind::sgd &&
-                           o.optimizer != train::optimizer_kind::dpsgd;
+  bool const adam_family =
+      o.optimizer != train::optimizer_kind::sgd && o.optimizer != train::optimizer_kind::dpsgd;
   if (!lr_given && adam_family) o.learning_rate = train::default_adam_lr;
 
 #if defined(GRADCOMP_HAVE_MPI)
@@ -664,10 +665,11 @@ int run(int argc, char** argv) {
           o.optimizer == train::optimizer_kind::sgd || o.optimizer == train::optimizer_kind::dpsgd
               ? fmt("momentum %.2g", o.momentum)
               : fmt("betas (%.3g, ", o.beta1) + fmt("%.4g)", o.beta2);
-      print_model(o, workers, (std::string(train::optimizer_name(demo ? train::optimizer_kind::sgd
-                                                                       : o.optimizer)) +
-                               ", " + text)
-                                  .c_str());
+      print_model(
+          o, workers,
+          (std::string(train::optimizer_name(demo ? train::optimizer_kind::sgd : o.optimizer)) +
+           ", " + text)
+              .c_str());
     }
     std::vector<outcome> const results = run_list(specs, o, workers);
     std::size_t const params = results.empty() ? 0 : results[0].result->parameters;

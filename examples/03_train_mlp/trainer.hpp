@@ -146,10 +146,10 @@ struct train_options {
   /// Gradient pipeline of sgd and adam; cadam uses its `codec` ("dense" = "identity") and seed.
   exchange_options exchange;
   optimizer_kind optimizer = optimizer_kind::sgd;
-  double beta1 = 0.9;         ///< Adam family
-  double beta2 = 0.999;       ///< Adam family
-  double eps = 1e-8;          ///< Adam family
-  double adamw_decay = 0.0;   ///< Adam family: decoupled (AdamW) weight decay, all parameters
+  double beta1 = 0.9;            ///< Adam family
+  double beta2 = 0.999;          ///< Adam family
+  double eps = 1e-8;             ///< Adam family
+  double adamw_decay = 0.0;      ///< Adam family: decoupled (AdamW) weight decay, all parameters
   std::string topology = "exp";  ///< decentralized: `make_topology` spec
   std::uint32_t accum = 4;       ///< accumadam: window T
   std::size_t global_average_every = 0;  ///< decentralized: exact averaging period (0: never)
@@ -368,14 +368,16 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   std::optional<gradient_exchange> ex;  // sgd and adam
   if (kind == optimizer_kind::sgd || kind == optimizer_kind::adam) ex.emplace(comm, o.exchange);
   std::optional<gradcomp::adam> adam_opt;  // adam and cadam: the same on every rank
-  if (kind == optimizer_kind::adam || kind == optimizer_kind::cadam) adam_opt.emplace(adam_settings(o));
+  if (kind == optimizer_kind::adam || kind == optimizer_kind::cadam)
+    adam_opt.emplace(adam_settings(o));
   // cadam: two-way compression with worker and server error feedback.
   std::optional<gradcomp::two_way_compressor<gradcomp::any_codec>> two_way;
   gradcomp::codec_context cctx;
   cctx.parallel_threshold = std::numeric_limits<std::size_t>::max();  // ranks are threads already
   cctx.seed = o.exchange.seed;
   if (kind == optimizer_kind::cadam) {
-    two_way.emplace(gradcomp::make_codec(o.exchange.codec == "dense" ? "identity" : o.exchange.codec));
+    two_way.emplace(
+        gradcomp::make_codec(o.exchange.codec == "dense" ? "identity" : o.exchange.codec));
   }
   std::variant<std::monostate, gossip_optimizer<gradcomp::adam>,
                gossip_optimizer<gradcomp::accum_adam>, gossip_optimizer<gradcomp::sgd>>
@@ -501,7 +503,8 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
         gradcomp::codec_context ctx = cctx;
         ctx.step = static_cast<std::uint32_t>(step);
         gradcomp::collective_result const r = gradcomp::all_reduce_two_way(
-            comm, *two_way, gradcomp::tensor_view<float const>(std::span<float const>(g), gradcomp::tensor_id{0}),
+            comm, *two_way,
+            gradcomp::tensor_view<float const>(std::span<float const>(g), gradcomp::tensor_id{0}),
             std::span<float>(ghat), ctx);
         float const inv = 1.0f / static_cast<float>(world);  // as the dense exchange divides
         for (float& v : ghat) v = v * inv;
