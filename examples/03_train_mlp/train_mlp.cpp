@@ -599,7 +599,8 @@ int run(int argc, char** argv) {
   std::vector<run_spec> const dec_specs = demo ? decentralized_runs() : std::vector<run_spec>{};
 
   // Check every spec before spending time on the data: an unknown codec, a malformed
-  // controller or topology is an error.
+  // controller or topology, a bad optimizer option is an error.
+  if (!demo) train::check_optimizer_options(o);
   for (std::vector<run_spec> const* list :
        std::initializer_list<std::vector<run_spec> const*>{&specs, &dec_specs}) {
     for (auto const& spec : *list) {
@@ -646,6 +647,8 @@ int run(int argc, char** argv) {
       opts.topology = spec.topology;
       opts.accum = spec.accum;
       if (spec.lr > 0.0) opts.learning_rate = spec.lr;
+      // In the demo, --global-average-every applies to the gossip runs only.
+      if (demo && !train::is_decentralized(spec.optimizer)) opts.global_average_every = 0;
       train::run_result r = train_with(opts, n);
       if (root) {
         std::printf("%-20s acc %6.2f%%  loss", spec.label.c_str(), 100.0 * r.test_accuracy);

@@ -316,13 +316,8 @@ inline void unflatten(std::span<float const> flat, std::vector<std::vector<float
   }
 }
 
-inline void check_options(train_options const& o, data_split const& data) {
-  if (o.steps == 0 || o.batch == 0 || o.eval_every == 0) {
-    throw gradcomp::config_error("train: steps, batch and eval_every must be positive");
-  }
-  if (!(o.learning_rate > 0.0) || !(o.decay > 0.0) || !(o.decay_at >= 0.0)) {
-    throw gradcomp::config_error("train: the learning rate and its decay must be positive");
-  }
+/// The optimizer's part of `check_options` (no data needed).
+inline void check_optimizer_options(train_options const& o) {
   if (o.optimizer != optimizer_kind::sgd && o.optimizer != optimizer_kind::dpsgd) {
     adam_settings(o).validate();  // names the bad field
   }
@@ -335,6 +330,16 @@ inline void check_options(train_options const& o, data_split const& data) {
         "accumadam, dpsgd) only; " +
         std::string(optimizer_name(o.optimizer)) + " keeps every rank identical already");
   }
+}
+
+inline void check_options(train_options const& o, data_split const& data) {
+  if (o.steps == 0 || o.batch == 0 || o.eval_every == 0) {
+    throw gradcomp::config_error("train: steps, batch and eval_every must be positive");
+  }
+  if (!(o.learning_rate > 0.0) || !(o.decay > 0.0) || !(o.decay_at >= 0.0)) {
+    throw gradcomp::config_error("train: the learning rate and its decay must be positive");
+  }
+  check_optimizer_options(o);
   if (data.train.dim != data.test.dim || data.train.classes != data.test.classes ||
       data.test.size() == 0) {
     throw gradcomp::config_error(
