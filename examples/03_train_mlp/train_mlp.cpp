@@ -299,8 +299,8 @@ void print_table(std::vector<outcome> const& runs, std::size_t steps, int worker
 
 // The decentralized and Adam-family section (docs/training.md): 4 workers, Adam's default
 // learning rate, D-PSGD with the SGD one.
-// Steps of the section when --steps is not given: about 2.5 minutes on 2 idle cores.
-constexpr std::size_t decentralized_demo_steps = 150;
+// Steps of the section when --steps is not given: about 2 minutes on 2 idle cores.
+constexpr std::size_t decentralized_demo_steps = 300;
 
 std::vector<run_spec> decentralized_runs() {
   auto spec = [](std::string label, train::optimizer_kind k, std::string codec = "dense") {
