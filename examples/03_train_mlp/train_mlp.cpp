@@ -70,8 +70,9 @@ struct outcome {
   std::printf(
       "usage: gradcomp_train [options]\n"
       "  --demo [decentralized] the demo: the pipelines table, then the decentralized and\n"
-      "                         Adam-family table on 4 workers; 'decentralized': only that\n"
-      "                         section (else one run, see --codec / --optimizer)\n"
+      "                         Adam-family table (4 workers unless --workers is given);\n"
+      "                         'decentralized': only that section (else one run, see\n"
+      "                         --codec / --optimizer)\n"
       "  --optimizer NAME       sgd (momentum SGD after the gradient exchange) | adam\n"
       "                         (All-Reduce Adam: exchange, then Adam) | cadam (compressed\n"
       "                         Adam: two-way --codec with worker+server error feedback) |\n"
@@ -440,7 +441,8 @@ int run(int argc, char** argv) {
   train::train_options o;
   train::synthetic_options syn;
   std::string mnist, out_dir;
-  bool demo = false, demo_main = true, use_mpi = false, lr_given = false, steps_given = false;
+  bool demo = false, demo_main = true, use_mpi = false, lr_given = false, steps_given = false,
+       workers_given = false;
   int workers = 2;
   train::exchange_options single;
   for (int i = 1; i < argc; ++i) {
@@ -506,9 +508,10 @@ int run(int argc, char** argv) {
       o.eps = real();
     else if (a == "--adamw-decay")
       o.adamw_decay = real();
-    else if (a == "--workers")
+    else if (a == "--workers") {
       workers = static_cast<int>(count());
-    else if (a == "--steps") {
+      workers_given = true;
+    } else if (a == "--steps") {
       o.steps = count();
       steps_given = true;
     } else if (a == "--batch")
@@ -542,7 +545,7 @@ int run(int argc, char** argv) {
   // The Adam family's learning rate, unless given.
   bool const adam_family =
       o.optimizer != train::optimizer_kind::sgd && o.optimizer != train::optimizer_kind::dpsgd;
-  if (!lr_given && adam_family) o.learning_rate = train::default_adam_lr;
+  if (!lr_given && adam_family && !demo) o.learning_rate = train::default_adam_lr;
 
 #if defined(GRADCOMP_HAVE_MPI)
   // MPI: one rank per process; rank 0 prints and writes the files.
@@ -569,8 +572,9 @@ int run(int argc, char** argv) {
   bool const root = true;
 #endif
 
-  // Section 2 of the demo: 4 workers in process (under mpirun: the ranks there are).
-  int dec_workers = 4;
+  // Section 2 of the demo: 4 workers in process unless --workers says otherwise (under mpirun:
+  // the ranks there are).
+  int dec_workers = workers_given ? workers : 4;
 #if defined(GRADCOMP_HAVE_MPI)
   if (mpi_comm) dec_workers = workers;
 #endif
