@@ -422,6 +422,10 @@ TEST_CASE("compressed Adam with the identity codec equals All-Reduce Adam bit fo
       CHECK(max_abs_diff(cadam[i], adam[0]) == 0.0);
     }
     CHECK(rc[0].test_loss == ra[0].test_loss);
+    // Wire bytes of the dense ring all-reduce: 2(n-1)/n of the gradient per step.
+    double const grad_bytes = static_cast<double>(ra[0].parameters * sizeof(float));
+    CHECK(ra[0].wire_bytes_per_worker ==
+          static_cast<double>(o.steps) * 2.0 * (world - 1) / world * grad_bytes);
     // Adam really moved the model, and a lossy codec gives other parameters: the equality
     // above is not vacuous.
     train::mlp const init(train::model_sizes(o, d), o.seed);
