@@ -78,6 +78,10 @@ struct step_info {
 /// What one exchange did (this rank).
 struct exchange_report {
   std::size_t bytes_sent = 0;  ///< bytes this rank contributed to the collective(s)
+  /// Bytes this rank puts on the wire under the bandwidth-optimal algorithms (ring all-reduce:
+  /// 2(n-1)/n of the buffer; ring all-gather: every block but the next rank's), as gradcomp's
+  /// `collective_result::wire_bytes` models them. Statistics rounds of the controllers excluded.
+  std::size_t wire_bytes = 0;
   double factor = 1.0;         ///< compression factor of what was sent (1 = dense)
   char const* sent = "dense";  ///< "dense", "minimum" or "candidate"
   double compress_s = 0.0;     ///< compression, decoding, norms and residual updates
@@ -194,6 +198,8 @@ class gradient_exchange {
     }
     rep.sync_s += seconds_since(t0);
     rep.bytes_sent += total * sizeof(float);
+    auto const w = static_cast<std::size_t>(comm_.size());
+    rep.wire_bytes += w <= 1 ? 0 : 2 * (total * sizeof(float)) * (w - 1) / w;
   }
 
   // Compresses tensor t (the gradient g) at codec c with error feedback (or without); writes
@@ -434,6 +440,10 @@ class gradient_exchange {
     comm_.all_gather_v(std::span<std::byte const>(send_), std::span<std::byte>(recv_), counts);
     rep.sync_s += seconds_since(t0);
     rep.bytes_sent += mine_total + tensors * sizeof(std::uint64_t);
+    if (n > 1) {  // ring all-gathers: everything but the next rank's block, sizes included
+      std::size_t const next = (static_cast<std::size_t>(comm_.rank()) + 1) % n;
+      rep.wire_bytes += total - counts[next] + (n - 1) * tensors * sizeof(std::uint64_t);
+    }
 
     auto t1 = clock::now();
     for (auto const& g : grads) std::fill(g.begin(), g.end(), 0.0f);

@@ -11,7 +11,12 @@
 // The demo:   gradcomp_train --demo --out DIR   (what scripts/demo runs: dense fp32, fp16,
 //             top-k x10/x100/x1000 with error feedback, top-k x1000 without, onebit, and the
 //             adaptive controllers when this build has them; one table, DIR/curves.csv,
-//             DIR/summary.csv and DIR/plot.gp, which gnuplot turns into DIR/plot.png)
+//             DIR/summary.csv and DIR/plot.gp, which gnuplot turns into DIR/plot.png), then
+//             the decentralized and Adam-family section on 4 workers (All-Reduce Adam, DAdam
+//             and AccumAdam over one-peer exponential gossip, D-PSGD, compressed Adam with the
+//             identity, onebit and top-k 1% codecs; a second table and DIR/decentralized.csv)
+// Section 2 only: gradcomp_train --demo decentralized [--out DIR]   (mpirun -n 4 ... as well)
+// Optimizers:  gradcomp_train --optimizer dadam --topology exp --workers 4
 //
 // Run with --help for every option.
 
@@ -31,11 +36,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,6 +54,10 @@ namespace {
 struct run_spec {
   std::string label;
   train::exchange_options exchange;
+  train::optimizer_kind optimizer = train::optimizer_kind::sgd;
+  std::string topology = "exp";
+  std::uint32_t accum = 4;
+  double lr = 0.0;  // 0: the command line's (or the optimizer's default)
 };
 
 struct outcome {
@@ -58,7 +69,20 @@ struct outcome {
 [[noreturn]] void usage(int code) {
   std::printf(
       "usage: gradcomp_train [options]\n"
-      "  --demo                 run the demo's list of pipelines (else one run, see --codec)\n"
+      "  --demo [decentralized] the demo: the pipelines table, then the decentralized and\n"
+      "                         Adam-family table (4 workers unless --workers is given);\n"
+      "                         'decentralized': only that section (else one run, see\n"
+      "                         --codec / --optimizer)\n"
+      "  --optimizer NAME       sgd (momentum SGD after the gradient exchange) | adam\n"
+      "                         (All-Reduce Adam: exchange, then Adam) | cadam (compressed\n"
+      "                         Adam: two-way --codec with worker+server error feedback) |\n"
+      "                         dadam | accumadam | dpsgd (decentralized: gossip of the\n"
+      "                         parameters over --topology, no gradient exchange)   [sgd]\n"
+      "  --topology SPEC        exp | ring | complete | static-ring | aer:ranks_per_node=P [exp]\n"
+      "  --accum T              accumadam window                              [4]\n"
+      "  --global-average-every K  decentralized: exact average every K steps (0 never) [0]\n"
+      "  --blocking             decentralized: mix, then step (default: overlapped)\n"
+      "  --beta1 X [0.9]  --beta2 X [0.999]  --eps X [1e-8]  --adamw-decay X [0] (Adam family)\n"
       "  --codec SPEC           dense | a gradcomp codec spec (fp16, onebit, identity, int8, ...)\n"
       "                         | topk (factor chosen by --controller)      [dense]\n"
       "  --controller SPEC      static:factor=F | schedule:0=F0,STEP=F1,... | gravac:... |\n"
@@ -68,7 +92,8 @@ struct outcome {
       "  --workers N            in-process workers (threads)                  [2]\n"
       "  --steps N              training steps                                [600]\n"
       "  --batch N              samples per worker per step                   [32]\n"
-      "  --lr X                 learning rate (x0.1 after 70%% of the steps)   [0.05]\n"
+      "  --lr X                 learning rate (x0.1 after 70%% of the steps)\n"
+      "                         [0.05 for sgd and dpsgd, 0.003 for the Adam family]\n"
       "  --momentum X           [0.9]     --weight-decay X   [0]\n"
       "  --hidden A,B,...       hidden layer widths                           [1024,512]\n"
       "  --eval-every N         steps between curve points                    [50]\n"
@@ -273,6 +298,118 @@ void print_table(std::vector<outcome> const& runs, std::size_t steps, int worker
   }
 }
 
+// The decentralized and Adam-family section (docs/training.md): 4 workers, Adam's default
+// learning rate, D-PSGD with the SGD one.
+// Steps of the section when --steps is not given: about 2 minutes on 2 idle cores.
+constexpr std::size_t decentralized_demo_steps = 300;
+
+std::vector<run_spec> decentralized_runs() {
+  auto spec = [](std::string label, train::optimizer_kind k, std::string codec = "dense") {
+    run_spec r;
+    r.label = std::move(label);
+    r.optimizer = k;
+    r.exchange.codec = std::move(codec);
+    r.exchange.error_feedback = false;  // the dense all-reduce of All-Reduce Adam
+    return r;
+  };
+  using k = train::optimizer_kind;
+  run_spec accum = spec("AccumAdam exp T=4", k::accumadam);
+  accum.accum = 4;
+  run_spec dpsgd = spec("D-PSGD exp", k::dpsgd);
+  dpsgd.lr = 0.05;
+  return {
+      spec("All-Reduce Adam", k::adam),
+      spec("DAdam exp", k::dadam),
+      accum,
+      dpsgd,
+      spec("CAdam identity", k::cadam, "identity"),
+      spec("CAdam onebit", k::cadam, "onebit"),
+      spec("CAdam topk 1%", k::cadam, "topk:ratio=0.01"),
+  };
+}
+
+std::string spec_codec(run_spec const& s) {
+  if (train::is_decentralized(s.optimizer)) return "";
+  return s.exchange.codec;
+}
+
+void print_decentralized_table(std::vector<outcome> const& runs, std::size_t steps, int workers,
+                               std::size_t params) {
+  outcome const* base = nullptr;
+  for (auto const& o : runs) {
+    if (o.result && o.spec.optimizer == train::optimizer_kind::adam) {
+      base = &o;
+      break;
+    }
+  }
+  std::printf(
+      "\n%zu steps, %d workers, %zu parameters\n"
+      "  wire MB/wkr: bytes each worker puts on the wire for training (ring all-reduce: 2(n-1)/n\n"
+      "    of the gradient; two-way: its all-to-all and all-gather; gossip: parameters x peers)\n"
+      "  ms/step: wall time of the training steps (slowest rank, evaluation excluded); fwd+bwd\n"
+      "    and comm (time blocked in communication; CAdam: the two-way collective with its\n"
+      "    compression; gossip: the mixer's wait) per step, mean over ranks\n"
+      "  consensus: mean over ranks of |x_i - x_bar|^2 / |x_bar|^2 after the last step; the\n"
+      "    decentralized rows are evaluated at x_bar\n",
+      steps, workers, params);
+  std::printf("%-20s %8s %9s %11s %8s %8s %8s %10s\n", "run", "test acc", "vs AR-Adam",
+              "wire MB/wkr", "ms/step", "fwd+bwd", "comm", "consensus");
+  for (auto const& o : runs) {
+    if (!o.result) {
+      std::printf("%-20s %s\n", o.spec.label.c_str(), o.why.c_str());
+      continue;
+    }
+    auto const& r = *o.result;
+    double const n = static_cast<double>(steps);
+    std::string const vs =
+        base == nullptr ? ""
+                        : fmt("%+.2f", 100.0 * (r.test_accuracy - base->result->test_accuracy));
+    std::string const cons =
+        train::is_decentralized(o.spec.optimizer) ? fmt("%.2e", r.consensus_distance) : "-";
+    std::printf("%-20s %7.2f%% %9s %11.1f %8.1f %8.1f %8.1f %10s\n", o.spec.label.c_str(),
+                100.0 * r.test_accuracy, vs.c_str(), r.wire_bytes_per_worker / 1e6,
+                1000.0 * r.step_s / n, 1000.0 * r.compute_s / n, 1000.0 * r.comm_wait_s / n,
+                cons.c_str());
+  }
+  // The identity check: compressed Adam with the identity codec is All-Reduce Adam.
+  for (auto const& o : runs) {
+    if (o.result && base != nullptr && o.spec.optimizer == train::optimizer_kind::cadam &&
+        o.spec.exchange.codec == "identity") {
+      bool const same = o.result->test_loss == base->result->test_loss &&
+                        o.result->test_accuracy == base->result->test_accuracy;
+      if (same) {
+        std::printf("check: CAdam identity equals All-Reduce Adam (final test loss %.17g)\n",
+                    o.result->test_loss);
+      } else {
+        std::printf(
+            "check: CAdam identity differs from All-Reduce Adam (final test loss %.17g vs "
+            "%.17g): expected only where the dense all-reduce sums in another order than rank "
+            "order (MPI); in-process the two are bit-identical\n",
+            o.result->test_loss, base->result->test_loss);
+      }
+    }
+  }
+}
+
+void write_decentralized_csv(std::filesystem::path const& dir, std::vector<outcome> const& runs,
+                             std::size_t steps, int workers) {
+  std::filesystem::create_directories(dir);
+  std::ofstream f(dir / "decentralized.csv");
+  f << "label,optimizer,topology,codec,workers,steps,test_accuracy,test_loss,wire_bytes_per_"
+       "worker,ms_per_step,compute_ms_per_step,comm_ms_per_step,consensus_distance\n";
+  double const n = static_cast<double>(steps);
+  for (auto const& o : runs) {
+    if (!o.result) continue;
+    auto const& r = *o.result;
+    f << csv_quote(o.spec.label) << ',' << train::optimizer_name(o.spec.optimizer) << ','
+      << (train::is_decentralized(o.spec.optimizer) ? o.spec.topology : "") << ','
+      << csv_quote(spec_codec(o.spec)) << ',' << workers << ',' << steps << ',' << r.test_accuracy
+      << ',' << r.test_loss << ',' << r.wire_bytes_per_worker << ',' << 1000.0 * r.step_s / n << ','
+      << 1000.0 * r.compute_s / n << ',' << 1000.0 * r.comm_wait_s / n << ','
+      << r.consensus_distance << '\n';
+  }
+}
+
 std::vector<std::size_t> parse_sizes(std::string const& s) {
   std::vector<std::size_t> out;
   std::size_t at = 0;
@@ -304,7 +441,8 @@ int run(int argc, char** argv) {
   train::train_options o;
   train::synthetic_options syn;
   std::string mnist, out_dir;
-  bool demo = false, use_mpi = false;
+  bool demo = false, demo_main = true, use_mpi = false, lr_given = false, steps_given = false,
+       workers_given = false;
   int workers = 2;
   train::exchange_options single;
   for (int i = 1; i < argc; ++i) {
@@ -314,16 +452,18 @@ int run(int argc, char** argv) {
         throw gradcomp::config_error("train: option " + std::string(a) + " needs a value");
       return argv[++i];
     };
-    auto count = [&]() -> std::size_t {
+    auto whole = [&](bool zero_ok) -> std::size_t {
       std::string const v = value();
       char* end = nullptr;
       unsigned long long const n = std::strtoull(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n == 0) {
-        throw gradcomp::config_error("train: option " + std::string(a) +
-                                     " wants a positive integer, got '" + v + "'");
+      if (v.empty() || *end != '\0' || v[0] == '-' || (n == 0 && !zero_ok)) {
+        throw gradcomp::config_error("train: option " + std::string(a) + " wants a " +
+                                     (zero_ok ? "non-negative" : "positive") + " integer, got '" +
+                                     v + "'");
       }
       return static_cast<std::size_t>(n);
     };
+    auto count = [&]() -> std::size_t { return whole(false); };
     auto real = [&]() -> double {
       std::string const v = value();
       char* end = nullptr;
@@ -336,23 +476,50 @@ int run(int argc, char** argv) {
     };
     if (a == "--help" || a == "-h")
       usage(0);
-    else if (a == "--demo")
+    else if (a == "--demo") {
       demo = true;
-    else if (a == "--codec")
+      if (i + 1 < argc && std::string_view(argv[i + 1]) == "decentralized") {
+        demo_main = false;
+        ++i;
+      }
+    } else if (a == "--codec")
       single.codec = value();
     else if (a == "--controller")
       single.controller = value();
     else if (a == "--no-ef")
       single.error_feedback = false;
-    else if (a == "--workers")
+    else if (a == "--optimizer")
+      o.optimizer = train::parse_optimizer(value());
+    else if (a == "--topology")
+      o.topology = value();
+    else if (a == "--accum") {
+      std::size_t const t = count();
+      if (t > 1000000) throw gradcomp::config_error("train: --accum wants at most 1000000");
+      o.accum = static_cast<std::uint32_t>(t);
+    } else if (a == "--global-average-every")
+      o.global_average_every = whole(true);
+    else if (a == "--blocking")
+      o.overlap = false;
+    else if (a == "--beta1")
+      o.beta1 = real();
+    else if (a == "--beta2")
+      o.beta2 = real();
+    else if (a == "--eps")
+      o.eps = real();
+    else if (a == "--adamw-decay")
+      o.adamw_decay = real();
+    else if (a == "--workers") {
       workers = static_cast<int>(count());
-    else if (a == "--steps")
+      workers_given = true;
+    } else if (a == "--steps") {
       o.steps = count();
-    else if (a == "--batch")
+      steps_given = true;
+    } else if (a == "--batch")
       o.batch = count();
-    else if (a == "--lr")
+    else if (a == "--lr") {
       o.learning_rate = real();
-    else if (a == "--momentum")
+      lr_given = true;
+    } else if (a == "--momentum")
       o.momentum = real();
     else if (a == "--weight-decay")
       o.weight_decay = real();
@@ -375,6 +542,10 @@ int run(int argc, char** argv) {
       usage(2);
     }
   }
+  // The Adam family's learning rate, unless given.
+  bool const adam_family =
+      o.optimizer != train::optimizer_kind::sgd && o.optimizer != train::optimizer_kind::dpsgd;
+  if (!lr_given && adam_family && !demo) o.learning_rate = train::default_adam_lr;
 
 #if defined(GRADCOMP_HAVE_MPI)
   // MPI: one rank per process; rank 0 prints and writes the files.
@@ -401,22 +572,51 @@ int run(int argc, char** argv) {
   bool const root = true;
 #endif
 
-  std::vector<run_spec> specs =
-      demo ? demo_runs(o.steps) : std::vector<run_spec>{{single.codec, single}};
-  if (!demo && single.codec.rfind("topk", 0) == 0) {
-    specs[0].label = single.codec + " " + single.controller + (single.error_feedback ? " +EF" : "");
-  } else if (!demo && single.codec != "dense") {
-    specs[0].label = single.codec + (single.error_feedback ? " +EF" : "");
-  }
+  // Section 2 of the demo: 4 workers in process unless --workers says otherwise (under mpirun:
+  // the ranks there are).
+  int dec_workers = workers_given ? workers : 4;
+#if defined(GRADCOMP_HAVE_MPI)
+  if (mpi_comm) dec_workers = workers;
+#endif
+  std::size_t const dec_steps = steps_given ? o.steps : decentralized_demo_steps;
 
-  // Check every spec before spending time on the data: an unknown codec or a malformed
-  // controller is an error.
-  for (auto const& spec : specs) {
-    std::string_view const codec = spec.exchange.codec;
-    if (codec.substr(0, codec.find(':')) == "topk") {
-      (void)train::make_controller(spec.exchange.controller);
-    } else if (codec != "dense") {
-      (void)gradcomp::make_codec(codec);
+  std::vector<run_spec> specs;
+  if (demo && demo_main) specs = demo_runs(o.steps);
+  if (!demo) {
+    run_spec r{single.codec, single};
+    r.optimizer = o.optimizer;
+    r.topology = o.topology;
+    r.accum = o.accum;
+    if (o.optimizer != train::optimizer_kind::sgd) {
+      r.label = std::string(train::optimizer_name(o.optimizer));
+      if (train::is_decentralized(o.optimizer))
+        r.label += " " + o.topology;
+      else
+        r.label += " " + single.codec;
+    } else if (single.codec.rfind("topk", 0) == 0) {
+      r.label = single.codec + " " + single.controller + (single.error_feedback ? " +EF" : "");
+    } else if (single.codec != "dense") {
+      r.label = single.codec + (single.error_feedback ? " +EF" : "");
+    }
+    specs.push_back(r);
+  }
+  std::vector<run_spec> const dec_specs = demo ? decentralized_runs() : std::vector<run_spec>{};
+
+  // Check every spec before spending time on the data: an unknown codec, a malformed
+  // controller or topology, a bad optimizer option is an error.
+  if (!demo) train::check_optimizer_options(o);
+  for (std::vector<run_spec> const* list :
+       std::initializer_list<std::vector<run_spec> const*>{&specs, &dec_specs}) {
+    for (auto const& spec : *list) {
+      std::string_view const codec = spec.exchange.codec;
+      if (train::is_decentralized(spec.optimizer)) {
+        (void)train::make_topology(spec.topology, list == &dec_specs ? dec_workers : workers);
+      } else if (codec.substr(0, codec.find(':')) == "topk" &&
+                 spec.optimizer != train::optimizer_kind::cadam) {
+        (void)train::make_controller(spec.exchange.controller);
+      } else if (codec != "dense") {
+        (void)gradcomp::make_codec(codec);
+      }
     }
   }
 
@@ -425,47 +625,103 @@ int run(int argc, char** argv) {
       mnist.empty() ? train::make_synthetic(syn) : train::load_mnist(mnist);
   double const data_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (root) {
-    std::printf("data: %s (%.1fs)\n", data.description.c_str(), data_s);
-    std::printf("model: MLP %zu", data.train.dim);
-    for (std::size_t h : o.hidden) std::printf("-%zu", h);
-    std::printf(
-        "-%zu, %zu workers x batch %zu, lr %.3g (x%.2g after step %zu), momentum %.2g, %zu steps\n",
-        data.train.classes, static_cast<std::size_t>(workers), o.batch, o.learning_rate, o.decay,
-        static_cast<std::size_t>(o.decay_at * static_cast<double>(o.steps)), o.momentum, o.steps);
-  }
+  if (root) std::printf("data: %s (%.1fs)\n", data.description.c_str(), data_s);
 
-  std::vector<outcome> results;
-  std::size_t params = 0;
-  for (auto const& spec : specs) {
-    outcome oc;
-    oc.spec = spec;
-    o.exchange = spec.exchange;
+  auto train_with = [&](train::train_options const& opts, int n) {
     train::run_result r;
 #if defined(GRADCOMP_HAVE_MPI)
     if (mpi_comm)
-      r = train::train_worker(*mpi_comm, data, o);
+      r = train::train_worker(*mpi_comm, data, opts);
     else
 #endif
-      gradcomp::run_in_process(workers, [&](gradcomp::in_process_communicator& c) {
-        train::run_result mine = train::train_worker(c, data, o);
+      gradcomp::run_in_process(n, [&](gradcomp::in_process_communicator& c) {
+        train::run_result mine = train::train_worker(c, data, opts);
         if (c.rank() == 0) r = std::move(mine);
       });
-    params = r.parameters;
-    if (root) {
-      std::printf("%-20s acc %6.2f%%  loss", spec.label.c_str(), 100.0 * r.test_accuracy);
-      for (auto const& p : r.curve) std::printf(" %.2f", p.train_loss);
-      std::printf("  (%.1fs)\n", r.wall_s);
-      std::fflush(stdout);
+    return r;
+  };
+  auto run_list = [&](std::vector<run_spec> const& list, train::train_options base, int n) {
+    std::vector<outcome> results;
+    for (auto const& spec : list) {
+      outcome oc;
+      oc.spec = spec;
+      train::train_options opts = base;
+      opts.exchange = spec.exchange;
+      opts.optimizer = spec.optimizer;
+      opts.topology = spec.topology;
+      opts.accum = spec.accum;
+      if (spec.lr > 0.0) opts.learning_rate = spec.lr;
+      // In the demo, --global-average-every applies to the gossip runs only.
+      if (demo && !train::is_decentralized(spec.optimizer)) opts.global_average_every = 0;
+      train::run_result r = train_with(opts, n);
+      if (root) {
+        std::printf("%-20s acc %6.2f%%  loss", spec.label.c_str(), 100.0 * r.test_accuracy);
+        for (auto const& p : r.curve) std::printf(" %.2f", p.train_loss);
+        std::printf("  (%.1fs)\n", r.wall_s);
+        std::fflush(stdout);
+      }
+      oc.result = std::move(r);
+      results.push_back(std::move(oc));
     }
-    oc.result = std::move(r);
-    results.push_back(std::move(oc));
+    return results;
+  };
+  auto print_model = [&](train::train_options const& opts, int n, char const* opt_text) {
+    std::printf("model: MLP %zu", data.train.dim);
+    for (std::size_t h : opts.hidden) std::printf("-%zu", h);
+    std::printf("-%zu, %d workers x batch %zu, %s, lr %.3g (x%.2g after step %zu), %zu steps\n",
+                data.train.classes, n, opts.batch, opt_text, opts.learning_rate, opts.decay,
+                static_cast<std::size_t>(opts.decay_at * static_cast<double>(opts.steps)),
+                opts.steps);
+  };
+
+  if (!specs.empty()) {
+    if (root) {
+      std::string const text =
+          o.optimizer == train::optimizer_kind::sgd || o.optimizer == train::optimizer_kind::dpsgd
+              ? fmt("momentum %.2g", o.momentum)
+              : fmt("betas (%.3g, ", o.beta1) + fmt("%.4g)", o.beta2);
+      print_model(
+          o, workers,
+          (std::string(train::optimizer_name(demo ? train::optimizer_kind::sgd : o.optimizer)) +
+           ", " + text)
+              .c_str());
+    }
+    std::vector<outcome> const results = run_list(specs, o, workers);
+    std::size_t const params = results.empty() ? 0 : results[0].result->parameters;
+    if (root) {
+      if (!demo && o.optimizer != train::optimizer_kind::sgd) {
+        print_decentralized_table(results, o.steps, workers, params);
+        std::printf("pipeline: %s\n", results[0].result->pipeline.c_str());
+      } else {
+        print_table(results, o.steps, workers, params);
+      }
+      if (!out_dir.empty()) {
+        write_outputs(out_dir, results);
+        std::printf("\nwrote %s/curves.csv, summary.csv and plot.gp\n", out_dir.c_str());
+      }
+    }
   }
-  if (root) {
-    print_table(results, o.steps, workers, params);
-    if (!out_dir.empty()) {
-      write_outputs(out_dir, results);
-      std::printf("\nwrote %s/curves.csv, summary.csv and plot.gp\n", out_dir.c_str());
+
+  if (!dec_specs.empty()) {
+    train::train_options d = o;
+    d.steps = dec_steps;
+    d.eval_every = std::max<std::size_t>(1, dec_steps / 3);
+    d.optimizer = train::optimizer_kind::adam;
+    if (!lr_given) d.learning_rate = train::default_adam_lr;
+    if (root) {
+      std::printf("\n== decentralized and Adam-family section ==\n");
+      print_model(d, dec_workers,
+                  "Adam family: betas (0.9, 0.999), eps 1e-8; D-PSGD: momentum SGD lr 0.05; "
+                  "gossip over one-peer exponential, overlapped");
+    }
+    std::vector<outcome> const results = run_list(dec_specs, d, dec_workers);
+    if (root) {
+      print_decentralized_table(results, dec_steps, dec_workers,
+                                results.empty() ? 0 : results[0].result->parameters);
+      if (!out_dir.empty()) {
+        write_decentralized_csv(out_dir, results, dec_steps, dec_workers);
+        std::printf("wrote %s/decentralized.csv\n", out_dir.c_str());
+      }
     }
   }
   return 0;

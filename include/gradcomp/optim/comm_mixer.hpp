@@ -25,6 +25,7 @@
 #include <gradcomp/optim/mixing.hpp>
 #include <gradcomp/topology/topology.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -82,7 +83,9 @@ class comm_mixer {
                          " waits for a mixing it never started");
     }
     pending_ = false;
+    auto const t0 = std::chrono::steady_clock::now();
     wait_all(requests_);
+    wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     requests_.clear();
     int const self = comm_->rank();
     mix_row(
@@ -114,6 +117,9 @@ class comm_mixer {
 
   /// True between `start_mixing` and `wait_mixing`.
   [[nodiscard]] bool pending() const noexcept { return pending_; }
+  /// Seconds this rank has spent blocked in `wait_mixing` completing the exchange (the
+  /// communication the overlap did not hide; the mixing arithmetic is not included).
+  [[nodiscard]] double wait_seconds() const noexcept { return wait_s_; }
   /// Parameter bytes this rank has sent so far.
   [[nodiscard]] std::uint64_t bytes_sent() const noexcept { return bytes_sent_; }
   [[nodiscard]] topology const& topo() const noexcept { return topo_; }
@@ -128,6 +134,7 @@ class comm_mixer {
   std::vector<request> requests_;
   std::uint64_t step_ = 0;
   std::uint64_t bytes_sent_ = 0;
+  double wait_s_ = 0.0;
   bool pending_ = false;
 };
 

@@ -16,7 +16,9 @@
 #include "../support/rank_check.hpp"
 #include "optim_support.hpp"
 
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -158,4 +160,22 @@ TEST_CASE("comm_mixer: test_mixing reports completion without changing the resul
     x[static_cast<std::size_t>(comm.rank())] = v;
   }));
   REQUIRE(x == reference);
+}
+
+TEST_CASE("comm_mixer: wait_seconds counts the time blocked waiting for a late peer", "[optim][comm_mixer]") {
+  std::vector<double> waited(2, -1.0);
+  REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
+    mixer m(comm, gc::topology::complete(2));
+    RANK_REQUIRE(m.wait_seconds() == 0.0);
+    std::vector<float> x(64, static_cast<float>(comm.rank()));
+    // Rank 1 starts its half of the exchange 100 ms late; rank 0 has to wait for it.
+    if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    m.start_mixing(x, 0);
+    m.wait_mixing(x);
+    RANK_REQUIRE(x[0] == 0.5f);
+    waited[static_cast<std::size_t>(comm.rank())] = m.wait_seconds();
+  }));
+  CHECK(waited[0] >= 0.08);
+  CHECK(waited[1] >= 0.0);
+  CHECK(waited[1] < waited[0]);
 }
