@@ -60,9 +60,7 @@ class approx_topk_codec : public detail::sparse_codec_base<approx_topk_codec> {
   /// Aims at max(1, floor(r n)) elements of n > 0; 0 < r <= 1.
   static approx_topk_codec ratio(double r, double sample = 0.001, double tolerance = 0.1,
                                  sparse_values values = sparse_values::f32) {
-    if (!(r > 0.0 && r <= 1.0)) {
-      throw config_error("gradcomp: approx_topk ratio must be in (0, 1], got " + std::to_string(r));
-    }
+    detail::sparse::check_ratio(r, "approx_topk");
     approx_topk_codec c = make(sample, tolerance, values);
     c.ratio_ = r;
     return c;
@@ -77,10 +75,7 @@ class approx_topk_codec : public detail::sparse_codec_base<approx_topk_codec> {
 
   /// Target count k for a tensor of n (the same rule as `topk_codec::k_for`).
   [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept {
-    if (n == 0) return 0;
-    if (!by_ratio_) return k_ < n ? static_cast<std::size_t>(k_) : n;
-    auto const k = static_cast<std::size_t>(std::floor(ratio_ * static_cast<double>(n)));
-    return std::clamp<std::size_t>(k, 1, n);
+    return detail::sparse::kept_count(by_ratio_, ratio_, k_, n);
   }
 
   /// The window [lo, hi] the selected count lands in for a target k (lo >= 1 when k >= 1).

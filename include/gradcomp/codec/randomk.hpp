@@ -191,9 +191,7 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
 
   /// Keeps max(1, floor(r n)) elements of n > 0; 0 < r <= 1.
   static basic_random_k_codec ratio(double r, sparse_values values = sparse_values::f32) {
-    if (!(r > 0.0 && r <= 1.0)) {
-      throw config_error("gradcomp: random_k ratio must be in (0, 1], got " + std::to_string(r));
-    }
+    detail::sparse::check_ratio(r, "random_k");
     check_values(values);
     basic_random_k_codec c;
     c.ratio_ = r;
@@ -208,10 +206,7 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
 
   /// Elements selected from a tensor of n (the same rule as `topk_codec::k_for`).
   [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept {
-    if (n == 0) return 0;
-    if (!by_ratio_) return k_ < n ? static_cast<std::size_t>(k_) : n;
-    auto const k = static_cast<std::size_t>(std::floor(ratio_ * static_cast<double>(n)));
-    return std::clamp<std::size_t>(k, 1, n);
+    return detail::sparse::kept_count(by_ratio_, ratio_, k_, n);
   }
 
   /// Exact packet size: header, check word, k_for(n) values.

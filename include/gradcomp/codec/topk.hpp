@@ -55,9 +55,7 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
 
   /// Keeps max(1, floor(r n)) elements of n > 0; 0 < r <= 1.
   static topk_codec ratio(double r, sparse_values values = sparse_values::f32) {
-    if (!(r > 0.0 && r <= 1.0)) {
-      throw config_error("gradcomp: topk ratio must be in (0, 1], got " + std::to_string(r));
-    }
+    detail::sparse::check_ratio(r, "topk");
     check_values(values);
     topk_codec c;
     c.ratio_ = r;
@@ -72,10 +70,7 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
 
   /// Elements selected from a tensor of n.
   [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept {
-    if (n == 0) return 0;
-    if (!by_ratio_) return k_ < n ? static_cast<std::size_t>(k_) : n;
-    auto const k = static_cast<std::size_t>(std::floor(ratio_ * static_cast<double>(n)));
-    return std::clamp<std::size_t>(k, 1, n);
+    return detail::sparse::kept_count(by_ratio_, ratio_, k_, n);
   }
 
   /// Header plus absolute indices plus values for k_for(n) elements (the delta encoding is

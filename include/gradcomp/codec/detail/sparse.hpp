@@ -20,7 +20,11 @@
 
 #include <gradcomp/codec/detail/codec_base.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/error.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,6 +47,22 @@ enum class sparse_index : std::uint8_t {
 namespace detail::sparse {
 
 constexpr std::uint64_t value_bytes(sparse_values v) noexcept { return v == sparse_values::f32 ? 4 : 2; }
+
+/// The sparsifiers' selection size (top-k, approximate top-k, random-k): of n elements, keep
+/// min(k, n) for a count, max(1, floor(ratio n)) for a ratio; none of an empty tensor.
+[[nodiscard]] inline std::size_t kept_count(bool by_ratio, double ratio, std::uint64_t k, std::size_t n) noexcept {
+  if (n == 0) return 0;
+  if (!by_ratio) return k < n ? static_cast<std::size_t>(k) : n;
+  auto const kept = static_cast<std::size_t>(std::floor(ratio * static_cast<double>(n)));
+  return std::clamp<std::size_t>(kept, 1, n);
+}
+
+/// Throws `config_error` naming `codec` unless 0 < r <= 1.
+inline void check_ratio(double r, char const* codec) {
+  if (!(r > 0.0 && r <= 1.0)) {
+    throw config_error(std::string("gradcomp: ") + codec + " ratio must be in (0, 1], got " + std::to_string(r));
+  }
+}
 
 /// Bytes of a delta index section of m entries of b bits (padded to 4 bytes).
 constexpr std::uint64_t delta_bytes(std::uint64_t m, unsigned b) noexcept {
