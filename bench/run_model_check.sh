@@ -36,10 +36,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 status=0
 for rate in "${rates[@]}"; do
   # A step of compute comparable to the communication: 300 ms at <= 1 Gbit/s, 60 ms above.
-  case ${rate,,} in
-    *gbit) fast=$(( ${rate%[gG]bit} > 1 )) ;;
-    *) fast=0 ;;
-  esac
+  fast=$(awk -v r="${rate,,}" 'BEGIN { n = r + 0; print (r ~ /gbit$/ && n > 1) ? 1 : 0 }')
   compute=${COMPUTE_MS:-$([[ $fast == 1 ]] && echo 60 || echo 300)}
   stddev=${STDDEV_MS:-$(awk -v c="$compute" 'BEGIN { print c / 10 }')}
   args=(--mib "${MIB:-16}" --reps "${REPS:-5}" --steps "${STEPS:-8}" --compute-ms "$compute"
