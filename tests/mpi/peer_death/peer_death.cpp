@@ -16,6 +16,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 int main(int argc, char** argv) {
@@ -35,6 +36,9 @@ int main(int argc, char** argv) {
     std::printf("survivor %d: comm_error: %s\n", c.rank(), e.what());
     std::fflush(stdout);
   }
+  // MPI_Abort kills every process of the job: give the other survivor, whose timeout started
+  // at about the same moment, one timeout's worth of time to report first.
+  std::this_thread::sleep_for(o.timeout);
   MPI_Abort(MPI_COMM_WORLD, 42);
   return 2;
 }
