@@ -7,6 +7,7 @@
 /// whatever codec wrote it, from its header).
 
 #include <gradcomp/codec/approx_topk.hpp>
+#include <gradcomp/codec/budget.hpp>
 #include <gradcomp/codec/cast.hpp>
 #include <gradcomp/codec/dithering.hpp>
 #include <gradcomp/codec/int8.hpp>
@@ -43,6 +44,19 @@ class any_codec {
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const { return impl_->max_bytes(n); }
   [[nodiscard]] double bits_per_element() const { return impl_->bits(); }
 
+  /// Whether the codec is a sparsifier with a selection size (`with_budget` works).
+  [[nodiscard]] bool has_budget() const noexcept { return impl_->has_budget(); }
+  /// The same codec with selection size `b` (codec/budget.hpp); `config_error` for a codec
+  /// without one (only top-k, approximate top-k and random-k have it).
+  [[nodiscard]] any_codec with_budget(sparse_budget b) const {
+    if (!impl_->has_budget()) {
+      throw config_error(std::string("gradcomp: codec '") + name() +
+                         "' has no selection size to set (with_budget takes topk, approx_topk and "
+                         "randomk codecs)");
+    }
+    return any_codec(impl_->with_budget(b));
+  }
+
   template <element T>
   std::size_t compress(tensor_view<T const> in, std::span<std::byte> out, codec_context const& ctx = {}) const {
     return impl_->compress(in, out, ctx);
@@ -65,6 +79,8 @@ class any_codec {
     virtual bool unbiased() const noexcept = 0;
     virtual std::size_t max_bytes(std::size_t) const = 0;
     virtual double bits() const = 0;
+    virtual bool has_budget() const noexcept = 0;
+    virtual std::shared_ptr<interface const> with_budget(sparse_budget) const = 0;
     virtual std::size_t compress(tensor_view<float const>, std::span<std::byte>, codec_context const&) const = 0;
     virtual std::size_t compress(tensor_view<half const>, std::span<std::byte>, codec_context const&) const = 0;
     virtual std::size_t compress(tensor_view<bfloat16 const>, std::span<std::byte>, codec_context const&) const = 0;
@@ -81,6 +97,14 @@ class any_codec {
     bool unbiased() const noexcept override { return C::unbiased; }
     std::size_t max_bytes(std::size_t n) const override { return c_.max_compressed_bytes(n); }
     double bits() const override { return c_.bits_per_element(); }
+    bool has_budget() const noexcept override { return requires(C const& c, sparse_budget b) { c.with_budget(b); }; }
+    std::shared_ptr<interface const> with_budget(sparse_budget b) const override {
+      if constexpr (requires { c_.with_budget(b); }) {
+        return std::make_shared<model<C>>(c_.with_budget(b));
+      } else {
+        return nullptr;
+      }
+    }
     std::size_t compress(tensor_view<float const> v, std::span<std::byte> o, codec_context const& x) const override { return c_.compress(v, o, x); }
     std::size_t compress(tensor_view<half const> v, std::span<std::byte> o, codec_context const& x) const override { return c_.compress(v, o, x); }
     std::size_t compress(tensor_view<bfloat16 const> v, std::span<std::byte> o, codec_context const& x) const override { return c_.compress(v, o, x); }
@@ -89,6 +113,8 @@ class any_codec {
     void decode(std::span<std::byte const> p, std::span<bfloat16> o, float a, bool add, codec_context const& x) const override { add ? c_.decompress_add(p, o, a, x) : c_.decompress(p, o, x); }
     C c_;
   };
+
+  explicit any_codec(std::shared_ptr<interface const> impl) noexcept : impl_(std::move(impl)) {}
 
   std::shared_ptr<interface const> impl_;
 };

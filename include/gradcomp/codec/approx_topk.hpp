@@ -29,6 +29,7 @@
 /// approx_topk; decoding is that of top-k. Biased; aggregation kind gather. A NaN or infinity
 /// is a `numeric_error` naming the first one.
 
+#include <gradcomp/codec/budget.hpp>
 #include <gradcomp/codec/detail/select.hpp>
 #include <gradcomp/codec/detail/sparse.hpp>
 #include <gradcomp/config.hpp>
@@ -64,6 +65,12 @@ class approx_topk_codec : public detail::sparse_codec_base<approx_topk_codec> {
     approx_topk_codec c = make(sample, tolerance, values);
     c.ratio_ = r;
     return c;
+  }
+
+  /// This codec with another target size; sample fraction, tolerance and value type kept.
+  [[nodiscard]] approx_topk_codec with_budget(sparse_budget b) const {
+    return b.by_count() ? count(b.count_value(), sample_, tolerance_, values_)
+                        : ratio(b.ratio(), sample_, tolerance_, values_);
   }
 
   [[nodiscard]] bool by_ratio() const noexcept { return by_ratio_; }

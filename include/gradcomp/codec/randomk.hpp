@@ -31,6 +31,7 @@
 /// goes unnoticed; one at a chosen coordinate is sent as is (f16 may also overflow to ±inf
 /// when scaled values exceed 65504).
 
+#include <gradcomp/codec/budget.hpp>
 #include <gradcomp/codec/detail/codec_base.hpp>
 #include <gradcomp/codec/detail/sparse.hpp>
 #include <gradcomp/config.hpp>
@@ -197,6 +198,11 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
     c.ratio_ = r;
     c.values_ = values;
     return c;
+  }
+
+  /// This codec with another selection size, the value type kept.
+  [[nodiscard]] basic_random_k_codec with_budget(sparse_budget b) const {
+    return b.by_count() ? count(b.count_value(), values_) : ratio(b.ratio(), values_);
   }
 
   [[nodiscard]] bool by_ratio() const noexcept { return by_ratio_; }

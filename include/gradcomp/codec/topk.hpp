@@ -20,6 +20,7 @@
 /// kind gather. A NaN or infinity (which has no place in the order) is a `numeric_error`
 /// naming the first one.
 
+#include <gradcomp/codec/budget.hpp>
 #include <gradcomp/codec/detail/sparse.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/isa.hpp>
@@ -61,6 +62,11 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
     c.ratio_ = r;
     c.values_ = values;
     return c;
+  }
+
+  /// This codec with another selection size, the value type kept.
+  [[nodiscard]] topk_codec with_budget(sparse_budget b) const {
+    return b.by_count() ? count(b.count_value(), values_) : ratio(b.ratio(), values_);
   }
 
   [[nodiscard]] bool by_ratio() const noexcept { return by_ratio_; }

@@ -21,6 +21,8 @@
 ///
 /// With a `compressor` (error feedback) the residual is updated locally, as in a single-rank
 /// step: what this rank sent plus its new residual equals its gradient plus its old residual.
+/// With a policy whose packets are increments (EF21) the compressor's receiver side turns the
+/// reduced increments into the gradient estimate, so the output is the estimate on every rank.
 
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/common.hpp>
@@ -223,6 +225,7 @@ collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<fl
       detail::decode_summed(codec, p, out, alpha, ctx);
       res.wire_bytes += detail::ring_all_reduce_bytes(p.section.bytes, comm.size());
     }
+    detail::receive_output(src, grad.id(), out);
     return res;
   }
 }

@@ -382,6 +382,7 @@ class bucketed_all_reduce {
           start[r] += bytes;
         }
         detail::decode_gathered(codec, std::span<std::span<std::byte const> const>(packets), s.units[u].out, alpha_, ctx);
+        detail::receive_output(src_, s.units[u].grad.id(), s.units[u].out);
       }
     } else {
       std::size_t at = 0;
@@ -390,6 +391,7 @@ class bucketed_all_reduce {
         if (p.section.bytes != 0) std::memcpy(p.values().data(), s.values.data() + at, p.section.bytes);
         at += p.section.bytes;
         detail::decode_summed(codec, p, s.units[u].out, alpha_, ctx);
+        detail::receive_output(src_, s.units[u].grad.id(), s.units[u].out);
       }
     }
     bool const fused = b.dense || opt_.mode == bucket_compression::per_bucket;

@@ -171,6 +171,13 @@ concept packet_source =
       { codec_id_of(x) } -> std::same_as<codec_id>;
     };
 
+/// Hands a collective's output for tensor `id` to the receiver side of `src`'s error feedback
+/// (EF21's estimate; see `compressor::receive`); nothing for other sources.
+template <class X>
+void receive_output(X& src, tensor_id id, std::span<float> out) {
+  if constexpr (requires { src.receive(id, out); }) src.receive(id, out);
+}
+
 /// Ring all-reduce traffic of a `bytes` buffer on `w` ranks.
 constexpr std::size_t ring_all_reduce_bytes(std::size_t bytes, int w) noexcept {
   if (w <= 1) return 0;

@@ -4,7 +4,14 @@
 /// @file
 /// The `feedback_policy` concept: an error-feedback rule composed with any codec. A policy opts
 /// in with `using feedback_concept = gradcomp::feedback_tag;`, names its per-tensor `state`, and
-/// provides `compress(codec, state, gradient, out, ctx)` returning the packet size.
+/// provides the two phases of a step — `stage(state, gradient, ctx)` returns the float32 input
+/// to compress (g + residual, g − h, ...) without changing the state, `commit(codec, state,
+/// sent_packet, ctx)` updates the state for exactly the packet that was sent (which may come
+/// from another factor than a first compression, or from a multi-level re-compression),
+/// `commit_lossless(state)` records that the staged input itself was delivered exactly — and
+/// `compress(codec, state, gradient, out, ctx)`, the one-phase step, returning the packet size.
+/// A policy whose packets are increments also has a receiver side (`receiver_state`,
+/// `receive(receiver_state, output)`), see `ef21_feedback`.
 
 #include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
@@ -30,8 +37,11 @@ enum class feedback_id : std::uint8_t { none = 0, residual = 1, ef21 = 2, dgc = 
 /// Required of `F`: `F::feedback_concept` derived from `feedback_tag`; `F::id`
 /// (`feedback_id`); a default-constructible `F::state` with `std::span<float const>
 /// values() const` (what is saved) and `void assign(std::span<float const>)` (what is
-/// restored); and `f.compress(c, state, tensor_view<T const>, std::span<std::byte>,
-/// codec_context const&)` for each element type, returning the packet size and leaving the state
+/// restored); `f.stage(state, tensor_view<T const>, codec_context const&)` returning
+/// `std::span<float const>` (valid until the next call on the state), `f.commit(c, state,
+/// std::span<std::byte const>, codec_context const&)` and `f.commit_lossless(state)`; and
+/// `f.compress(c, state, tensor_view<T const>, std::span<std::byte>, codec_context const&)` for
+/// each element type, returning the packet size. Any of them leaves the committed state
 /// unchanged if it throws.
 template <class F, class C>
 concept feedback_policy =
@@ -45,6 +55,18 @@ concept feedback_policy =
       s.assign(vals);
       { f.compress(c, s, g32, out, ctx) } -> std::same_as<std::size_t>;
       { f.compress(c, s, g16, out, ctx) } -> std::same_as<std::size_t>;
+      { f.stage(s, g32, ctx) } -> std::convertible_to<std::span<float const>>;
+      { f.stage(s, g16, ctx) } -> std::convertible_to<std::span<float const>>;
+      f.commit(c, s, std::span<std::byte const>(out), ctx);
+      f.commit_lossless(s);
     };
+
+/// A feedback policy whose packets are increments that receivers must accumulate
+/// (`ef21_feedback`): `f.receive(receiver_state&, std::span<float>)` turns a collective's output
+/// into the estimate.
+template <class F>
+concept receiving_feedback = requires(F const& f, typename F::receiver_state& r, std::span<float> io) {
+  f.receive(r, io);
+};
 
 GRADCOMP_NAMESPACE_END

@@ -6,10 +6,21 @@
 /// feedback state per tensor id. The codec may be replaced between steps (a controller changing
 /// the compression factor); the residual carries over, so no gradient mass is lost.
 ///
-/// Saved state format (little-endian): "GCEF", u8 version 1, u8 feedback_id, u16 0,
-/// u32 tensor count, u32 0, then per tensor (ascending id): u32 id, u64 n, n x f32, where the n
-/// floats are the policy state's `values()` (the residual, n = the tensor's elements; for
-/// `dgc_feedback` momentum and accumulation, n = twice the elements).
+/// A step runs in one call (`compress`) or in two phases: `stage` (compress g + residual; the
+/// residual is not touched yet; `staged_input` gives the float32 input, e.g. for multi-level
+/// re-compression or norms), then, once the caller knows what it sent, `commit` with that
+/// packet, `commit_lossless` (the staged input was sent dense) or `discard` (nothing of it was
+/// sent; the state stays as it was). A decision taken after compression so needs no undo.
+///
+/// With a policy whose packets are increments (`ef21_feedback`), `receive` keeps the receiver
+/// side, one estimate per tensor id, and turns a collective's output into the estimate; the
+/// collectives call it.
+///
+/// Saved state format (little-endian): "GCEF", u8 version 2, u8 feedback_id, u16 0,
+/// u32 tensor count, u32 receiver count, then per tensor (ascending id): u32 id, u64 n, n x f32,
+/// where the n floats are the policy state's `values()` (the residual, n = the tensor's
+/// elements; for `dgc_feedback` momentum and accumulation, n = twice the elements); then the
+/// receiver records in the same layout. Version 1 (no receivers; the count field 0) loads too.
 
 #include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
@@ -56,13 +67,71 @@ class compressor {
   template <element T>
   std::size_t compress(tensor_view<T const> g, std::span<std::byte> out, codec_context const& ctx = {}) {
     if (auto it = states_.find(g.id()); it != states_.end()) {
-      return feedback_.compress(codec_, it->second, g, out, ctx);
+      it->second.staged = false;
+      return feedback_.compress(codec_, it->second.state, g, out, ctx);
     }
-    state_type fresh;  // enters the map only once a step has succeeded
-    std::size_t const bytes = feedback_.compress(codec_, fresh, g, out, ctx);
+    entry fresh;  // enters the map only once a step has succeeded
+    std::size_t const bytes = feedback_.compress(codec_, fresh.state, g, out, ctx);
     states_.emplace(g.id(), std::move(fresh));
     return bytes;
   }
+
+  /// Phase one of a step: stages g + residual (per the policy) for tensor `g.id()` and
+  /// compresses it with the codec into `out`; returns the packet size. The committed state is
+  /// unchanged until `commit` / `commit_lossless`; a new `stage` of the same tensor replaces
+  /// the staged input.
+  template <element T>
+  std::size_t stage(tensor_view<T const> g, std::span<std::byte> out, codec_context const& ctx = {}) {
+    auto [it, fresh] = states_.try_emplace(g.id());
+    entry& e = it->second;
+    e.staged = false;
+    try {
+      e.input = feedback_.stage(e.state, g, ctx);
+      std::size_t const bytes = codec_.compress(tensor_view<float const>(e.input, g.id()), out, ctx);
+      e.staged = true;
+      return bytes;
+    } catch (...) {
+      if (fresh) states_.erase(it);
+      throw;
+    }
+  }
+
+  /// The staged float32 input of tensor `id` (after `stage`, until the commit): what the codec
+  /// compressed. Empty if none is staged.
+  [[nodiscard]] std::span<float const> staged_input(tensor_id id) const {
+    auto it = states_.find(id);
+    if (it == states_.end() || !it->second.staged) return {};
+    return it->second.input;
+  }
+
+  /// Phase two: the state of tensor `id` is updated for `sent`, the packet actually sent
+  /// (decoded with `codec`, e.g. the codec of another factor or of a re-compression of the
+  /// staged packet). `config_error` if nothing is staged.
+  template <codec_operations C>
+  void commit(tensor_id id, C const& codec, std::span<std::byte const> sent, codec_context const& ctx = {}) {
+    feedback_.commit(codec, take_staged(id), sent, ctx);
+  }
+  /// `commit` decoding with this compressor's codec.
+  void commit(tensor_id id, std::span<std::byte const> sent, codec_context const& ctx = {}) {
+    feedback_.commit(codec_, take_staged(id), sent, ctx);
+  }
+  /// Phase two when the staged input itself was delivered exactly (a dense send of
+  /// g + residual): the residual becomes zero (EF21: h takes the increment in full).
+  void commit_lossless(tensor_id id) { feedback_.commit_lossless(take_staged(id)); }
+  /// Phase two when nothing of the staged input was sent: the state stays as before the stage.
+  void discard(tensor_id id) {
+    auto it = states_.find(id);
+    if (it != states_.end()) it->second.staged = false;
+  }
+
+  /// Receiver side of an increment policy (EF21): `io`, a collective's output for tensor `id`,
+  /// becomes the receiver's estimate (see `ef21_feedback::receive`). Without such a policy it
+  /// leaves `io` as it is.
+  void receive(tensor_id id, std::span<float> io) {
+    if constexpr (receiving_feedback<Feedback>) feedback_.receive(receivers_[id], io);
+  }
+  /// Whether `receive` changes outputs (the policy's packets are increments).
+  static constexpr bool receives = receiving_feedback<Feedback>;
 
   /// Decodes a packet (any sender) into `out`.
   template <element T>
@@ -78,26 +147,32 @@ class compressor {
   }
 
   /// Feedback state of tensor `id` (created empty if absent).
-  [[nodiscard]] state_type& state(tensor_id id) { return states_[id]; }
+  [[nodiscard]] state_type& state(tensor_id id) { return states_[id].state; }
   /// Forgets all state (e.g. after the model was re-initialised).
-  void reset() { states_.clear(); }
+  void reset() {
+    states_.clear();
+    receivers_.clear();
+  }
 
   /// Serializes every tensor's state.
   [[nodiscard]] std::vector<std::byte> save() const {
     std::vector<std::byte> out(16);
     std::memcpy(out.data(), "GCEF", 4);
-    out[4] = std::byte{1};
+    out[4] = std::byte{2};
     out[5] = static_cast<std::byte>(Feedback::id);
     detail::store_le<std::uint16_t>(out.data() + 6, 0);
     detail::store_le<std::uint32_t>(out.data() + 8, static_cast<std::uint32_t>(states_.size()));
-    detail::store_le<std::uint32_t>(out.data() + 12, 0);
-    for (auto const& [id, s] : states_) {
-      std::span<float const> v = s.values();
+    detail::store_le<std::uint32_t>(out.data() + 12, static_cast<std::uint32_t>(receiver_count()));
+    auto put = [&out](tensor_id id, std::span<float const> v) {
       std::size_t const at = out.size();
       out.resize(at + 12 + 4 * v.size());
       detail::store_le<std::uint32_t>(out.data() + at, static_cast<std::uint32_t>(id));
       detail::store_le<std::uint64_t>(out.data() + at + 4, v.size());
       for (std::size_t i = 0; i < v.size(); ++i) detail::store_f32(out.data() + at + 12 + 4 * i, v[i]);
+    };
+    for (auto const& [id, e] : states_) put(id, e.state.values());
+    if constexpr (receiving_feedback<Feedback>) {
+      for (auto const& [id, r] : receivers_) put(id, r.values());
     }
     return out;
   }
@@ -109,33 +184,85 @@ class compressor {
       throw format_error("gradcomp: error-feedback state: " + what);
     };
     if (in.size() < 16 || std::memcmp(in.data(), "GCEF", 4) != 0) fail("missing \"GCEF\" magic");
-    if (static_cast<unsigned>(in[4]) != 1) fail("unsupported version " + std::to_string(static_cast<unsigned>(in[4])));
+    unsigned const version = static_cast<unsigned>(in[4]);
+    if (version != 1 && version != 2) fail("unsupported version " + std::to_string(version));
     if (static_cast<feedback_id>(in[5]) != Feedback::id) {
       fail("saved by feedback policy " + std::to_string(static_cast<unsigned>(in[5])) + ", this is " +
            std::to_string(static_cast<unsigned>(Feedback::id)));
     }
     std::uint32_t const count = detail::load_le<std::uint32_t>(in.data() + 8);
-    std::map<tensor_id, state_type> restored;
+    std::uint32_t const rcount = detail::load_le<std::uint32_t>(in.data() + 12);
+    if (version == 1 && rcount != 0) fail("version 1 with a non-zero reserved field");
+    if (rcount != 0 && !receiving_feedback<Feedback>) fail("receiver records for a policy without a receiver side");
     std::size_t at = 16;
-    for (std::uint32_t t = 0; t < count; ++t) {
-      if (in.size() - at < 12) fail("truncated tensor record " + std::to_string(t));
-      auto const id = static_cast<tensor_id>(detail::load_le<std::uint32_t>(in.data() + at));
-      std::uint64_t const n = detail::load_le<std::uint64_t>(in.data() + at + 4);
-      if (n > (in.size() - at - 12) / 4) fail("tensor record " + std::to_string(t) + " claims " + std::to_string(n) + " values beyond the buffer");
-      if (restored.count(id) != 0) fail("tensor id " + std::to_string(static_cast<unsigned>(id)) + " appears twice");
-      std::vector<float> v(n);
-      for (std::size_t i = 0; i < n; ++i) v[i] = detail::load_f32(in.data() + at + 12 + 4 * i);
-      restored[id].assign(v);
-      at += 12 + 4 * n;
-    }
+    auto read_records = [&](std::uint32_t records, char const* what, auto& into) {
+      for (std::uint32_t t = 0; t < records; ++t) {
+        if (in.size() - at < 12) fail(std::string("truncated ") + what + " record " + std::to_string(t));
+        auto const id = static_cast<tensor_id>(detail::load_le<std::uint32_t>(in.data() + at));
+        std::uint64_t const n = detail::load_le<std::uint64_t>(in.data() + at + 4);
+        if (n > (in.size() - at - 12) / 4) {
+          fail(std::string(what) + " record " + std::to_string(t) + " claims " + std::to_string(n) +
+               " values beyond the buffer");
+        }
+        if (into.count(id) != 0) fail(std::string(what) + " id " + std::to_string(static_cast<unsigned>(id)) + " appears twice");
+        std::vector<float> v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = detail::load_f32(in.data() + at + 12 + 4 * i);
+        assign_record(into[id], v);
+        at += 12 + 4 * n;
+      }
+    };
+    std::map<tensor_id, entry> restored;
+    read_records(count, "tensor", restored);
+    receiver_map restored_receivers;
+    if constexpr (receiving_feedback<Feedback>) read_records(rcount, "receiver", restored_receivers);
     if (at != in.size()) fail(std::to_string(in.size() - at) + " trailing bytes");
     states_ = std::move(restored);
+    receivers_ = std::move(restored_receivers);
   }
 
  private:
+  template <class F>
+  struct receiver_of {
+    struct type {};  // a policy without a receiver side keeps none
+  };
+  template <receiving_feedback F>
+  struct receiver_of<F> {
+    using type = typename F::receiver_state;
+  };
+  using receiver_map = std::map<tensor_id, typename receiver_of<Feedback>::type>;
+
+  [[nodiscard]] std::size_t receiver_count() const noexcept {
+    if constexpr (receiving_feedback<Feedback>) return receivers_.size();
+    return 0;
+  }
+
+  static void assign_record(auto& target, std::vector<float> const& v) {
+    if constexpr (requires { target.state; }) target.state.assign(v);
+    else target.assign(v);
+  }
+
+  // One tensor's feedback state and its stage in progress.
+  struct entry {
+    state_type state;
+    std::span<float const> input;  // the staged input (valid while `staged`)
+    bool staged = false;
+  };
+
+  // The state of a staged tensor, its stage ended; config_error if none is staged.
+  state_type& take_staged(tensor_id id) {
+    auto it = states_.find(id);
+    if (it == states_.end() || !it->second.staged) {
+      throw config_error("gradcomp: compressor: commit of tensor " + std::to_string(static_cast<unsigned>(id)) +
+                         " without a staged input (call stage first, once per commit)");
+    }
+    it->second.staged = false;
+    return it->second.state;
+  }
+
   Codec codec_;
   Feedback feedback_;
-  std::map<tensor_id, state_type> states_;
+  std::map<tensor_id, entry> states_;
+  receiver_map receivers_;
 };
 
 GRADCOMP_NAMESPACE_END

@@ -37,6 +37,7 @@
 #include <gradcomp/cpu/parallel.hpp>
 #include <gradcomp/feedback/sparsity_schedule.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cfloat>
 #include <cmath>
@@ -85,6 +86,7 @@ class dgc_feedback {
     std::vector<float> data_;     // [u | v]
     std::vector<float> next_;     // [u | v] of the step in progress
     std::vector<float> decoded_;  // D(C(v)) of the step in progress
+    bool staged_ = false;         // next_ holds a staged step awaiting its commit
   };
 
   /// Momentum 0.9, no clipping, one worker.
@@ -114,24 +116,32 @@ class dgc_feedback {
     return clip_norm_ / std::sqrt(static_cast<double>(workers_));
   }
 
-  /// One DGC step on gradient `g` (see file comment); returns the packet size.
-  template <codec_operations C, element T>
-  std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
-                       codec_context const& ctx) const {
+  /// Stage of a DGC step: clipping and momentum correction into the step in progress;
+  /// returns v + u, the input to compress. The state is unchanged until `commit`.
+  template <element T>
+  std::span<float const> stage(state& s, tensor_view<T const> g, codec_context const& ctx) const {
     std::size_t const n = g.size();
     if (!s.data_.empty() && s.data_.size() != 2 * n) {
       throw config_error("gradcomp: dgc_feedback state holds " +
                          std::to_string(s.data_.size() / 2) + " elements but the gradient has " +
                          std::to_string(n) + " (one state per tensor id)");
     }
+    s.staged_ = false;
     s.next_.resize(2 * n);
-    s.decoded_.resize(n);
     float const scale = clip_scale(g, ctx);
     momentum_step(s, g, scale, ctx);
-    float const* v = s.next_.data() + n;
-    std::size_t const bytes =
-        c.compress(tensor_view<float const>(std::span<float const>(v, n), g.id()), out, ctx);
-    c.decompress(std::span<std::byte const>(out.first(bytes)), std::span<float>(s.decoded_), ctx);
+    s.staged_ = true;
+    return std::span<float const>(s.next_).last(n);
+  }
+
+  /// Commits the packet `sent` (compressed from the staged v): v ← v − D(sent), and momentum
+  /// factor masking u ← 0 on the packet's support.
+  template <codec_operations C>
+  void commit(C const& c, state& s, std::span<std::byte const> sent, codec_context const& ctx) const {
+    take_stage(s);
+    std::size_t const n = s.next_.size() / 2;
+    s.decoded_.resize(n);
+    c.decompress(sent, std::span<float>(s.decoded_), ctx);
     // v ← v − D(C(v)); u ← 0 where the packet is non-zero. Nothing below throws.
     float* nu = s.next_.data();
     float* nv = s.next_.data() + n;
@@ -143,6 +153,24 @@ class dgc_feedback {
       }
     });
     s.data_.swap(s.next_);
+  }
+
+  /// Commits a lossless delivery of the staged v: every coordinate was sent, so v ← 0 and
+  /// (masking on the full support) u ← 0.
+  void commit_lossless(state& s) const {
+    take_stage(s);
+    std::fill(s.next_.begin(), s.next_.end(), 0.0f);
+    s.data_.swap(s.next_);
+  }
+
+  /// One DGC step on gradient `g` (see file comment): stage, compress, commit; returns the
+  /// packet size.
+  template <codec_operations C, element T>
+  std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
+                       codec_context const& ctx) const {
+    std::span<float const> const v = stage(s, g, ctx);
+    std::size_t const bytes = c.compress(tensor_view<float const>(v, g.id()), out, ctx);
+    commit(c, s, std::span<std::byte const>(out.first(bytes)), ctx);
     return bytes;
   }
 
@@ -222,6 +250,13 @@ class dgc_feedback {
     throw numeric_error(
         "gradcomp: dgc_feedback momentum or accumulation overflowed float32 on tensor " +
         std::to_string(static_cast<unsigned>(g.id())) + "; the state was left unchanged");
+  }
+
+  static void take_stage(state& s) {
+    if (!s.staged_) {
+      throw config_error("gradcomp: dgc_feedback: commit without a staged input (call stage first, once per commit)");
+    }
+    s.staged_ = false;
   }
 
   float momentum_ = 0.9f;

@@ -20,7 +20,9 @@
 #include <gradcomp/cpu/kernels/feedback.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <concepts>
 #include <cmath>
 #include <cstddef>
 #include <span>
@@ -37,7 +39,17 @@ struct float_state {
   std::vector<float> scratch;  ///< working buffer, not part of the state
 
   [[nodiscard]] std::span<float const> values() const noexcept { return data; }
+  bool staged = false;         ///< `scratch` holds a staged input awaiting its commit
   void assign(std::span<float const> v) { data.assign(v.begin(), v.end()); }
+
+  // Ends a stage; a commit without a stage is a usage error.
+  void take_stage(char const* who) {
+    if (!staged) {
+      throw config_error(std::string("gradcomp: ") + who +
+                         ": commit without a staged input (call stage first, once per commit)");
+    }
+    staged = false;
+  }
 
   // Checks the size against an existing state and sizes the scratch buffer. Never changes
   // `data`: a fresh state stays empty (meaning zero) until a step has succeeded.
@@ -93,13 +105,29 @@ struct no_feedback {
   using feedback_concept = feedback_tag;
   static constexpr feedback_id id = feedback_id::none;
 
-  /// Stateless.
+  /// Stateless (a conversion buffer for 16-bit gradients, not part of the state).
   struct state {
     [[nodiscard]] std::span<float const> values() const noexcept { return {}; }
     void assign(std::span<float const> v) {
       if (!v.empty()) throw format_error("gradcomp: no_feedback has no state to restore");
     }
+    std::vector<float> scratch;
   };
+
+  /// The input to compress is g itself (float32 gradients are not copied).
+  template <element T>
+  std::span<float const> stage(state& s, tensor_view<T const> g, codec_context const&) const {
+    if constexpr (std::same_as<T, float>) {
+      return g.span();
+    } else {
+      s.scratch.resize(g.size());
+      for (std::size_t i = 0; i < g.size(); ++i) s.scratch[i] = to_float(g[i]);
+      return s.scratch;
+    }
+  }
+  template <codec_operations C>
+  void commit(C const&, state&, std::span<std::byte const>, codec_context const&) const {}
+  void commit_lossless(state&) const noexcept {}
 
   template <codec_operations C, element T>
   std::size_t compress(C const& c, state&, tensor_view<T const> g, std::span<std::byte> out,
@@ -109,43 +137,112 @@ struct no_feedback {
 };
 
 /// EF-SGD residual feedback: p = g + e; send C(p); e ← p − D(C(p)).
+///
+/// Two phases: `stage` computes p = g + e (returned; e unchanged), the caller compresses p
+/// (once or at several factors) and `commit` takes the packet actually sent: e ← p − D(sent).
+/// `commit_lossless` records that p itself was delivered exactly (e ← 0).
 struct residual_feedback {
   using feedback_concept = feedback_tag;
   static constexpr feedback_id id = feedback_id::residual;
   /// The residual e (zero until the first step).
   using state = detail::float_state;
 
+  template <element T>
+  std::span<float const> stage(state& s, tensor_view<T const> g, codec_context const& ctx) const {
+    s.prepare(g.size(), "residual_feedback");
+    detail::combine_checked(s, g, 1.0f, "residual_feedback", ctx);
+    s.staged = true;
+    return s.scratch;
+  }
+  template <codec_operations C>
+  void commit(C const& c, state& s, std::span<std::byte const> sent, codec_context const& ctx) const {
+    s.take_stage("residual_feedback");
+    c.decompress_add(sent, std::span<float>(s.scratch), -1.0f, ctx);
+    s.data.swap(s.scratch);
+  }
+  void commit_lossless(state& s) const {
+    s.take_stage("residual_feedback");
+    s.data.clear();
+  }
+
   template <codec_operations C, element T>
   std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
                        codec_context const& ctx) const {
-    s.prepare(g.size(), "residual_feedback");
-    detail::combine_checked(s, g, 1.0f, "residual_feedback", ctx);
-    std::size_t const bytes = c.compress(tensor_view<float const>(s.scratch, g.id()), out, ctx);
-    c.decompress_add(std::span<std::byte const>(out.first(bytes)), std::span<float>(s.scratch), -1.0f, ctx);
-    s.data.swap(s.scratch);
+    std::span<float const> const p = stage(s, g, ctx);
+    std::size_t const bytes = c.compress(tensor_view<float const>(p, g.id()), out, ctx);
+    commit(c, s, std::span<std::byte const>(out.first(bytes)), ctx);
     return bytes;
   }
 };
 
 /// EF21: the sender keeps an estimate h of its gradient; it sends C(g − h) and sets
-/// h ← h + D(C(g − h)). A receiver that adds the decoded packets to its own copy of h (or of
-/// the sum of all senders' h) tracks the gradient. h = sum of all decoded packets sent.
+/// h ← h + D(C(g − h)). h = sum of all decoded packets sent.
+///
+/// The packets are increments. A receiver tracks the gradient by adding the decoded increments
+/// to its own copy of h: `receive` keeps that copy (one `receiver_state` per tensor, the sum or
+/// average of all senders' h as the collective reduces them) and turns the collective's output
+/// into the gradient estimate. `compressor` and the collectives call it, so a collective with
+/// EF21 returns the estimate, not the increment.
 struct ef21_feedback {
   using feedback_concept = feedback_tag;
   static constexpr feedback_id id = feedback_id::ef21;
   /// The estimate h (zero until the first step).
   using state = detail::float_state;
+  /// The receiver's estimate H (zero until the first output).
+  using receiver_state = detail::float_state;
 
-  template <codec_operations C, element T>
-  std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
-                       codec_context const& ctx) const {
+  template <element T>
+  std::span<float const> stage(state& s, tensor_view<T const> g, codec_context const& ctx) const {
     s.prepare(g.size(), "ef21_feedback");
     // scratch = g - h  (computed as -(h - g))
     detail::combine_checked(s, g, -1.0f, "ef21_feedback", ctx);
     for (float& v : s.scratch) v = -v;
-    std::size_t const bytes = c.compress(tensor_view<float const>(s.scratch, g.id()), out, ctx);
-    if (s.data.empty()) s.data.assign(g.size(), 0.0f);
-    c.decompress_add(std::span<std::byte const>(out.first(bytes)), std::span<float>(s.data), 1.0f, ctx);
+    s.staged = true;
+    return s.scratch;
+  }
+  template <codec_operations C>
+  void commit(C const& c, state& s, std::span<std::byte const> sent, codec_context const& ctx) const {
+    s.take_stage("ef21_feedback");
+    if (s.data.empty()) {
+      // decode into the scratch (g - h is no longer needed), then adopt it as h
+      std::fill(s.scratch.begin(), s.scratch.end(), 0.0f);
+      c.decompress_add(sent, std::span<float>(s.scratch), 1.0f, ctx);
+      s.data.swap(s.scratch);
+    } else {
+      c.decompress_add(sent, std::span<float>(s.data), 1.0f, ctx);
+    }
+  }
+  void commit_lossless(state& s) const {
+    s.take_stage("ef21_feedback");
+    if (s.data.empty()) {
+      s.data.swap(s.scratch);
+    } else {
+      for (std::size_t i = 0; i < s.data.size(); ++i) s.data[i] += s.scratch[i];
+    }
+  }
+
+  /// Receiver side: H ← H + `io`, then `io` ← H (the collective's summed or averaged
+  /// increments become the estimate). `config_error` if the size changed.
+  void receive(receiver_state& r, std::span<float> io) const {
+    if (r.data.empty()) {
+      r.data.assign(io.size(), 0.0f);
+    } else if (r.data.size() != io.size()) {
+      throw config_error("gradcomp: ef21_feedback receiver state holds " + std::to_string(r.data.size()) +
+                         " elements but the output has " + std::to_string(io.size()) +
+                         " (one receiver state per tensor id)");
+    }
+    for (std::size_t i = 0; i < io.size(); ++i) {
+      r.data[i] += io[i];
+      io[i] = r.data[i];
+    }
+  }
+
+  template <codec_operations C, element T>
+  std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
+                       codec_context const& ctx) const {
+    std::span<float const> const p = stage(s, g, ctx);
+    std::size_t const bytes = c.compress(tensor_view<float const>(p, g.id()), out, ctx);
+    commit(c, s, std::span<std::byte const>(out.first(bytes)), ctx);
     return bytes;
   }
 };
