@@ -95,7 +95,8 @@ struct bucket_plan {
   std::size_t elements = 0;
 };
 
-inline std::vector<bucket_plan> plan_buckets(std::span<bucket_item const> items, bucket_options const& opt) {
+template <class Items>
+std::vector<bucket_plan> plan_buckets(Items const& items, bucket_options const& opt) {
   std::vector<bucket_plan> out;
   bucket_plan open[2];  // [0] compressed, [1] dense
   open[1].dense = true;
@@ -127,8 +128,11 @@ struct bucket_unit {
 struct bucket_slot {
   std::vector<bucket_unit> units;
   std::vector<float> fused_in, fused_out;
-  std::vector<local_packet> packets;
-  std::vector<std::byte> values;  // summable: concatenated value sections; gather: packets
+  std::vector<local_packet> own;        // packets compressed here (bucketed_all_reduce)
+  std::vector<local_packet*> packets;   // the bucket's packets, one per unit (own or the caller's)
+  std::vector<std::byte> values;        // summable: concatenated value sections; gather: packets
+  std::span<std::byte> payload_bytes;   // what the payload operation sends: `values`, or the one
+                                        // packet's bytes when the bucket has a single unit
   comm_type vtype = comm_type::f32;
   report_round round;
   rank_report mine;
@@ -137,7 +141,293 @@ struct bucket_slot {
   std::vector<std::size_t> counts;
   std::vector<std::byte> gathered;
   request payload;
+
+  // Clears the per-call state (buffers keep their capacity).
+  void reset() {
+    units.clear();
+    packets.clear();
+    local = nullptr;
+    mine = rank_report{};
+    payload = request{};
+    payload_bytes = {};
+  }
 };
+
+/// The message side of bucketing, shared by `bucketed_all_reduce` and the training pipeline
+/// (pipeline/): dense buckets are fused and all-reduced; a compressed bucket's packets, made by
+/// the caller, travel in one agreement round plus one payload operation, and are decoded into
+/// the units' outputs. `run` issues the buckets with the pipelining of the file comment.
+template <class Codec>
+class bucket_engine {
+ public:
+  bucket_engine(Codec const& codec, aggregation_kind kind, bucket_options const& opt, float alpha)
+      : codec_(codec), kind_(kind), opt_(opt), alpha_(alpha) {}
+
+  /// Issues every bucket of `plan`. `prepare(b, slot)` does the local work of bucket `b` —
+  /// for a compressed bucket it fills `slot.units` and `slot.packets` and calls `assemble`
+  /// (or records its failure in `slot.local` / `slot.mine.status`), for a dense one
+  /// `prepare_dense` — and never communicates. `done(b, slot)` runs after bucket `b` is decoded.
+  template <communicator Comm, class Prepare, class Done>
+  void run(Comm& comm, std::span<bucket_plan const> plan, bucket_slot (&slots)[2], Prepare&& prepare, Done&& done,
+           bucket_result& res) {
+    std::size_t const nb = plan.size();
+    if (nb == 0) return;
+    auto finish = [&](std::size_t i, bucket_slot& s) {
+      complete(plan[i], s);
+      done(i, s);
+    };
+    if (!opt_.pipeline) {
+      for (std::size_t i = 0; i < nb; ++i) {
+        prepare(i, slots[0]);
+        post_first(comm, plan[i], slots[0], res);
+        advance(comm, plan[i], slots[0], res);
+        finish(i, slots[0]);
+      }
+    } else {
+      prepare(0, slots[0]);
+      post_first(comm, plan[0], slots[0], res);
+      for (std::size_t i = 1; i < nb; ++i) {
+        bucket_slot& prev = slots[(i - 1) % 2];
+        bucket_slot& cur = slots[i % 2];
+        advance(comm, plan[i - 1], prev, res);  // payload of bucket i-1 in flight ...
+        prepare(i, cur);                        // ... while bucket i is compressed
+        post_first(comm, plan[i], cur, res);
+        finish(i - 1, prev);
+      }
+      advance(comm, plan[nb - 1], slots[(nb - 1) % 2], res);
+      finish(nb - 1, slots[(nb - 1) % 2]);
+    }
+    for (auto const& b : plan) res.dense_buckets += b.dense ? 1 : 0;
+  }
+
+  /// Dense bucket: fuses the items' gradients (`grad_of(i)`: item i's float32 input, empty for
+  /// none) and encodes them in the bucket's dense format.
+  template <class GradOf>
+  void prepare_dense(bucket_plan const& b, bucket_slot& s, GradOf&& grad_of, codec_context const& ctx) {
+    s.fused_in.resize(b.elements);
+    s.fused_out.resize(b.elements);
+    std::size_t at = 0;
+    for (std::size_t i : b.items) {
+      std::span<float const> const g = grad_of(i);
+      if (!g.empty()) std::memcpy(s.fused_in.data() + at, g.data(), g.size_bytes());
+      at += g.size();
+    }
+    s.units.push_back({tensor_view<float const>(std::span<float const>(s.fused_in)), std::span<float>(s.fused_out)});
+    if (opt_.small_format == dense_format::f32) {
+      s.values.resize(b.elements * 4);
+      if (b.elements != 0) std::memcpy(s.values.data(), s.fused_in.data(), b.elements * 4);
+      s.vtype = comm_type::f32;
+    } else {
+      s.values.resize(header_bytes + 2 * b.elements);
+      auto enc = [&](auto const& c) {
+        c.compress(tensor_view<float const>(std::span<float const>(s.fused_in)), std::span<std::byte>(s.values), ctx);
+      };
+      if (opt_.small_format == dense_format::f16) enc(fp16_codec{});
+      else enc(bf16_codec{});
+      s.vtype = opt_.small_format == dense_format::f16 ? comm_type::f16 : comm_type::bf16;
+    }
+    s.payload_bytes = std::span<std::byte>(s.values).subspan(opt_.small_format == dense_format::f32 ? 0 : header_bytes);
+  }
+
+  /// Compressed bucket whose `s.packets` are filled: checks them, adds their frames to `fp`,
+  /// and lays out the payload (a single packet is sent from where it is, without a copy).
+  /// Failures go to `s.local` and the round's status, as compression failures do.
+  void assemble(bucket_slot& s, fingerprint& fp, std::size_t elements) {
+    s.mine.codec = static_cast<std::uint32_t>(id_of_codec(codec_));
+    s.mine.count = elements;
+    s.sizes.assign(s.packets.size(), 0);
+    if (s.local) {
+      s.mine.status = 1;
+      s.mine.fingerprint = fp.value();
+      return;
+    }
+    try {
+      std::size_t total = 0;
+      for (std::size_t u = 0; u < s.packets.size(); ++u) {
+        local_packet& p = *s.packets[u];
+        s.sizes[u] = p.bytes;
+        if (kind_ == aggregation_kind::gather) {
+          total += p.bytes;
+        } else {
+          p.add_frame(fp);
+          if (u != 0 && p.section.type != s.packets[0]->section.type) {
+            throw config_error("gradcomp: bucketed_all_reduce: the tensors of a bucket have values of different types");
+          }
+          total += p.section.bytes;
+        }
+      }
+      auto bytes_of = [&](local_packet& p) {
+        return kind_ == aggregation_kind::gather ? p.buf.span().first(p.bytes) : p.values();
+      };
+      if (s.packets.size() == 1) {
+        s.payload_bytes = bytes_of(*s.packets[0]);
+      } else {
+        s.values.resize(total);
+        std::size_t at = 0;
+        for (local_packet* p : s.packets) {
+          auto const src = bytes_of(*p);
+          if (!src.empty()) std::memcpy(s.values.data() + at, src.data(), src.size());
+          at += src.size();
+        }
+        s.payload_bytes = std::span<std::byte>(s.values);
+      }
+      s.vtype = s.packets.empty() ? comm_type::f32 : s.packets[0]->section.type;
+    } catch (...) {
+      s.local = std::current_exception();
+      s.mine.status = 1;
+      s.sizes.assign(s.packets.size(), 0);
+    }
+    s.mine.fingerprint = fp.value();
+  }
+
+ private:
+  // First operation of a bucket: the dense all-reduce, or the agreement round.
+  template <communicator Comm>
+  void post_first(Comm& comm, bucket_plan const& b, bucket_slot& s, bucket_result& res) {
+    if (b.dense) {
+      s.payload = comm.iall_reduce(s.payload_bytes, s.vtype, reduce_op::sum);
+      res.packet_bytes += s.payload_bytes.size();
+      res.wire_bytes += ring_all_reduce_bytes(s.payload_bytes.size(), comm.size());
+      return;
+    }
+    s.round.post(comm, s.mine, std::span<std::uint64_t const>(s.sizes));
+  }
+
+  // Second operation: after the agreement round, the payload of a compressed bucket.
+  template <communicator Comm>
+  void advance(Comm& comm, bucket_plan const& b, bucket_slot& s, bucket_result& res) {
+    if (b.dense) return;
+    s.round.finish("bucketed_all_reduce", s.local);
+    res.wire_bytes += s.round.wire_bytes();
+    res.packet_bytes += s.payload_bytes.size();
+    if (kind_ == aggregation_kind::gather) {
+      auto const w = static_cast<std::size_t>(comm.size());
+      s.counts.assign(w, 0);
+      std::size_t total = 0;
+      for (std::size_t r = 0; r < w; ++r) {
+        for (std::size_t u = 0; u < s.units.size(); ++u) s.counts[r] += static_cast<std::size_t>(s.round.extra(r, u));
+        total += s.counts[r];
+      }
+      s.gathered.resize(total);
+      res.wire_bytes += ring_all_gather_bytes(s.counts, comm.rank());
+      s.payload = comm.iall_gather_v(std::span<std::byte const>(s.payload_bytes), std::span<std::byte>(s.gathered),
+                                     std::span<std::size_t const>(s.counts));
+    } else {
+      res.wire_bytes += ring_all_reduce_bytes(s.payload_bytes.size(), comm.size());
+      s.payload = comm.iall_reduce(s.payload_bytes, s.vtype, reduce_op::sum);
+    }
+  }
+
+  // Waits for the payload and decodes the bucket into the units' outputs.
+  void complete(bucket_plan const& b, bucket_slot& s) {
+    s.payload.wait();
+    codec_context const& ctx = ctx_;
+    if (b.dense) {
+      if (opt_.small_format == dense_format::f32) {
+        if (!s.values.empty()) std::memcpy(s.units[0].out.data(), s.values.data(), s.values.size());
+        if (alpha_ != 1.0f) {
+          for (float& v : s.units[0].out) v *= alpha_;
+        }
+      } else {
+        auto dec = [&](auto const& c) {
+          auto const pkt = std::span<std::byte const>(s.values);
+          if (alpha_ != 1.0f) {
+            std::fill(s.units[0].out.begin(), s.units[0].out.end(), 0.0f);
+            c.decompress_add(pkt, s.units[0].out, alpha_, ctx);
+          } else {
+            c.decompress(pkt, s.units[0].out, ctx);
+          }
+        };
+        if (opt_.small_format == dense_format::f16) dec(fp16_codec{});
+        else dec(bf16_codec{});
+      }
+    } else if (kind_ == aggregation_kind::gather) {
+      auto const w = s.counts.size();
+      std::vector<std::size_t> start(w, 0);
+      for (std::size_t r = 1; r < w; ++r) start[r] = start[r - 1] + s.counts[r - 1];
+      std::vector<std::span<std::byte const>> packets(w);
+      for (std::size_t u = 0; u < s.units.size(); ++u) {
+        for (std::size_t r = 0; r < w; ++r) {
+          auto const bytes = static_cast<std::size_t>(s.round.extra(r, u));
+          packets[r] = std::span<std::byte const>(s.gathered).subspan(start[r], bytes);
+          start[r] += bytes;
+        }
+        decode_gathered(codec_, std::span<std::span<std::byte const> const>(packets), s.units[u].out, alpha_, ctx);
+      }
+    } else {
+      bool const in_place = s.packets.size() == 1;  // the payload was the packet itself
+      std::size_t at = 0;
+      for (std::size_t u = 0; u < s.units.size(); ++u) {
+        local_packet& p = *s.packets[u];
+        if (!in_place && p.section.bytes != 0) std::memcpy(p.values().data(), s.values.data() + at, p.section.bytes);
+        at += p.section.bytes;
+        decode_summed(codec_, p, s.units[u].out, alpha_, ctx);
+      }
+    }
+  }
+
+ public:
+  /// The context decoding uses (set before `run`).
+  codec_context ctx_;
+
+ private:
+  Codec const& codec_;
+  aggregation_kind kind_;
+  bucket_options const& opt_;
+  float alpha_;
+};
+
+/// Copies a fused bucket's output back to its items' outputs.
+template <class Items>
+void scatter_fused(bucket_plan const& b, bucket_slot const& s, Items const& items) {
+  std::size_t at = 0;
+  for (std::size_t i : b.items) {
+    auto const out = items[i].out;
+    if (!out.empty()) std::memcpy(out.data(), s.fused_out.data() + at, out.size_bytes());
+    at += out.size();
+  }
+}
+
+/// Checks the items, plans the buckets and agrees the layout and configuration once (one
+/// round); a rank whose items are malformed still takes part (with a failed status), so every
+/// rank stops here together. `src` fixes the codec part of the fingerprint.
+template <communicator Comm, class Items, class Src>
+std::vector<bucket_plan> agree_layout(Comm& comm, Items const& items, bucket_options const& opt, Src const& src,
+                                      codec_context const& ctx, bucket_result& res) {
+  std::vector<bucket_plan> plan;
+  rank_report mine;
+  mine.count = items.size();
+  mine.codec = static_cast<std::uint32_t>(codec_id_of(src));
+  std::exception_ptr local;
+  try {
+    for (auto const& it : items) {
+      if (it.grad.size() != it.out.size()) {
+        throw config_error("gradcomp: bucketed_all_reduce: tensor " + std::to_string(static_cast<unsigned>(it.grad.id())) +
+                           " has a gradient of " + std::to_string(it.grad.size()) + " elements for an output of " +
+                           std::to_string(it.out.size()));
+      }
+    }
+    plan = plan_buckets(items, opt);
+    fingerprint fp;
+    fp.add("bucketed_all_reduce").add(plan.size()).add(opt.bucket_bytes).add(opt.min_compress_elements);
+    fp.add(static_cast<std::uint64_t>(opt.small_format)).add(static_cast<std::uint64_t>(opt.mode));
+    fp.add(static_cast<std::uint64_t>(opt.op));
+    for (auto const& b : plan) {
+      fp.add(b.dense ? 1 : 0).add(b.items.size());
+      for (std::size_t i : b.items) fp.add(items[i].out.size()).add(static_cast<std::uint64_t>(items[i].grad.id()));
+    }
+    fp.add(codec_fingerprint(src, 0, opt.op, ctx, "bucket codec"));
+    mine.fingerprint = fp.value();
+  } catch (...) {
+    local = std::current_exception();
+    mine.status = 1;
+  }
+  report_round round;
+  round.post(comm, mine, {});
+  round.finish("bucketed_all_reduce (layout)", local);
+  res.wire_bytes += round.wire_bytes();
+  return plan;
+}
 
 }  // namespace detail
 
@@ -160,256 +450,64 @@ class bucketed_all_reduce {
   /// All-reduces every item (collective: every rank passes the same layout).
   template <communicator Comm>
   bucket_result run(Comm& comm, std::span<bucket_item const> items, codec_context const& ctx = {}) {
-    items_ = items;
-    std::vector<detail::bucket_plan> plan;
     bucket_result res;
-    // Agree on the layout and configuration once. A rank whose items are malformed still takes
-    // part (with a failed status), so every rank stops here together.
-    {
-      rank_report mine;
-      mine.count = items.size();
-      mine.codec = static_cast<std::uint32_t>(detail::codec_id_of(src_));
-      std::exception_ptr local;
-      try {
-        for (auto const& it : items) {
-          if (it.grad.size() != it.out.size()) {
-            throw config_error("gradcomp: bucketed_all_reduce: tensor " +
-                               std::to_string(static_cast<unsigned>(it.grad.id())) + " has a gradient of " +
-                               std::to_string(it.grad.size()) + " elements for an output of " +
-                               std::to_string(it.out.size()));
-          }
-        }
-        plan = detail::plan_buckets(items, opt_);
-        fingerprint fp;
-        fp.add("bucketed_all_reduce").add(plan.size()).add(opt_.bucket_bytes).add(opt_.min_compress_elements);
-        fp.add(static_cast<std::uint64_t>(opt_.small_format)).add(static_cast<std::uint64_t>(opt_.mode));
-        fp.add(static_cast<std::uint64_t>(opt_.op));
-        for (auto const& b : plan) {
-          fp.add(b.dense ? 1 : 0).add(b.items.size());
-          for (std::size_t i : b.items) fp.add(items[i].out.size()).add(static_cast<std::uint64_t>(items[i].grad.id()));
-        }
-        fp.add(detail::codec_fingerprint(src_, 0, opt_.op, ctx, "bucket codec"));
-        mine.fingerprint = fp.value();
-      } catch (...) {
-        local = std::current_exception();
-        mine.status = 1;
-      }
-      detail::report_round round;
-      round.post(comm, mine, {});
-      round.finish("bucketed_all_reduce (layout)", local);
-      res.wire_bytes += round.wire_bytes();
-    }
+    std::vector<detail::bucket_plan> const plan = detail::agree_layout(comm, items, opt_, src_, ctx, res);
     res.buckets = plan.size();
-    alpha_ = detail::reduction_scale(opt_.op, comm.size());
-    std::size_t const nb = plan.size();
-    if (nb == 0) return res;
-    if (!opt_.pipeline) {
-      for (std::size_t i = 0; i < nb; ++i) {
-        prepare(plan[i], items, slots_[0], ctx);
-        post_first(comm, plan[i], slots_[0], res);
-        advance(comm, plan[i], slots_[0], res);
-        complete(plan[i], slots_[0], ctx);
+    aggregation_kind const kind = detail::aggregation_of(src_);
+    detail::bucket_engine<std::remove_cvref_t<decltype(detail::codec_of(src_))>> engine(
+        detail::codec_of(src_), kind, opt_, detail::reduction_scale(opt_.op, comm.size()));
+    engine.ctx_ = ctx;
+    auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
+      detail::bucket_plan const& b = plan[bi];
+      s.reset();
+      if (b.dense) {
+        engine.prepare_dense(b, s, [&](std::size_t i) { return items[i].grad.span(); }, ctx);
+        return;
       }
-    } else {
-      prepare(plan[0], items, slots_[0], ctx);
-      post_first(comm, plan[0], slots_[0], res);
-      for (std::size_t i = 1; i < nb; ++i) {
-        detail::bucket_slot& prev = slots_[(i - 1) % 2];
-        detail::bucket_slot& cur = slots_[i % 2];
-        advance(comm, plan[i - 1], prev, res);  // payload of bucket i-1 in flight ...
-        prepare(plan[i], items, cur, ctx);      // ... while bucket i is compressed
-        post_first(comm, plan[i], cur, res);
-        complete(plan[i - 1], prev, ctx);
+      if (opt_.mode == bucket_compression::per_bucket) {
+        s.fused_in.resize(b.elements);
+        s.fused_out.resize(b.elements);
+        std::size_t at = 0;
+        for (std::size_t i : b.items) {
+          auto const g = items[i].grad.span();
+          if (!g.empty()) std::memcpy(s.fused_in.data() + at, g.data(), g.size_bytes());
+          at += g.size();
+        }
+        tensor_id const id = items[b.items.front()].grad.id();
+        s.units.push_back({tensor_view<float const>(std::span<float const>(s.fused_in), id), std::span<float>(s.fused_out)});
+      } else {
+        for (std::size_t i : b.items) s.units.push_back({items[i].grad, items[i].out});
       }
-      advance(comm, plan[nb - 1], slots_[(nb - 1) % 2], res);
-      complete(plan[nb - 1], slots_[(nb - 1) % 2], ctx);
-    }
-    for (auto const& b : plan) res.dense_buckets += b.dense ? 1 : 0;
+      fingerprint fp;
+      fp.add(detail::codec_fingerprint(src_, b.elements, opt_.op, ctx, "bucket"));
+      s.own.resize(s.units.size());
+      try {
+        for (std::size_t u = 0; u < s.units.size(); ++u) {
+          detail::compress_contribution(src_, kind, s.units[u].grad, s.units[u].out.size(), s.own[u], ctx);
+          s.packets.push_back(&s.own[u]);
+        }
+      } catch (...) {
+        s.local = std::current_exception();
+        s.packets.clear();
+        for (auto& p : s.own) s.packets.push_back(&p);
+      }
+      engine.assemble(s, fp, b.elements);
+    };
+    auto done = [&](std::size_t bi, detail::bucket_slot& s) {
+      detail::bucket_plan const& b = plan[bi];
+      if (!b.dense) {
+        for (auto const& u : s.units) detail::receive_output(src_, u.grad.id(), u.out);
+      }
+      if (b.dense || opt_.mode == bucket_compression::per_bucket) detail::scatter_fused(b, s, items);
+    };
+    engine.run(comm, std::span<detail::bucket_plan const>(plan), slots_, prepare, done, res);
     return res;
   }
 
  private:
-  // Local work of a bucket: fuse, compress. Never communicates; failures go to s.local.
-  void prepare(detail::bucket_plan const& b, std::span<bucket_item const> items, detail::bucket_slot& s,
-               codec_context const& ctx) {
-    s.units.clear();
-    s.local = nullptr;
-    s.mine = rank_report{};
-    s.payload = request{};
-    bool const fuse = b.dense || opt_.mode == bucket_compression::per_bucket;
-    if (fuse) {
-      s.fused_in.resize(b.elements);
-      s.fused_out.resize(b.elements);
-      std::size_t at = 0;
-      for (std::size_t i : b.items) {
-        auto const g = items[i].grad.span();
-        if (!g.empty()) std::memcpy(s.fused_in.data() + at, g.data(), g.size_bytes());
-        at += g.size();
-      }
-      tensor_id const id = items[b.items.front()].grad.id();
-      s.units.push_back({tensor_view<float const>(std::span<float const>(s.fused_in), id), std::span<float>(s.fused_out)});
-    } else {
-      for (std::size_t i : b.items) s.units.push_back({items[i].grad, items[i].out});
-    }
-    if (b.dense) {
-      if (opt_.small_format == dense_format::f32) {
-        s.values.resize(b.elements * 4);
-        if (b.elements != 0) std::memcpy(s.values.data(), s.fused_in.data(), b.elements * 4);
-        s.vtype = comm_type::f32;
-      } else {
-        s.values.resize(header_bytes + 2 * b.elements);
-        auto enc = [&](auto const& c) {
-          c.compress(tensor_view<float const>(std::span<float const>(s.fused_in)), std::span<std::byte>(s.values), ctx);
-        };
-        if (opt_.small_format == dense_format::f16) enc(fp16_codec{});
-        else enc(bf16_codec{});
-        s.vtype = opt_.small_format == dense_format::f16 ? comm_type::f16 : comm_type::bf16;
-      }
-      return;
-    }
-    aggregation_kind const kind = detail::aggregation_of(src_);
-    s.packets.resize(s.units.size());
-    s.sizes.assign(s.units.size(), 0);
-    fingerprint fp;
-    fp.add(detail::codec_fingerprint(src_, b.elements, opt_.op, ctx, "bucket"));
-    s.mine.codec = static_cast<std::uint32_t>(detail::codec_id_of(src_));
-    s.mine.count = b.elements;
-    try {
-      std::size_t total = 0;
-      for (std::size_t u = 0; u < s.units.size(); ++u) {
-        detail::local_packet& p = s.packets[u];
-        detail::compress_contribution(src_, kind, s.units[u].grad, s.units[u].out.size(), p, ctx);
-        s.sizes[u] = p.bytes;
-        if (kind == aggregation_kind::gather) {
-          total += p.bytes;
-        } else {
-          p.add_frame(fp);
-          if (u != 0 && p.section.type != s.packets[0].section.type) {
-            throw config_error("gradcomp: bucketed_all_reduce: the tensors of a bucket have values of different types");
-          }
-          total += p.section.bytes;
-        }
-      }
-      s.values.resize(total);
-      std::size_t at = 0;
-      for (auto& p : s.packets) {
-        auto const src = kind == aggregation_kind::gather ? p.packet() : std::span<std::byte const>(p.values());
-        if (!src.empty()) std::memcpy(s.values.data() + at, src.data(), src.size());
-        at += src.size();
-      }
-      s.vtype = s.packets.empty() ? comm_type::f32 : s.packets[0].section.type;
-    } catch (...) {
-      s.local = std::current_exception();
-      s.mine.status = 1;
-      s.sizes.assign(s.units.size(), 0);
-    }
-    s.mine.fingerprint = fp.value();
-  }
-
-  // First operation of a bucket: the dense all-reduce, or the agreement round.
-  template <communicator Comm>
-  void post_first(Comm& comm, detail::bucket_plan const& b, detail::bucket_slot& s, bucket_result& res) {
-    if (b.dense) {
-      std::size_t const off = opt_.small_format == dense_format::f32 ? 0 : header_bytes;
-      auto const v = std::span<std::byte>(s.values).subspan(off);
-      s.payload = comm.iall_reduce(v, s.vtype, reduce_op::sum);
-      res.packet_bytes += v.size();
-      res.wire_bytes += detail::ring_all_reduce_bytes(v.size(), comm.size());
-      return;
-    }
-    s.round.post(comm, s.mine, std::span<std::uint64_t const>(s.sizes));
-  }
-
-  // Second operation: after the agreement round, the payload of a compressed bucket.
-  template <communicator Comm>
-  void advance(Comm& comm, detail::bucket_plan const& b, detail::bucket_slot& s, bucket_result& res) {
-    if (b.dense) return;
-    s.round.finish("bucketed_all_reduce", s.local);
-    res.wire_bytes += s.round.wire_bytes();
-    aggregation_kind const kind = detail::aggregation_of(src_);
-    if (kind == aggregation_kind::gather) {
-      auto const w = static_cast<std::size_t>(comm.size());
-      s.counts.assign(w, 0);
-      std::size_t total = 0;
-      for (std::size_t r = 0; r < w; ++r) {
-        for (std::size_t u = 0; u < s.units.size(); ++u) s.counts[r] += static_cast<std::size_t>(s.round.extra(r, u));
-        total += s.counts[r];
-      }
-      s.gathered.resize(total);
-      res.packet_bytes += s.values.size();
-      res.wire_bytes += detail::ring_all_gather_bytes(s.counts, comm.rank());
-      s.payload = comm.iall_gather_v(std::span<std::byte const>(s.values), std::span<std::byte>(s.gathered),
-                                     std::span<std::size_t const>(s.counts));
-    } else {
-      res.packet_bytes += s.values.size();
-      res.wire_bytes += detail::ring_all_reduce_bytes(s.values.size(), comm.size());
-      s.payload = comm.iall_reduce(std::span<std::byte>(s.values), s.vtype, reduce_op::sum);
-    }
-  }
-
-  // Waits for the payload and decodes the bucket into the outputs.
-  void complete(detail::bucket_plan const& b, detail::bucket_slot& s, codec_context const& ctx) {
-    s.payload.wait();
-    auto const& codec = detail::codec_of(src_);
-    if (b.dense) {
-      if (opt_.small_format == dense_format::f32) {
-        if (!s.values.empty()) std::memcpy(s.units[0].out.data(), s.values.data(), s.values.size());
-        if (alpha_ != 1.0f) {
-          for (float& v : s.units[0].out) v *= alpha_;
-        }
-      } else {
-        auto dec = [&](auto const& c) {
-          auto const pkt = std::span<std::byte const>(s.values);
-          if (alpha_ != 1.0f) {
-            std::fill(s.units[0].out.begin(), s.units[0].out.end(), 0.0f);
-            c.decompress_add(pkt, s.units[0].out, alpha_, ctx);
-          } else {
-            c.decompress(pkt, s.units[0].out, ctx);
-          }
-        };
-        if (opt_.small_format == dense_format::f16) dec(fp16_codec{});
-        else dec(bf16_codec{});
-      }
-    } else if (detail::aggregation_of(src_) == aggregation_kind::gather) {
-      auto const w = s.counts.size();
-      std::vector<std::size_t> start(w, 0);
-      for (std::size_t r = 1; r < w; ++r) start[r] = start[r - 1] + s.counts[r - 1];
-      std::vector<std::span<std::byte const>> packets(w);
-      for (std::size_t u = 0; u < s.units.size(); ++u) {
-        for (std::size_t r = 0; r < w; ++r) {
-          auto const bytes = static_cast<std::size_t>(s.round.extra(r, u));
-          packets[r] = std::span<std::byte const>(s.gathered).subspan(start[r], bytes);
-          start[r] += bytes;
-        }
-        detail::decode_gathered(codec, std::span<std::span<std::byte const> const>(packets), s.units[u].out, alpha_, ctx);
-        detail::receive_output(src_, s.units[u].grad.id(), s.units[u].out);
-      }
-    } else {
-      std::size_t at = 0;
-      for (std::size_t u = 0; u < s.units.size(); ++u) {
-        detail::local_packet& p = s.packets[u];
-        if (p.section.bytes != 0) std::memcpy(p.values().data(), s.values.data() + at, p.section.bytes);
-        at += p.section.bytes;
-        detail::decode_summed(codec, p, s.units[u].out, alpha_, ctx);
-        detail::receive_output(src_, s.units[u].grad.id(), s.units[u].out);
-      }
-    }
-    bool const fused = b.dense || opt_.mode == bucket_compression::per_bucket;
-    if (fused) {
-      std::size_t at = 0;
-      for (std::size_t i = 0; i < b.items.size(); ++i) {
-        auto const out = items_[b.items[i]].out;
-        if (!out.empty()) std::memcpy(out.data(), s.fused_out.data() + at, out.size_bytes());
-        at += out.size();
-      }
-    }
-  }
-
   Source src_;
   bucket_options opt_;
   detail::bucket_slot slots_[2];
-  float alpha_ = 1.0f;
-  std::span<bucket_item const> items_;
 };
 
 GRADCOMP_NAMESPACE_END
