@@ -18,7 +18,9 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -60,6 +62,8 @@ struct accordion_config {
 class accordion_controller {
  public:
   using controller_concept = controller_tag;
+  /// Names the kind of state `save_state` writes.
+  static constexpr char const* state_kind = "accordion";
 
   /// @throws config_error naming the first invalid parameter of `cfg`.
   explicit accordion_controller(accordion_config cfg = {}) : cfg_(cfg) {
@@ -83,6 +87,39 @@ class accordion_controller {
   }
 
   [[nodiscard]] accordion_config const& config() const noexcept { return cfg_; }
+  /// Writes the whole state — the current factor, the per-layer accumulated norms of this and
+  /// the last report, the changes, the model-level values and the plan — after the
+  /// configuration, which `load_state` checks.
+  void save_state(detail::byte_writer& w) const {
+    double const c[] = {cfg_.low_factor, cfg_.high_factor, cfg_.eta, static_cast<double>(cfg_.interval),
+                        static_cast<double>(cfg_.accumulation), static_cast<double>(cfg_.scope)};
+    w.put_doubles(c);
+    w.put_f64(factor_);
+    w.put_doubles(layers_);
+    w.put_doubles(prev_);
+    w.put_doubles(changes_);
+    w.put_f64(prev_total_);
+    w.put_f64(model_change_);
+    detail::save_plan(w, plan_);
+  }
+  /// Restores a state written by `save_state`; `format_error` if it was saved with another
+  /// configuration.
+  void load_state(detail::byte_reader& r) {
+    double const c[] = {cfg_.low_factor, cfg_.high_factor, cfg_.eta, static_cast<double>(cfg_.interval),
+                        static_cast<double>(cfg_.accumulation), static_cast<double>(cfg_.scope)};
+    std::vector<double> const saved = r.get_doubles();
+    if (!std::equal(saved.begin(), saved.end(), std::begin(c), std::end(c))) {
+      r.fail("saved by an Accordion controller with another configuration");
+    }
+    factor_ = r.get_f64();
+    layers_ = r.get_doubles();
+    prev_ = r.get_doubles();
+    changes_ = r.get_doubles();
+    prev_total_ = r.get_f64();
+    model_change_ = r.get_f64();
+    plan_ = detail::load_plan(r);
+  }
+
   [[nodiscard]] step_plan const& plan() const noexcept { return plan_; }
 
   /// Factor of the coming step.

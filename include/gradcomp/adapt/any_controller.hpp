@@ -13,6 +13,7 @@
 #include <gradcomp/concepts/controller.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/serialize.hpp>
 
 #include <charconv>
 #include <concepts>
@@ -20,6 +21,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <typeinfo>
@@ -53,6 +55,26 @@ class any_controller {
   decision decide(step_stats const& s) { return impl_->decide(s); }
   [[nodiscard]] std::string const& name() const noexcept { return name_; }
 
+  /// The controller's whole state ("GCCT" version 1: the controller's kind, then its
+  /// `save_state` record). A controller without `save_state` is a `config_error`.
+  [[nodiscard]] std::vector<std::byte> save() const {
+    detail::byte_writer w;
+    w.begin("GCCT", 1);
+    w.put_string(impl_->kind());
+    impl_->save_state(w);
+    return w.finish();
+  }
+  /// Restores a state written by `save` of a controller of the same kind and configuration;
+  /// `format_error` otherwise, and the state is unchanged.
+  void load(std::span<std::byte const> in) {
+    detail::byte_reader r(in, "GCCT", 1, "controller state");
+    if (r.get_string() != impl_->kind()) r.fail("saved by another kind of controller");
+    std::unique_ptr<interface> fresh = impl_->clone();
+    fresh->load_state(r);
+    r.expect_end();
+    impl_ = std::move(fresh);
+  }
+
   /// The wrapped controller if it is a `C`, else null.
   template <class C>
   [[nodiscard]] C const* target() const noexcept {
@@ -66,6 +88,9 @@ class any_controller {
     virtual step_plan const& plan() const noexcept = 0;
     virtual decision decide(step_stats const&) = 0;
     virtual std::type_info const& type() const noexcept = 0;
+    virtual std::string kind() const = 0;
+    virtual void save_state(detail::byte_writer&) const = 0;
+    virtual void load_state(detail::byte_reader&) = 0;
   };
 
   template <class C>
@@ -75,6 +100,24 @@ class any_controller {
     step_plan const& plan() const noexcept override { return c_.plan(); }
     decision decide(step_stats const& s) override { return c_.decide(s); }
     std::type_info const& type() const noexcept override { return typeid(C); }
+    std::string kind() const override {
+      if constexpr (requires { C::state_kind; }) return C::state_kind;
+      else return "custom";
+    }
+    void save_state(detail::byte_writer& w) const override {
+      if constexpr (requires { c_.save_state(w); }) {
+        c_.save_state(w);
+      } else {
+        throw config_error("gradcomp: this controller type has no save_state; its state cannot be saved");
+      }
+    }
+    void load_state(detail::byte_reader& r) override {
+      if constexpr (requires { c_.load_state(r); }) {
+        c_.load_state(r);
+      } else {
+        throw config_error("gradcomp: this controller type has no load_state; its state cannot be restored");
+      }
+    }
     C c_;
   };
 

@@ -25,6 +25,7 @@
 #include <gradcomp/core/error.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -100,6 +101,8 @@ struct gravac_window_event {
 class gravac_controller {
  public:
   using controller_concept = controller_tag;
+  /// Names the kind of state `save_state` writes.
+  static constexpr char const* state_kind = "gravac";
 
   /// @throws config_error naming the first invalid parameter of `cfg`.
   explicit gravac_controller(gravac_config cfg = {}) : cfg_(cfg) {
@@ -133,6 +136,77 @@ class gravac_controller {
   }
 
   [[nodiscard]] gravac_config const& config() const noexcept { return cfg_; }
+  /// Writes the whole state — θmin, θs, the candidate, the smoothed gains, every factor's
+  /// throughput record, the search flags, the pending window sample, the last window event and
+  /// the plan — after a fingerprint of the configuration, which `load_state` checks.
+  void save_state(detail::byte_writer& w) const {
+    w.put_u64(config_fingerprint());
+    w.put_f64(theta_min_);
+    w.put_f64(theta_s_);
+    w.put_f64(candidate_);
+    for (smoothed_gain const* g : {&min_, &cand_}) {
+      w.put_bool(g->seeded);
+      w.put_f64(g->ratio);
+      w.put_f64(g->num);
+      w.put_f64(g->den);
+    }
+    w.put_u64(tput_.size());
+    for (auto const& [f, e] : tput_) {
+      w.put_f64(f);
+      w.put_bool(e.has_value);
+      w.put_f64(e.value);
+      w.put_f64(e.window_sum);
+      w.put_u64(e.window_count);
+    }
+    w.put_bool(searching_);
+    w.put_bool(pending_);
+    w.put_f64(pending_factor_);
+    w.put_f64(pending_gain_);
+    w.put_u64(event_.step);
+    w.put_bool(event_.promoted);
+    w.put_bool(event_.saturated);
+    w.put_bool(event_.scaled);
+    w.put_f64(event_.theta_min);
+    w.put_f64(event_.candidate);
+    detail::save_plan(w, plan_);
+  }
+  /// Restores a state written by `save_state`; `format_error` if it was saved with another
+  /// configuration.
+  void load_state(detail::byte_reader& r) {
+    if (r.get_u64() != config_fingerprint()) r.fail("saved by a GraVAC controller with another configuration");
+    theta_min_ = r.get_f64();
+    theta_s_ = r.get_f64();
+    candidate_ = r.get_f64();
+    for (smoothed_gain* g : {&min_, &cand_}) {
+      g->seeded = r.get_bool();
+      g->ratio = r.get_f64();
+      g->num = r.get_f64();
+      g->den = r.get_f64();
+    }
+    std::uint64_t const n = r.get_u64();
+    tput_.clear();
+    for (std::uint64_t i = 0; i < n; ++i) {
+      double const f = r.get_f64();
+      throughput_entry e;
+      e.has_value = r.get_bool();
+      e.value = r.get_f64();
+      e.window_sum = r.get_f64();
+      e.window_count = r.get_u64();
+      if (!tput_.emplace(f, e).second) r.fail("a throughput record appears twice");
+    }
+    searching_ = r.get_bool();
+    pending_ = r.get_bool();
+    pending_factor_ = r.get_f64();
+    pending_gain_ = r.get_f64();
+    event_.step = r.get_u64();
+    event_.promoted = r.get_bool();
+    event_.saturated = r.get_bool();
+    event_.scaled = r.get_bool();
+    event_.theta_min = r.get_f64();
+    event_.candidate = r.get_f64();
+    plan_ = detail::load_plan(r);
+  }
+
   [[nodiscard]] step_plan const& plan() const noexcept { return plan_; }
 
   /// Current minimum factor θmin.
@@ -232,6 +306,19 @@ class gravac_controller {
  private:
   // A smoothed gain: EWMA of the ratio, or of numerator and denominator, seeded with the
   // first sample.
+  [[nodiscard]] std::uint64_t config_fingerprint() const noexcept {
+    double const v[] = {cfg_.theta_min, cfg_.theta_max, cfg_.epsilon, cfg_.omega, static_cast<double>(cfg_.window),
+                        cfg_.step_factor, static_cast<double>(cfg_.policy), cfg_.ratio, cfg_.smoothing,
+                        static_cast<double>(cfg_.gain_average), static_cast<double>(cfg_.throughput),
+                        static_cast<double>(cfg_.candidate_base), static_cast<double>(cfg_.dense_fallback)};
+    std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the values' bit patterns
+    for (double d : v) {
+      auto const b = std::bit_cast<std::uint64_t>(d);
+      for (int i = 0; i < 8; ++i) h = (h ^ ((b >> (8 * i)) & 0xffu)) * 0x100000001b3ull;
+    }
+    return h;
+  }
+
   struct smoothed_gain {
     bool seeded = false;
     double ratio = 1.0, num = 0.0, den = 0.0;

@@ -20,6 +20,7 @@
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/serialize.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -227,6 +228,22 @@ inline void check_step(step_stats const& s, step_plan const& p, char const* who)
   check_stat(s.last_step.sync, who, "last_step.sync");
   check_stat(s.learning_rate, who, "learning_rate");
   check_stat(s.next_learning_rate, who, "next_learning_rate");
+}
+
+// A plan in a saved controller state.
+inline void save_plan(byte_writer& w, step_plan const& p) {
+  w.put_u64(p.step);
+  w.put_doubles(p.measure);
+  w.put_bool(p.accumulate_layers);
+  w.put_bool(p.report_layers);
+}
+inline step_plan load_plan(byte_reader& r) {
+  step_plan p;
+  p.step = r.get_u64();
+  p.measure = r.get_doubles();
+  p.accumulate_layers = r.get_bool();
+  p.report_layers = r.get_bool();
+  return p;
 }
 
 // Throws config_error unless v is finite and within [lo, hi] (inclusive flags as given).

@@ -29,6 +29,8 @@ GRADCOMP_NAMESPACE_BEGIN
 class static_controller {
  public:
   using controller_concept = controller_tag;
+  /// Names the kind of state `save_state` writes.
+  static constexpr char const* state_kind = "static";
 
   /// @param factor compression factor, finite and >= 1 (1 = dense); `config_error` otherwise.
   explicit static_controller(double factor) : factor_(factor) {
@@ -39,6 +41,17 @@ class static_controller {
 
   [[nodiscard]] double factor() const noexcept { return factor_; }
   [[nodiscard]] step_plan const& plan() const noexcept { return plan_; }
+
+  /// Writes the state (the plan) after the factor, which `load_state` checks.
+  void save_state(detail::byte_writer& w) const {
+    w.put_f64(factor_);
+    detail::save_plan(w, plan_);
+  }
+  /// Restores a state written by `save_state`; `format_error` for another factor.
+  void load_state(detail::byte_reader& r) {
+    if (r.get_f64() != factor_) r.fail("saved by a static controller with another factor");
+    plan_ = detail::load_plan(r);
+  }
 
   /// Sends the planned factor; checks only that `s.step` is the planned step.
   decision decide(step_stats const& s) {
@@ -66,6 +79,8 @@ struct schedule_point {
 class schedule_controller {
  public:
   using controller_concept = controller_tag;
+  /// Names the kind of state `save_state` writes.
+  static constexpr char const* state_kind = "schedule";
 
   /// @param points non-empty, the first `start` is 0, starts strictly increasing, each factor
   ///        finite and >= 1; `config_error` otherwise.
@@ -100,6 +115,24 @@ class schedule_controller {
     return std::prev(it)->factor;
   }
   [[nodiscard]] std::vector<schedule_point> const& points() const noexcept { return points_; }
+  /// Writes the state (the plan) after the schedule, which `load_state` checks.
+  void save_state(detail::byte_writer& w) const {
+    w.put_u64(points_.size());
+    for (auto const& p : points_) {
+      w.put_u64(p.start);
+      w.put_f64(p.factor);
+    }
+    detail::save_plan(w, plan_);
+  }
+  /// Restores a state written by `save_state`; `format_error` for another schedule.
+  void load_state(detail::byte_reader& r) {
+    if (r.get_u64() != points_.size()) r.fail("saved by a schedule controller with another schedule");
+    for (auto const& p : points_) {
+      if (r.get_u64() != p.start || r.get_f64() != p.factor) r.fail("saved by a schedule controller with another schedule");
+    }
+    plan_ = detail::load_plan(r);
+  }
+
   [[nodiscard]] step_plan const& plan() const noexcept { return plan_; }
 
   /// Sends the planned factor; checks only that `s.step` is the planned step.

@@ -9,10 +9,12 @@
 /// round trip. `topk_codec`, `approx_topk_codec`, `random_k_codec` and `scaled_random_k_codec`
 /// have `with_budget`; `any_codec::with_budget` forwards to them and rejects other codecs.
 
+#include <gradcomp/codec/detail/sparse.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -48,6 +50,11 @@ class sparse_budget {
   [[nodiscard]] double ratio() const noexcept { return 1.0 / factor_; }
   /// The count (0 for a factor budget).
   [[nodiscard]] std::uint64_t count_value() const noexcept { return count_; }
+  /// Elements kept of a tensor of n (the sparsifiers' rule: min(k, n), or max(1, floor(n /
+  /// factor)) for n > 0).
+  [[nodiscard]] std::size_t kept(std::size_t n) const noexcept {
+    return detail::sparse::kept_count(!by_count_, ratio(), count_, n);
+  }
 
  private:
   sparse_budget() = default;

@@ -40,6 +40,7 @@
 #include <gradcomp/core/error.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -321,6 +322,8 @@ class bucket_engine {
   // Waits for the payload and decodes the bucket into the units' outputs.
   void complete(bucket_plan const& b, bucket_slot& s) {
     s.payload.wait();
+    auto const t0 = std::chrono::steady_clock::now();
+    decode_timer timer{t0, decode_s};
     codec_context const& ctx = ctx_;
     if (b.dense) {
       if (opt_.small_format == dense_format::f32) {
@@ -369,6 +372,15 @@ class bucket_engine {
  public:
   /// The context decoding uses (set before `run`).
   codec_context ctx_;
+  /// Seconds spent decoding (after the payloads arrived), over `run`.
+  double decode_s = 0.0;
+
+ private:
+  struct decode_timer {
+    std::chrono::steady_clock::time_point t0;
+    double& total;
+    ~decode_timer() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  };
 
  private:
   Codec const& codec_;

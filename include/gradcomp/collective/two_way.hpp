@@ -35,6 +35,7 @@
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/serialize.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/feedback/policies.hpp>
 
@@ -168,6 +169,50 @@ class two_way_compressor {
   void reset() {
     worker_states_.clear();
     server_states_.clear();
+  }
+
+  /// Both sides' error-feedback state ("GCTW" version 1: the worker then the server records,
+  /// each a count, then per shard its tensor id, shard, shard count and the state's values).
+  [[nodiscard]] std::vector<std::byte> save() const {
+    detail::byte_writer w;
+    w.begin("GCTW", 1);
+    auto put = [&w](auto const& states) {
+      w.put_u64(states.size());
+      for (auto const& [key, st] : states) {
+        w.put_u64(static_cast<std::uint64_t>(key.tensor));
+        w.put_u64(key.shard);
+        w.put_u64(key.shards);
+        w.put_floats(st.values());
+      }
+    };
+    put(worker_states_);
+    put(server_states_);
+    return w.finish();
+  }
+  /// Restores a state written by `save`; `format_error` on a malformed buffer, and the state
+  /// is unchanged then.
+  void load(std::span<std::byte const> in) {
+    detail::byte_reader r(in, "GCTW", 1, "two-way compressor state");
+    auto get = [&r](auto& states) {
+      std::uint64_t const n = r.get_u64();
+      for (std::uint64_t i = 0; i < n; ++i) {
+        shard_key key;
+        key.tensor = static_cast<tensor_id>(r.get_u32_of_u64("tensor id"));
+        key.shard = r.get_u32_of_u64("shard");
+        key.shards = r.get_u32_of_u64("shard count");
+        if (key.shards == 0 || key.shard >= key.shards) r.fail("a shard key is out of range");
+        std::vector<float> const v = r.get_floats();
+        if (states.count(key) != 0) r.fail("a shard appears twice");
+        states[key].assign(std::span<float const>(v));
+      }
+    };
+    decltype(worker_states_) workers;
+    decltype(server_states_) servers;
+    get(workers);
+    get(servers);
+    r.expect_end();
+    worker_states_ = std::move(workers);
+    server_states_ = std::move(servers);
   }
 
  private:

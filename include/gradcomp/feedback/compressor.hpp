@@ -82,18 +82,16 @@ class compressor {
   /// the staged input.
   template <element T>
   std::size_t stage(tensor_view<T const> g, std::span<std::byte> out, codec_context const& ctx = {}) {
-    auto [it, fresh] = states_.try_emplace(g.id());
-    entry& e = it->second;
-    e.staged = false;
-    try {
-      e.input = feedback_.stage(e.state, g, ctx);
-      std::size_t const bytes = codec_.compress(tensor_view<float const>(e.input, g.id()), out, ctx);
-      e.staged = true;
-      return bytes;
-    } catch (...) {
-      if (fresh) states_.erase(it);
-      throw;
-    }
+    return stage_impl(g, ctx, [&](std::span<float const> in) {
+      return codec_.compress(tensor_view<float const>(in, g.id()), out, ctx);
+    });
+  }
+  /// Phase one without compression (for a step that may go dense): stages g + residual and
+  /// returns it (as `staged_input`).
+  template <element T>
+  std::span<float const> stage_input(tensor_view<T const> g, codec_context const& ctx = {}) {
+    stage_impl(g, ctx, [](std::span<float const>) { return std::size_t{0}; });
+    return staged_input(g.id());
   }
 
   /// The staged float32 input of tensor `id` (after `stage`, until the commit): what the codec
@@ -239,6 +237,22 @@ class compressor {
   static void assign_record(auto& target, std::vector<float> const& v) {
     if constexpr (requires { target.state; }) target.state.assign(v);
     else target.assign(v);
+  }
+
+  template <element T, class Compress>
+  std::size_t stage_impl(tensor_view<T const> g, codec_context const& ctx, Compress&& compress) {
+    auto [it, fresh] = states_.try_emplace(g.id());
+    entry& e = it->second;
+    e.staged = false;
+    try {
+      e.input = feedback_.stage(e.state, g, ctx);
+      std::size_t const bytes = compress(e.input);
+      e.staged = true;
+      return bytes;
+    } catch (...) {
+      if (fresh) states_.erase(it);
+      throw;
+    }
   }
 
   // One tensor's feedback state and its stage in progress.

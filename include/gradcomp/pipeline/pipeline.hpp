@@ -1,0 +1,926 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// `gradient_pipeline`: the training step of compressed data-parallel training, the one front
+/// door. A training loop calls it once per step with its gradient tensors (or bucket by bucket
+/// as the backward pass produces them, `submit` / `finish`); it writes the average over all
+/// ranks of what was sent back into the tensors. One step:
+///
+/// 1. **Plan.** The controller (static, schedule, GraVAC, Accordion; none: the codec as given)
+///    names the factors to compress at.
+/// 2. **Stage.** Each large tensor's g + residual (per the error-feedback policy) is compressed
+///    at the first factor; each further factor is re-compressed from the packet before it
+///    (`recompress_sparse`, O(m)). The residual is not touched yet. The controller's
+///    statistics (‖g_ef‖², ‖C(g_ef)‖² per factor, per-layer norms) are computed where it needs
+///    them.
+/// 3. **Agree.** One round checks that every rank has the same layout and configuration and
+///    that every rank's local step succeeded; with a controller the statistics are summed over
+///    ranks (`agree`) and every rank takes the same `decision`.
+/// 4. **Send.** The decided packets go through the bucketed collective chosen by the codec's
+///    aggregation kind (summable: all-reduce in the compressed domain; shared support:
+///    all-reduce of the values; gather: all-gather-v and decode in rank order), small tensors
+///    in dense buckets, buckets pipelined (collective/bucket.hpp). A dense decision sends every
+///    tensor dense (g + residual, or g with the residual kept, as the decision says). Low-rank
+///    codecs (PowerSGD) run one `powersgd_session` per tensor (`all_reduce_low_rank`); with
+///    `two_way` the packets go through `all_reduce_two_way` with worker and server feedback.
+/// 5. **Commit.** Only after the exchange succeeded, each residual is updated for exactly what
+///    was sent (`compressor::commit` with the sent packet, `commit_lossless` for g + residual
+///    sent dense, nothing when g was sent and the residual kept). With EF21 the receiver side
+///    turns the averaged increments into the gradient estimate.
+///
+/// A failure anywhere (a NaN gradient on one rank, mismatched layouts, a lost peer) throws on
+/// every rank and leaves the pipeline's state — residuals, controller, step counter — as it
+/// was before the step; the gradient tensors may hold partial output then.
+///
+/// Gradients are float32, float16 or bfloat16 (`tensor_view<T>`); residuals, sums and decoding
+/// are float32, and a 16-bit tensor receives its average rounded once. The whole state (every
+/// residual, controller state with its history, PowerSGD factors, the step counter) is saved by
+/// `save` and restored by `load` (pipeline/checkpoint.hpp has the format); a resumed run is
+/// bit-identical to one that never stopped.
+
+#include <gradcomp/adapt/any_controller.hpp>
+#include <gradcomp/adapt/protocol.hpp>
+#include <gradcomp/codec/any_codec.hpp>
+#include <gradcomp/codec/budget.hpp>
+#include <gradcomp/codec/context.hpp>
+#include <gradcomp/codec/powersgd.hpp>
+#include <gradcomp/codec/recompress.hpp>
+#include <gradcomp/collective/agreement.hpp>
+#include <gradcomp/collective/all_reduce.hpp>
+#include <gradcomp/collective/bucket.hpp>
+#include <gradcomp/collective/common.hpp>
+#include <gradcomp/collective/low_rank.hpp>
+#include <gradcomp/collective/powersgd_session.hpp>
+#include <gradcomp/collective/sections.hpp>
+#include <gradcomp/collective/two_way.hpp>
+#include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/dtype.hpp>
+#include <gradcomp/core/error.hpp>
+#include <gradcomp/core/serialize.hpp>
+#include <gradcomp/core/tensor.hpp>
+#include <gradcomp/core/wire.hpp>
+#include <gradcomp/feedback/compressor.hpp>
+#include <gradcomp/feedback/dgc.hpp>
+#include <gradcomp/feedback/policies.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// How a `gradient_pipeline` compresses, corrects and sends.
+struct pipeline_options {
+  /// Codec spec (`make_codec`, e.g. "topk:ratio=0.01", "qsgd:levels=7", "fp16"), or a PowerSGD
+  /// spec ("powersgd:rank=4", `make_powersgd`). With a controller it must be a sparsifier
+  /// (topk, approx_topk, randomk), whose selection size the controller sets each step.
+  std::string codec = "topk:ratio=0.01";
+  /// Error feedback: "none", "residual" (EF-SGD), "ef21", or "dgc" with optional
+  /// ":momentum=0.9,clip_norm=0" (DGC's momentum correction; momentum factor masking).
+  /// PowerSGD keeps its own error feedback: "residual" (on) or "none" (off).
+  std::string feedback = "residual";
+  /// Controller spec (`make_controller`: "static:factor=100", "gravac:...", "accordion:...",
+  /// "schedule:..."); empty: the codec as given, every step.
+  std::string controller;
+  /// Send through two-way compression (BytePS-Compress: workers compress shards with their
+  /// feedback, the shard's owner sums, re-compresses with server-side feedback and gathers).
+  /// Not with a controller or PowerSGD.
+  bool two_way = false;
+  /// Seed of the codecs' random streams. Each rank adds its rank, except for shared-support
+  /// codecs (random-k), whose ranks must draw the same coordinates.
+  std::uint64_t seed = 0;
+  /// Bucketing: bucket size, the size below which tensors go dense (no error feedback for
+  /// them), their dense format, pipelined compression. The pipeline compresses per tensor
+  /// (`bucket_compression::per_tensor`) and averages (`op`, default `reduction::average`).
+  bucket_options buckets{.op = reduction::average};
+  /// Compute the compression gain every step, also when the controller does not use it
+  /// (one more pass over g + residual, and the decoded packet, per tensor).
+  bool measure_gain = false;
+  /// Execution context of the codecs (thread pool, parallel threshold, SIMD level). Its seed
+  /// and step are set by the pipeline.
+  codec_context context{};
+};
+
+/// What the caller knows about the step (for the controller's statistics).
+struct pipeline_step_info {
+  double backprop_s = 0.0;        ///< this step's forward + backward time
+  std::uint64_t batch_size = 0;   ///< samples per worker (GraVAC's throughput)
+  double learning_rate = 0.0;     ///< this step's learning rate (0: not reported)
+  double next_learning_rate = 0.0;  ///< the next step's (0: not reported)
+};
+
+/// What one step did on this rank.
+struct pipeline_stats {
+  std::uint64_t step = 0;                ///< the step (0, 1, ...)
+  send_kind sent = send_kind::minimum;   ///< what was sent (minimum / candidate / dense)
+  double factor = 1.0;                   ///< compression factor of what was sent (1: dense)
+  /// ‖C(g_ef)‖² / ‖g_ef‖² of what was sent, over all ranks (1 for dense); NaN when not
+  /// measured (no controller needing it and `measure_gain` off).
+  double gain = std::numeric_limits<double>::quiet_NaN();
+  std::size_t bytes_sent = 0;            ///< this rank's payload bytes (packets and dense)
+  std::size_t wire_bytes = 0;            ///< modeled ring traffic, agreement rounds included
+  std::size_t tensors = 0;               ///< tensors in the step
+  std::size_t compressed_tensors = 0;    ///< of which compressed (the rest went dense)
+  std::size_t buckets = 0;               ///< messages (buckets) issued
+  double compress_s = 0.0;  ///< staging, multi-level, norms and the residual commits
+  double communicate_s = 0.0;  ///< agreement rounds and payloads (waiting included)
+  double decode_s = 0.0;    ///< decoding received packets and writing the outputs
+  double total_s = 0.0;     ///< the whole call
+};
+
+namespace detail {
+
+/// The error-feedback policy of a pipeline spec ("none", "residual", "ef21", "dgc:...").
+using pipeline_compressor =
+    std::variant<compressor<any_codec, no_feedback>, compressor<any_codec, residual_feedback>,
+                 compressor<any_codec, ef21_feedback>, compressor<any_codec, dgc_feedback>>;
+
+inline pipeline_compressor make_pipeline_compressor(std::string_view spec, any_codec codec) {
+  std::string_view const name = spec.substr(0, spec.find(':'));
+  bool const has_options = spec.find(':') != std::string_view::npos;
+  if (name == "dgc") {
+    float momentum = 0.9f;
+    double clip = 0.0;
+    if (has_options) {
+      detail::controller_spec::options o(spec, "feedback");
+      momentum = static_cast<float>(o.number("momentum", 0.9));
+      clip = o.number("clip_norm", 0.0);
+      o.finish();
+    }
+    return compressor<any_codec, dgc_feedback>(std::move(codec), dgc_feedback(momentum, clip));
+  }
+  if (has_options) {
+    throw config_error("gradcomp: feedback '" + std::string(name) + "' takes no options, got '" + std::string(spec) + "'");
+  }
+  if (name == "none") return compressor<any_codec, no_feedback>(std::move(codec));
+  if (name == "residual") return compressor<any_codec, residual_feedback>(std::move(codec));
+  if (name == "ef21") return compressor<any_codec, ef21_feedback>(std::move(codec));
+  throw config_error("gradcomp: unknown error feedback '" + std::string(spec) +
+                     "' (expected none, residual, ef21 or dgc[:momentum=M,clip_norm=C])");
+}
+
+/// Sum of squares of a float span, in double, in a fixed order.
+inline double norm_sq(std::span<float const> v) noexcept {
+  double a[4] = {0.0, 0.0, 0.0, 0.0};
+  std::size_t i = 0;
+  for (; i + 4 <= v.size(); i += 4) {
+    for (std::size_t j = 0; j < 4; ++j) a[j] += static_cast<double>(v[i + j]) * v[i + j];
+  }
+  for (; i < v.size(); ++i) a[0] += static_cast<double>(v[i]) * v[i];
+  return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+}  // namespace detail
+
+/// The training step of compressed data-parallel training (see file comment). One object per
+/// model (or per group of tensors that share a configuration); every rank makes one with the
+/// same options and calls it in the same order. Not thread-safe.
+class gradient_pipeline {
+ public:
+  /// Builds the pipeline; `config_error` for an invalid or inconsistent configuration.
+  explicit gradient_pipeline(pipeline_options opt) : opt_(std::move(opt)) {
+    if (opt_.buckets.mode != bucket_compression::per_tensor) {
+      throw config_error("gradcomp: gradient_pipeline compresses per tensor (bucket_compression::per_tensor); "
+                         "per_bucket would key error feedback by bucket");
+    }
+    std::string_view const family = std::string_view(opt_.codec).substr(0, opt_.codec.find(':'));
+    if (family == "powersgd") {
+      low_rank_ = make_powersgd(opt_.codec).options();
+      if (opt_.feedback != "residual" && opt_.feedback != "none") {
+        throw config_error("gradcomp: PowerSGD keeps its own error feedback: feedback must be 'residual' or 'none', got '" +
+                           opt_.feedback + "'");
+      }
+      if (!opt_.controller.empty() || opt_.two_way) {
+        throw config_error("gradcomp: gradient_pipeline: PowerSGD takes no controller and no two-way compression");
+      }
+      low_rank_->error_feedback = opt_.feedback == "residual";
+      base_ = make_codec("identity");  // unused; keeps the compressor well-formed
+    } else {
+      base_ = make_codec(opt_.codec);
+      if (base_.aggregation() == aggregation_kind::low_rank) {
+        throw config_error("gradcomp: gradient_pipeline: low-rank codecs are configured by a powersgd spec");
+      }
+    }
+    comp_ = detail::make_pipeline_compressor(opt_.feedback, base_);
+    if (!opt_.controller.empty()) {
+      if (!base_.has_budget()) {
+        throw config_error(std::string("gradcomp: gradient_pipeline: a controller sets a sparsifier's selection size; codec '") +
+                           base_.name() + "' has none (use topk, approx_topk or randomk)");
+      }
+      if (opt_.two_way) throw config_error("gradcomp: gradient_pipeline: two-way compression takes no controller");
+      ctrl_.emplace(make_controller(opt_.controller));
+    }
+    if (opt_.two_way) {
+      two_way_.emplace(make_two_way(opt_.feedback, base_));
+    }
+  }
+
+  [[nodiscard]] pipeline_options const& options() const noexcept { return opt_; }
+  /// The next step's number (steps completed so far).
+  [[nodiscard]] std::uint64_t step_count() const noexcept { return step_; }
+  /// The controller, if any.
+  [[nodiscard]] any_controller const* controller() const noexcept { return ctrl_ ? &*ctrl_ : nullptr; }
+  /// Statistics of the last completed step.
+  [[nodiscard]] pipeline_stats const& last_stats() const noexcept { return last_; }
+  /// Called with the statistics of every completed step (e.g. for logging); empty: none.
+  void on_step(std::function<void(pipeline_stats const&)> hook) { hook_ = std::move(hook); }
+
+  /// The matrix shape (rows × cols, row-major) PowerSGD gives tensor `id`. Without one a
+  /// tensor of n elements is taken as n / c × c with c the largest divisor of n up to √n.
+  /// `config_error` unless rows · cols > 0; a size mismatch is found at the step.
+  void set_shape(tensor_id id, std::size_t rows, std::size_t cols) {
+    if (rows == 0 || cols == 0) throw config_error("gradcomp: gradient_pipeline::set_shape needs rows and cols > 0");
+    shapes_[id] = {rows, cols};
+  }
+
+  /// The committed error-feedback state of tensor `id` (the residual for "residual", h for
+  /// "ef21", [u | v] for "dgc"); empty before its first step or without feedback.
+  [[nodiscard]] std::span<float const> feedback_state(tensor_id id) {
+    return std::visit([&](auto& c) -> std::span<float const> { return c.state(id).values(); }, comp_);
+  }
+
+  /// One step over all of the model's gradients (see file comment): averages them over the
+  /// ranks of `comm` in place. Collective: every rank calls it with the same tensors (ids,
+  /// sizes, order). Returns this rank's statistics.
+  template <communicator Comm, element T>
+  pipeline_stats step(Comm& comm, std::span<tensor_view<T> const> grads, pipeline_step_info const& info = {}) {
+    begin(comm, info);
+    try {
+      for (auto const& g : grads) add_tensor(g);
+    } catch (...) {
+      abandon();
+      throw;
+    }
+    return finish_step(comm);
+  }
+  /// `step` for a vector of tensors.
+  template <communicator Comm, element T>
+  pipeline_stats step(Comm& comm, std::vector<tensor_view<T>> const& grads, pipeline_step_info const& info = {}) {
+    return step(comm, std::span<tensor_view<T> const>(grads), info);
+  }
+
+  /// Overlapped use, first call of a step: the backward pass is about to produce gradients.
+  template <communicator Comm>
+  void begin(Comm& comm, pipeline_step_info const& info = {}) {
+    if (open_) abandon();
+    open_ = true;
+    info_ = info;
+    t_begin_ = clock::now();
+    rank_ = comm.rank();
+    size_ = comm.size();
+    pending_.clear();
+    local_ = nullptr;
+    plan_ = ctrl_ ? ctrl_->plan() : step_plan{};
+    levels_ = low_rank_ ? 0 : (ctrl_ ? plan_.measure.size() : 1);
+    level_codecs_.clear();
+    for (std::size_t l = 0; l < levels_; ++l) level_codecs_.push_back(codec_at_level(l));
+    ef_norm_ = 0.0;
+    comp_norms_.assign(levels_, 0.0);
+    layer_norms_.clear();
+    compress_s_ = 0.0;
+    ctx_ = opt_.context;
+    ctx_.step = static_cast<std::uint32_t>(step_);
+    bool const shared = !low_rank_ && base_.aggregation() == aggregation_kind::shared_support;
+    ctx_.seed = opt_.seed + (shared ? 0u : static_cast<std::uint64_t>(rank_));
+  }
+
+  /// Overlapped use: a bucket of gradients is ready (e.g. from a DDP bucket hook). Its tensors
+  /// are compressed now, while the backward pass goes on; they are sent and written back by
+  /// `finish`. The tensors must stay alive and unchanged by the caller until then.
+  template <element T>
+  void submit(std::span<tensor_view<T> const> grads) {
+    if (!open_) throw config_error("gradcomp: gradient_pipeline::submit before begin");
+    for (auto const& g : grads) add_tensor(g);
+  }
+  /// `submit` for a vector of tensors.
+  template <element T>
+  void submit(std::vector<tensor_view<T>> const& grads) {
+    submit(std::span<tensor_view<T> const>(grads));
+  }
+
+  /// Overlapped use, last call of a step: agrees, decides, sends, commits and writes every
+  /// submitted tensor's average back. Collective.
+  template <communicator Comm>
+  pipeline_stats finish(Comm& comm) {
+    if (!open_) throw config_error("gradcomp: gradient_pipeline::finish before begin");
+    return finish_step(comm);
+  }
+
+  /// Saves the whole state (pipeline/checkpoint.hpp). Not during an open step.
+  [[nodiscard]] std::vector<std::byte> save() const {
+    if (open_) throw config_error("gradcomp: gradient_pipeline::save during a step (call finish first)");
+    detail::byte_writer w;
+    w.begin(checkpoint_magic, checkpoint_version);
+    w.put_string(opt_.codec);
+    w.put_string(opt_.feedback);
+    w.put_string(opt_.controller);
+    w.put_u64(opt_.two_way ? 1 : 0);
+    w.put_u64(step_);
+    w.put_f64(last_timing_.backprop);
+    w.put_f64(last_timing_.compress);
+    w.put_f64(last_timing_.sync);
+    w.put_bytes(std::visit([](auto const& c) { return c.save(); }, comp_));
+    w.put_bytes(ctrl_ ? ctrl_->save() : std::vector<std::byte>{});
+    w.put_u64(accumulators_.size());
+    for (auto const& [id, acc] : accumulators_) {
+      w.put_u64(static_cast<std::uint64_t>(id));
+      w.put_floats(acc);
+    }
+    w.put_u64(sessions_.size());
+    for (auto const& [id, s] : sessions_) {
+      w.put_u64(static_cast<std::uint64_t>(id));
+      w.put_u64(s.state().rows());
+      w.put_u64(s.state().cols());
+      w.put_floats(s.state().q());
+      w.put_floats(s.state().residual(opt_.context));
+    }
+    w.put_bytes(two_way_ ? std::visit([](auto const& t) { return t.save(); }, *two_way_) : std::vector<std::byte>{});
+    return w.finish();
+  }
+
+  /// Restores a state written by `save` of a pipeline with the same codec, feedback,
+  /// controller and two-way options. A malformed or mismatched checkpoint is a `format_error`
+  /// and leaves the state unchanged.
+  void load(std::span<std::byte const> bytes) {
+    if (open_) throw config_error("gradcomp: gradient_pipeline::load during a step");
+    detail::byte_reader r(bytes, checkpoint_magic, checkpoint_version, "gradient_pipeline checkpoint");
+    auto expect = [&](std::string const& got, std::string const& mine, char const* what) {
+      if (got != mine) {
+        r.fail(std::string("saved with ") + what + " '" + got + "', this pipeline has '" + mine + "'");
+      }
+    };
+    expect(r.get_string(), opt_.codec, "codec");
+    expect(r.get_string(), opt_.feedback, "feedback");
+    expect(r.get_string(), opt_.controller, "controller");
+    if (r.get_u64() != (opt_.two_way ? 1u : 0u)) r.fail("saved with another two_way setting");
+    std::uint64_t const step = r.get_u64();
+    step_timing timing;
+    timing.backprop = r.get_f64();
+    timing.compress = r.get_f64();
+    timing.sync = r.get_f64();
+    // Everything is restored into copies first, then swapped in: a failure changes nothing.
+    detail::pipeline_compressor comp = comp_;
+    std::vector<std::byte> const cstate = r.get_bytes();
+    std::visit([&](auto& c) { c.load(cstate); }, comp);
+    std::optional<any_controller> ctrl = ctrl_;
+    std::vector<std::byte> const kstate = r.get_bytes();
+    if (ctrl) {
+      ctrl->load(kstate);
+    } else if (!kstate.empty()) {
+      r.fail("holds controller state, this pipeline has no controller");
+    }
+    std::map<tensor_id, std::vector<float>> acc;
+    std::uint64_t const nacc = r.get_u64();
+    for (std::uint64_t i = 0; i < nacc; ++i) {
+      auto const id = static_cast<tensor_id>(r.get_u32_of_u64("accumulator id"));
+      if (!acc.emplace(id, r.get_floats()).second) r.fail("an accumulator id appears twice");
+    }
+    std::map<tensor_id, powersgd_session> sessions;
+    std::uint64_t const nses = r.get_u64();
+    if (nses != 0 && !low_rank_) r.fail("holds PowerSGD sessions, this pipeline is not PowerSGD");
+    for (std::uint64_t i = 0; i < nses; ++i) {
+      auto const id = static_cast<tensor_id>(r.get_u32_of_u64("session id"));
+      std::uint64_t const rows = r.get_u64(), cols = r.get_u64();
+      if (rows == 0 || cols == 0 || rows > (std::uint64_t{1} << 40) / cols) r.fail("a PowerSGD session has an invalid shape");
+      std::vector<float> const q = r.get_floats();
+      std::vector<float> const residual = r.get_floats();
+      powersgd_session s(static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), *low_rank_, id);
+      try {
+        s.state().restore(q, residual);
+      } catch (config_error const& e) {
+        r.fail(e.what());
+      }
+      if (!sessions.emplace(id, std::move(s)).second) r.fail("a PowerSGD session id appears twice");
+    }
+    std::optional<two_way_variant> tw = two_way_;
+    std::vector<std::byte> const tstate = r.get_bytes();
+    if (tw) {
+      std::visit([&](auto& t) { t.load(tstate); }, *tw);
+    } else if (!tstate.empty()) {
+      r.fail("holds two-way state, this pipeline is not two-way");
+    }
+    r.expect_end();
+    comp_ = std::move(comp);
+    ctrl_ = std::move(ctrl);
+    accumulators_ = std::move(acc);
+    sessions_ = std::move(sessions);
+    two_way_ = std::move(tw);
+    step_ = step;
+    last_timing_ = timing;
+  }
+
+  /// Magic and version of the checkpoint format.
+  static constexpr char const* checkpoint_magic = "GCPL";
+  static constexpr std::uint8_t checkpoint_version = 1;
+
+ private:
+  using clock = std::chrono::steady_clock;
+  static double seconds(clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+  using two_way_variant = std::variant<two_way_compressor<any_codec, no_feedback, no_feedback>,
+                                       two_way_compressor<any_codec, residual_feedback, residual_feedback>>;
+  static two_way_variant make_two_way(std::string const& feedback, any_codec const& c) {
+    if (feedback == "none") return two_way_compressor<any_codec, no_feedback, no_feedback>(c);
+    if (feedback == "residual") return two_way_compressor<any_codec, residual_feedback, residual_feedback>(c);
+    throw config_error("gradcomp: two-way compression takes feedback none or residual (worker and server side), got '" +
+                       feedback + "'");
+  }
+
+  // One tensor of the step in progress.
+  struct entry {
+    tensor_id id{};
+    std::size_t n = 0;
+    bool large = false;                      // at least min_compress_elements (else sent dense)
+    bool staged = false;                     // g + residual staged by the compressor
+    std::span<float> out32;                  // float32 output (the caller's tensor or `wide`)
+    std::span<float const> raw32;            // float32 view of the raw gradient
+    std::function<void()> write_back;        // rounds `wide` into a 16-bit tensor
+    std::vector<detail::local_packet>* packets = nullptr;  // per level
+  };
+
+  // Buffers that persist across steps, per tensor id.
+  struct buffers {
+    std::vector<detail::local_packet> packets;
+    std::vector<float> wide;  // float32 copy of a 16-bit gradient, then its output
+  };
+
+  any_codec codec_at_level(std::size_t l) {
+    if (!ctrl_) return base_;
+    double const f = plan_.measure[l];
+    auto it = codec_cache_.find(f);
+    if (it == codec_cache_.end()) it = codec_cache_.emplace(f, base_.with_budget(sparse_budget::factor(f))).first;
+    return it->second;
+  }
+
+  // Adds one tensor to the step: checks it, converts a 16-bit one, stages and compresses it.
+  // A local failure is recorded (every rank learns of it in the agreement round).
+  template <element T>
+  void add_tensor(tensor_view<T> const& g) {
+    auto const t0 = clock::now();
+    for (auto const& e : pending_) {
+      if (e.id == g.id()) {
+        throw config_error("gradcomp: gradient_pipeline: tensor id " + std::to_string(static_cast<unsigned>(g.id())) +
+                           " appears twice in one step");
+      }
+    }
+    entry e;
+    e.id = g.id();
+    e.n = g.size();
+    buffers& b = buffers_[g.id()];
+    if constexpr (std::same_as<T, float>) {
+      e.out32 = g.span();
+      e.raw32 = g.span();
+    } else {
+      b.wide.resize(g.size());
+      for (std::size_t i = 0; i < g.size(); ++i) b.wide[i] = to_float(g[i]);
+      e.out32 = std::span<float>(b.wide);
+      e.raw32 = std::span<float const>(b.wide);
+      std::span<T> const dst = g.span();
+      std::vector<float>* wide = &b.wide;
+      e.write_back = [dst, wide] {
+        for (std::size_t i = 0; i < dst.size(); ++i) dst[i] = from_float<T>((*wide)[i]);
+      };
+    }
+    e.packets = &b.packets;
+    e.large = g.size() >= opt_.buckets.min_compress_elements;
+    e.staged = e.large && !low_rank_ && !two_way_;
+    if (plan_.accumulate_layers || plan_.report_layers) accumulate_layer(e);
+    if (e.staged && !local_) {
+      try {
+        stage(e, tensor_view<T const>(std::span<T const>(g.span()), g.id()));
+      } catch (...) {
+        local_ = std::current_exception();
+      }
+    }
+    pending_.push_back(std::move(e));
+    compress_s_ += seconds(t0, clock::now());
+  }
+
+  void accumulate_layer(entry const& e) {
+    std::vector<float>& acc = accumulators_[e.id];
+    if (plan_.accumulate_layers) {
+      if (acc.size() != e.n) acc.assign(e.n, 0.0f);
+      for (std::size_t i = 0; i < e.n; ++i) acc[i] += e.raw32[i];
+    }
+    if (plan_.report_layers) {
+      layer_norms_.push_back(acc.empty() ? 0.0 : detail::norm_sq(acc));
+      acc.clear();
+    }
+  }
+
+  // Stage g + residual, compress at level 0, re-compress the further levels from the packet.
+  template <element T>
+  void stage(entry& e, tensor_view<T const> g) {
+    bool const need_gain = opt_.measure_gain || ctrl_needs_gains();
+    if (levels_ == 0) {  // a dense step: g + residual only
+      std::span<float const> const staged = std::visit([&](auto& comp) { return comp.stage_input(g, ctx_); }, comp_);
+      if (need_gain) ef_norm_ += detail::norm_sq(staged);
+      return;
+    }
+    auto& packets = *e.packets;
+    if (packets.size() < levels_) packets.resize(levels_);
+    detail::local_packet& p0 = packets[0];
+    any_codec const& c0 = level_codecs_[0];
+    p0.buf.resize(c0.max_compressed_bytes(e.n));
+    std::visit(
+        [&](auto& comp) {
+          comp.codec() = c0;
+          p0.bytes = comp.stage(g, p0.buf.span(), ctx_);
+        },
+        comp_);
+    if (need_gain) {
+      std::span<float const> const staged = std::visit([&](auto& c) { return c.staged_input(e.id); }, comp_);
+      ef_norm_ += detail::norm_sq(staged);
+    }
+    for (std::size_t l = 1; l < levels_; ++l) {
+      detail::local_packet const& prev = packets[l - 1];
+      detail::local_packet& p = packets[l];
+      std::uint64_t const k = sparse_budget::factor(plan_.measure[l]).kept(e.n);
+      p.buf.resize(max_recompressed_bytes(prev.packet(), k));
+      p.bytes = recompress_sparse(prev.packet(), k, p.buf.span(), ctx_);
+    }
+    for (std::size_t l = 0; l < levels_; ++l) {
+      detail::local_packet& p = packets[l];
+      aggregation_kind const kind = level_codecs_[l].aggregation();
+      p.section = {};
+      if (kind == aggregation_kind::summable || kind == aggregation_kind::shared_support) {
+        p.section = detail::section_of(level_codecs_[l], p.packet());
+      }
+      if (need_gain) comp_norms_[l] += packet_norm_sq(level_codecs_[l], p.packet(), e.n);
+    }
+  }
+
+  [[nodiscard]] bool ctrl_needs_gains() const noexcept { return ctrl_ && plan_.measure.size() > 1; }
+
+  // ‖D(packet)‖² (decoded into a scratch buffer).
+  double packet_norm_sq(any_codec const& c, std::span<std::byte const> packet, std::size_t n) {
+    scratch_.assign(n, 0.0f);
+    c.decompress_add(packet, std::span<float>(scratch_), 1.0f, ctx_);
+    return detail::norm_sq(scratch_);
+  }
+
+  // Leaves the step without sending: every stage is discarded, nothing is committed.
+  void abandon() noexcept {
+    for (auto const& e : pending_) {
+      if (e.staged) std::visit([&](auto& c) { c.discard(e.id); }, comp_);
+    }
+    pending_.clear();
+    open_ = false;
+  }
+
+  template <communicator Comm>
+  pipeline_stats finish_step(Comm& comm) {
+    std::optional<any_controller> snapshot;
+    try {
+      pipeline_stats st = run_step(comm, snapshot);
+      open_ = false;
+      pending_.clear();
+      return st;
+    } catch (...) {
+      if (snapshot) ctrl_ = std::move(snapshot);
+      abandon();
+      throw;
+    }
+  }
+
+  template <communicator Comm>
+  pipeline_stats run_step(Comm& comm, std::optional<any_controller>& snapshot) {
+    pipeline_stats st;
+    st.step = step_;
+    st.tensors = pending_.size();
+    auto const t_agree = clock::now();
+    double communicate = 0.0;
+
+    // Layout, configuration and every rank's local success, in one round.
+    std::vector<bucket_item> items;
+    items.reserve(pending_.size());
+    for (auto const& e : pending_) items.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
+    bucket_result br;
+    std::vector<detail::bucket_plan> plan = agree_step(comm, items, br);
+    communicate += seconds(t_agree, clock::now());
+
+    // The decision.
+    std::size_t k = 0;
+    residual_rule rule = residual_rule::subtract_sent;
+    st.factor = low_rank_ ? 1.0 : 32.0 / base_.bits_per_element();
+    if (ctrl_) {
+      auto const t0 = clock::now();
+      step_stats s;
+      s.step = plan_.step;
+      s.ef_norm_sq = ef_norm_;
+      s.compressed_norm_sq = comp_norms_;
+      s.layer_norms_sq = layer_norms_;
+      s.last_step = last_timing_;
+      s.batch_size = info_.batch_size;
+      s.workers = static_cast<std::uint32_t>(size_);
+      s.learning_rate = info_.learning_rate;
+      s.next_learning_rate = info_.next_learning_rate;
+      agree(
+          s, [&](std::span<double> v) { comm.all_reduce(std::as_writable_bytes(v), comm_type::f64, reduce_op::sum); },
+          [&](std::span<double> v) { comm.all_reduce(std::as_writable_bytes(v), comm_type::f64, reduce_op::max); });
+      communicate += seconds(t0, clock::now());
+      snapshot.emplace(*ctrl_);
+      decision const d = ctrl_->decide(s);
+      k = d.packet(levels_);
+      rule = d.residual;
+      st.sent = d.send;
+      st.factor = d.factor;
+      if (k != decision::npos && s.ef_norm_sq > 0.0 && (opt_.measure_gain || ctrl_needs_gains())) {
+        st.gain = s.compressed_norm_sq[k] / s.ef_norm_sq;
+      } else if (k == decision::npos) {
+        st.gain = 1.0;
+      }
+    } else if (opt_.measure_gain && !low_rank_) {
+      double sums[2] = {ef_norm_, levels_ > 0 ? comp_norms_[0] : 0.0};
+      auto const t0 = clock::now();
+      comm.all_reduce(std::as_writable_bytes(std::span<double>(sums)), comm_type::f64, reduce_op::sum);
+      communicate += seconds(t0, clock::now());
+      st.gain = sums[0] > 0.0 ? sums[1] / sums[0] : 1.0;
+    }
+    // A receiving policy (EF21) sends increments: g with the residual kept is no increment.
+    bool const receives = std::visit([](auto const& c) { return std::remove_cvref_t<decltype(c)>::receives; }, comp_);
+    if (k == decision::npos && rule == residual_rule::keep && receives) rule = residual_rule::zero;
+
+    for (auto const& e : pending_) st.compressed_tensors += e.large && (low_rank_ || two_way_ || k != decision::npos) ? 1 : 0;
+
+    // The exchange.
+    double decode = 0.0;
+    auto const t_send = clock::now();
+    if (low_rank_) {
+      send_low_rank(comm, br, decode);
+    } else if (k == decision::npos) {
+      send_dense(comm, items, rule, br, decode);
+    } else if (two_way_) {
+      send_two_way(comm, plan, br, decode);
+    } else {
+      send_packets(comm, plan, k, br, decode);
+    }
+    communicate += seconds(t_send, clock::now()) - decode;
+
+    // Commit exactly what was sent, then the receiver side and the 16-bit outputs.
+    auto const t_commit = clock::now();
+    if (!low_rank_ && !two_way_) {
+      for (auto const& e : pending_) {
+        if (!e.staged) continue;
+        std::visit(
+            [&](auto& c) {
+              if (k != decision::npos) {
+                c.commit(e.id, level_codecs_[k], (*e.packets)[k].packet(), ctx_);
+              } else if (rule == residual_rule::keep) {
+                c.discard(e.id);
+              } else {
+                c.commit_lossless(e.id);
+              }
+            },
+            comp_);
+      }
+    }
+    double const commit_s = seconds(t_commit, clock::now());
+    auto const t_out = clock::now();
+    if (!low_rank_ && !two_way_) {
+      for (auto const& e : pending_) {
+        if (e.staged) std::visit([&](auto& c) { c.receive(e.id, e.out32); }, comp_);
+      }
+    }
+    for (auto const& e : pending_) {
+      if (e.write_back) e.write_back();
+    }
+    decode += seconds(t_out, clock::now());
+
+    st.bytes_sent = br.packet_bytes;
+    st.wire_bytes = br.wire_bytes;
+    st.buckets = br.buckets;
+    st.compress_s = compress_s_ + commit_s;
+    st.communicate_s = communicate;
+    st.decode_s = decode;
+    st.total_s = seconds(t_begin_, clock::now());
+    last_timing_ = {info_.backprop_s, st.compress_s, st.communicate_s};
+    ++step_;
+    last_ = st;
+    if (hook_) hook_(st);
+    return st;
+  }
+
+  // The step's agreement round: layout (ids, sizes, order, bucketing), configuration
+  // (codec, feedback, controller, step) and each rank's local status.
+  template <communicator Comm>
+  std::vector<detail::bucket_plan> agree_step(Comm& comm, std::vector<bucket_item> const& items, bucket_result& br) {
+    std::exception_ptr local = local_;
+    rank_report mine;
+    mine.count = items.size();
+    mine.codec = static_cast<std::uint32_t>(base_.id());
+    std::vector<detail::bucket_plan> plan;
+    try {
+      plan = detail::plan_buckets(std::span<bucket_item const>(items), opt_.buckets);
+      fingerprint fp;
+      fp.add("gradient_pipeline").add(opt_.codec).add(opt_.feedback).add(opt_.controller);
+      fp.add(opt_.two_way ? 1 : 0).add(step_).add(opt_.buckets.bucket_bytes).add(opt_.buckets.min_compress_elements);
+      fp.add(static_cast<std::uint64_t>(opt_.buckets.small_format)).add(static_cast<std::uint64_t>(opt_.buckets.op));
+      fp.add(opt_.measure_gain ? 1 : 0);
+      for (auto const& it : items) fp.add(it.out.size()).add(static_cast<std::uint64_t>(it.grad.id()));
+      mine.fingerprint = fp.value();
+    } catch (...) {
+      if (!local) local = std::current_exception();
+    }
+    if (local) mine.status = 1;
+    detail::report_round round;
+    round.post(comm, mine, {});
+    round.finish("gradient_pipeline", local);
+    br.wire_bytes += round.wire_bytes();
+    return plan;
+  }
+
+  // Compressed send: the packets of level k in the bucketed collective; small tensors dense.
+  template <communicator Comm>
+  void send_packets(Comm& comm, std::vector<detail::bucket_plan> const& plan, std::size_t k, bucket_result& br,
+                    double& decode) {
+    any_codec const& codec = level_codecs_[k];
+    aggregation_kind const kind = codec.aggregation();
+    detail::bucket_engine<any_codec> engine(codec, kind, opt_.buckets, detail::reduction_scale(opt_.buckets.op, size_));
+    engine.ctx_ = ctx_;
+    auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
+      detail::bucket_plan const& b = plan[bi];
+      s.reset();
+      if (b.dense) {
+        engine.prepare_dense(b, s, [&](std::size_t i) { return pending_[i].raw32; }, ctx_);
+        return;
+      }
+      fingerprint fp;
+      fp.add(detail::codec_fingerprint(codec, b.elements, opt_.buckets.op, ctx_, "bucket"));
+      for (std::size_t i : b.items) {
+        entry const& e = pending_[i];
+        s.units.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
+        s.packets.push_back(&(*e.packets)[k]);
+      }
+      engine.assemble(s, fp, b.elements);
+    };
+    auto done = [&](std::size_t bi, detail::bucket_slot& s) {
+      if (plan[bi].dense) detail::scatter_fused(plan[bi], s, pending_out());
+    };
+    engine.run(comm, std::span<detail::bucket_plan const>(plan), slots_, prepare, done, br);
+    br.buckets += plan.size();
+    decode += engine.decode_s;
+  }
+
+  // Dense send of every tensor: g + residual (rule zero) or g (rule keep) for the compressed
+  // ones, g for the small ones.
+  template <communicator Comm>
+  void send_dense(Comm& comm, std::vector<bucket_item> const& items, residual_rule rule, bucket_result& br,
+                  double& decode) {
+    bucket_options dense_opt = opt_.buckets;
+    dense_opt.min_compress_elements = std::numeric_limits<std::size_t>::max();
+    dense_opt.small_format = dense_format::f32;
+    std::vector<detail::bucket_plan> const plan = detail::plan_buckets(std::span<bucket_item const>(items), dense_opt);
+    detail::bucket_engine<any_codec> engine(base_, base_.aggregation(), dense_opt,
+                                            detail::reduction_scale(dense_opt.op, size_));
+    engine.ctx_ = ctx_;
+    auto input = [&](std::size_t i) -> std::span<float const> {
+      entry const& e = pending_[i];
+      if (e.staged && rule != residual_rule::keep) {
+        return std::visit([&](auto& c) { return c.staged_input(e.id); }, comp_);
+      }
+      return e.raw32;
+    };
+    auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
+      s.reset();
+      engine.prepare_dense(plan[bi], s, input, ctx_);
+    };
+    auto done = [&](std::size_t bi, detail::bucket_slot& s) { detail::scatter_fused(plan[bi], s, pending_out()); };
+    engine.run(comm, std::span<detail::bucket_plan const>(plan), slots_, prepare, done, br);
+    br.buckets += plan.size();
+    decode += engine.decode_s;
+  }
+
+  // PowerSGD: one session per tensor (its own error feedback and warm start); small tensors
+  // dense in one bucketed call.
+  template <communicator Comm>
+  void send_low_rank(Comm& comm, bucket_result& br, double& decode) {
+    collective_options const copt{opt_.buckets.op};
+    std::vector<bucket_item> dense;
+    for (auto const& e : pending_) {
+      if (!e.large) {
+        dense.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
+        continue;
+      }
+      auto it = sessions_.find(e.id);
+      if (it == sessions_.end()) {
+        auto const [rows, cols] = shape_of(e.id, e.n);
+        it = sessions_.emplace(e.id, powersgd_session(rows, cols, *low_rank_, e.id)).first;
+      }
+      collective_result const r = all_reduce_low_rank(comm, it->second, tensor_view<float const>(e.raw32, e.id), e.out32, ctx_, copt);
+      br.packet_bytes += r.packet_bytes;
+      br.wire_bytes += r.wire_bytes;
+      ++br.buckets;
+    }
+    if (!dense.empty()) send_plain_dense(comm, dense, br, decode);
+  }
+
+  // Two-way: each compressed tensor through `all_reduce_two_way`; small tensors dense.
+  template <communicator Comm>
+  void send_two_way(Comm& comm, std::vector<detail::bucket_plan> const& /*plan*/, bucket_result& br, double& decode) {
+    collective_options const copt{opt_.buckets.op};
+    std::vector<bucket_item> dense;
+    for (auto const& e : pending_) {
+      if (!e.large) {
+        dense.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
+        continue;
+      }
+      collective_result const r = std::visit(
+          [&](auto& tw) { return all_reduce_two_way(comm, tw, tensor_view<float const>(e.raw32, e.id), e.out32, ctx_, copt); },
+          *two_way_);
+      br.packet_bytes += r.packet_bytes;
+      br.wire_bytes += r.wire_bytes;
+      ++br.buckets;
+    }
+    if (!dense.empty()) send_plain_dense(comm, dense, br, decode);
+  }
+
+  template <communicator Comm>
+  void send_plain_dense(Comm& comm, std::vector<bucket_item> const& dense, bucket_result& br, double& decode) {
+    bucket_options o = opt_.buckets;
+    o.min_compress_elements = std::numeric_limits<std::size_t>::max();
+    std::vector<detail::bucket_plan> const plan = detail::plan_buckets(std::span<bucket_item const>(dense), o);
+    detail::bucket_engine<any_codec> engine(base_, base_.aggregation(), o, detail::reduction_scale(o.op, size_));
+    engine.ctx_ = ctx_;
+    auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
+      s.reset();
+      engine.prepare_dense(plan[bi], s, [&](std::size_t i) { return dense[i].grad.span(); }, ctx_);
+    };
+    auto done = [&](std::size_t bi, detail::bucket_slot& s) { detail::scatter_fused(plan[bi], s, dense); };
+    engine.run(comm, std::span<detail::bucket_plan const>(plan), slots_, prepare, done, br);
+    br.buckets += plan.size();
+    decode += engine.decode_s;
+  }
+
+  [[nodiscard]] std::pair<std::size_t, std::size_t> shape_of(tensor_id id, std::size_t n) const {
+    if (auto it = shapes_.find(id); it != shapes_.end()) return it->second;
+    std::size_t c = 1;
+    for (std::size_t d = 1; d * d <= n; ++d) {
+      if (n % d == 0) c = d;
+    }
+    return {n / c, c};
+  }
+
+  // The pending entries as items with an `out` member (for scatter_fused).
+  struct out_view {
+    std::vector<entry> const* v;
+    struct item {
+      std::span<float> out;
+    };
+    item operator[](std::size_t i) const { return {(*v)[i].out32}; }
+  };
+  [[nodiscard]] out_view pending_out() const noexcept { return {&pending_}; }
+
+  pipeline_options opt_;
+  any_codec base_ = make_codec("identity");
+  detail::pipeline_compressor comp_ = compressor<any_codec, no_feedback>(make_codec("identity"));
+  std::optional<any_controller> ctrl_;
+  std::optional<powersgd_options> low_rank_;
+  std::map<tensor_id, std::pair<std::size_t, std::size_t>> shapes_;
+  std::optional<two_way_variant> two_way_;
+  std::map<tensor_id, powersgd_session> sessions_;
+  std::map<double, any_codec> codec_cache_;
+  std::map<tensor_id, buffers> buffers_;
+  std::map<tensor_id, std::vector<float>> accumulators_;
+  detail::bucket_slot slots_[2];
+
+  // The step in progress.
+  bool open_ = false;
+  pipeline_step_info info_;
+  clock::time_point t_begin_;
+  int rank_ = 0, size_ = 1;
+  std::vector<entry> pending_;
+  std::exception_ptr local_;
+  step_plan plan_;
+  std::size_t levels_ = 0;
+  std::vector<any_codec> level_codecs_;
+  double ef_norm_ = 0.0;
+  std::vector<double> comp_norms_, layer_norms_;
+  double compress_s_ = 0.0;
+  codec_context ctx_;
+  std::vector<float> scratch_;
+
+  // Across steps.
+  std::uint64_t step_ = 0;
+  step_timing last_timing_;
+  pipeline_stats last_;
+  std::function<void(pipeline_stats const&)> hook_;
+};
+
+GRADCOMP_NAMESPACE_END
