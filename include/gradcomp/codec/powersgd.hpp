@@ -36,6 +36,7 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/serialize.hpp>
 #include <gradcomp/core/philox.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/core/wire.hpp>
@@ -440,6 +441,43 @@ class powersgd_state {
       put(q_);
     }
     return packet_bytes();
+  }
+
+  /// Writes the exact state between steps — Q, the accumulated M, the last P and whether P Qᵀ
+  /// is still to be subtracted from M — so that `load_exact` resumes bit for bit (`residual`
+  /// and `restore` carry the same residual, rounded differently). `config_error` in the middle
+  /// of a step.
+  void save_exact(detail::byte_writer& w) const {
+    if (phase_ != powersgd_phase::idle) throw config_error("gradcomp: powersgd state: save in the middle of a step");
+    w.put_u64(rows_);
+    w.put_u64(cols_);
+    w.put_u64(rank_);
+    w.put_floats(q_);
+    w.put_floats(m_);
+    w.put_floats(p_);
+    w.put_bool(pending_);
+    w.put_bool(has_result_);
+  }
+  /// Restores what `save_exact` wrote, for the same shape and rank; `format_error` (and no
+  /// change) otherwise.
+  void load_exact(detail::byte_reader& r) {
+    if (r.get_u64() != rows_ || r.get_u64() != cols_ || r.get_u64() != rank_) {
+      r.fail("PowerSGD state saved for another shape or rank");
+    }
+    std::vector<float> q = r.get_floats(), m = r.get_floats(), p = r.get_floats();
+    bool const pending = r.get_bool(), has_result = r.get_bool();
+    bool const low = mode_ == powersgd_mode::low_rank;
+    if ((!q.empty() && (!low || q.size() != std::size_t{rank_} * cols_)) || (!m.empty() && m.size() != size()) ||
+        (!p.empty() && (!low || p.size() != std::size_t{rank_} * rows_)) || (pending && (p.empty() || q.empty()))) {
+      r.fail("PowerSGD state has factors or a residual of the wrong size");
+    }
+    q_ = std::move(q);
+    m_ = std::move(m);
+    p_ = std::move(p);
+    q_prev_.clear();
+    pending_ = pending;
+    has_result_ = has_result;
+    phase_ = powersgd_phase::idle;
   }
 
   /// Replaces the state by a saved one: the warm-start Q (r × cols; empty = not started) and

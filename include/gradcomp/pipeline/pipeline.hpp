@@ -112,6 +112,11 @@ struct pipeline_options {
   /// Compute the compression gain every step, also when the controller does not use it
   /// (one more pass over g + residual, and the decoded packet, per tensor).
   bool measure_gain = false;
+  /// Report the pipeline's measured compress and communication times to the controller
+  /// (GraVAC's throughput). Wall-clock times make the decisions of two runs differ; off, the
+  /// controller sees only the caller's `backprop_s` (and zeros), so runs — resumed or not —
+  /// are reproducible bit for bit.
+  bool measured_timing = true;
   /// Execution context of the codecs (thread pool, parallel threshold, SIMD level). Its seed
   /// and step are set by the pipeline.
   codec_context context{};
@@ -347,8 +352,7 @@ class gradient_pipeline {
       w.put_u64(static_cast<std::uint64_t>(id));
       w.put_u64(s.state().rows());
       w.put_u64(s.state().cols());
-      w.put_floats(s.state().q());
-      w.put_floats(s.state().residual(opt_.context));
+      s.state().save_exact(w);
     }
     w.put_bytes(two_way_ ? std::visit([](auto const& t) { return t.save(); }, *two_way_) : std::vector<std::byte>{});
     return w.finish();
@@ -398,14 +402,8 @@ class gradient_pipeline {
       auto const id = static_cast<tensor_id>(r.get_u32_of_u64("session id"));
       std::uint64_t const rows = r.get_u64(), cols = r.get_u64();
       if (rows == 0 || cols == 0 || rows > (std::uint64_t{1} << 40) / cols) r.fail("a PowerSGD session has an invalid shape");
-      std::vector<float> const q = r.get_floats();
-      std::vector<float> const residual = r.get_floats();
       powersgd_session s(static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), *low_rank_, id);
-      try {
-        s.state().restore(q, residual);
-      } catch (config_error const& e) {
-        r.fail(e.what());
-      }
+      s.state().load_exact(r);
       if (!sessions.emplace(id, std::move(s)).second) r.fail("a PowerSGD session id appears twice");
     }
     std::optional<two_way_variant> tw = two_way_;
@@ -710,7 +708,8 @@ class gradient_pipeline {
     st.communicate_s = communicate;
     st.decode_s = decode;
     st.total_s = seconds(t_begin_, clock::now());
-    last_timing_ = {info_.backprop_s, st.compress_s, st.communicate_s};
+    last_timing_ = opt_.measured_timing ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
+                                        : step_timing{info_.backprop_s, 0.0, 0.0};
     ++step_;
     last_ = st;
     if (hook_) hook_(st);
@@ -754,6 +753,7 @@ class gradient_pipeline {
     aggregation_kind const kind = codec.aggregation();
     detail::bucket_engine<any_codec> engine(codec, kind, opt_.buckets, detail::reduction_scale(opt_.buckets.op, size_));
     engine.ctx_ = ctx_;
+    engine.packets_reused = true;  // committed after the exchange
     auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
       detail::bucket_plan const& b = plan[bi];
       s.reset();
