@@ -2,15 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DPREFIX=... [-DCONFIG=...] -DINCLUDEDIR=...
-#       -DCMAKEDIR=... -DDOCDIR=... -P install.cmake
+#       -DCMAKEDIR=... -DDOCDIR=... -DPKGCONFIGDIR=... -P install.cmake
 #
 # Installs the build tree into an empty PREFIX and checks the result: every public header of the
 # source tree (.hpp and .cuh) is there, nothing else is under include/gradcomp, and the CMake
-# package and the licence are where docs/building.md says.
+# package, gradcomp.pc and the licence are where docs/building.md says.
 
 cmake_policy(VERSION 3.23)
 
-foreach(var IN ITEMS BUILD_DIR SOURCE_DIR PREFIX INCLUDEDIR CMAKEDIR DOCDIR)
+foreach(var IN ITEMS BUILD_DIR SOURCE_DIR PREFIX INCLUDEDIR CMAKEDIR DOCDIR PKGCONFIGDIR)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "install.cmake: -D${var}=... is required")
   endif()
@@ -51,6 +51,7 @@ foreach(file IN ITEMS
     "${CMAKEDIR}/gradcompConfigVersion.cmake"
     "${CMAKEDIR}/gradcompTargets.cmake"
     "${CMAKEDIR}/gradcompCudaStandard.cmake"
+    "${PKGCONFIGDIR}/gradcomp.pc"
     "${DOCDIR}/LICENSE")
   if(NOT EXISTS "${PREFIX}/${file}")
     list(APPEND problems "missing ${file}")

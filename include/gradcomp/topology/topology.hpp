@@ -205,7 +205,7 @@ class topology {
       case topology_kind::static_ring: return 1;
       case topology_kind::ring: return n_ > 2 ? 2 : 1;
       case topology_kind::one_peer_exponential:
-        return n_ > 1 ? std::countr_zero(static_cast<unsigned>(n_)) : 1;
+        return n_ > 1 ? static_cast<std::uint64_t>(std::countr_zero(static_cast<unsigned>(n_))) : 1;
       case topology_kind::alternating_exp_ring:
         return 2 * static_cast<std::uint64_t>(std::countr_zero(static_cast<unsigned>(n_ / p_)));
     }

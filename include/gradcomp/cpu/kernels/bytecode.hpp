@@ -314,8 +314,8 @@ GRADCOMP_TARGET_AVX512 inline void natural_encode(float const* x, std::size_t be
       __m512i const two = _mm512_add_epi32(em, _mm512_set1_epi32(2));
       __m512i const ep = _mm512_mask_add_epi32(e, up, e, _mm512_set1_epi32(1));
       __m512i const kn = _mm512_sub_epi32(two, ep);
-      __m512i const ks = _mm512_maskz_sub_epi32(up, two, lo);
-      __m512i kk = _mm512_mask_blend_epi32(normal, ks, kn);
+      __m512i const ksub = _mm512_maskz_sub_epi32(up, two, lo);
+      __m512i kk = _mm512_mask_blend_epi32(normal, ksub, kn);
       kk = _mm512_maskz_mov_epi32(live, kk);
       __mmask16 const neg = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(static_cast<int>(0x80000000u))) &
                             _mm512_test_epi32_mask(kk, kk);
@@ -350,7 +350,8 @@ GRADCOMP_TARGET_AVX512 inline bool natural_decode(std::uint8_t const* codes, std
     __m512i const neg = _mm512_srli_epi32(c, 7);
     __mmask16 const zero = _mm512_testn_epi32_mask(k, k);
     __m512i const kmax = _mm512_min_epi32(_mm512_add_epi32(em, _mm512_set1_epi32(1)), _mm512_set1_epi32(127));
-    bad |= (zero & _mm512_test_epi32_mask(neg, neg)) | _mm512_cmp_epi32_mask(k, kmax, _MM_CMPINT_NLE);
+    bad = static_cast<__mmask16>(bad | (zero & _mm512_test_epi32_mask(neg, neg)) |
+                                 _mm512_cmp_epi32_mask(k, kmax, _MM_CMPINT_NLE));
     __m512i const e = _mm512_sub_epi32(_mm512_add_epi32(em, _mm512_set1_epi32(2)), k);
     __m512i const bits = _mm512_or_si512(_mm512_slli_epi32(neg, 31), _mm512_slli_epi32(e, 23));
     __m512 v = _mm512_castsi512_ps(_mm512_maskz_mov_epi32(static_cast<__mmask16>(~zero), bits));

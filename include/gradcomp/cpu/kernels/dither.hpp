@@ -452,7 +452,9 @@ GRADCOMP_TARGET_AVX512 inline __m512 dither_values16(__m512i c, __m512 step, dit
   __m512i const q = _mm512_and_si512(c, _mm512_set1_epi32(static_cast<int>((1u << (sh.width - 1)) - 1u)));
   __mmask16 const neg = _mm512_test_epi32_mask(c, _mm512_set1_epi32(static_cast<int>(1u << (sh.width - 1))));
   __mmask16 const zero = _mm512_testn_epi32_mask(q, q);
-  bad |= _mm512_cmp_epu32_mask(q, _mm512_set1_epi32(static_cast<int>(sh.s)), _MM_CMPINT_NLE) | (neg & zero);
+  bad = static_cast<__mmask16>(
+      bad | _mm512_cmp_epu32_mask(q, _mm512_set1_epi32(static_cast<int>(sh.s)), _MM_CMPINT_NLE) |
+      (neg & zero));
   __m512 level_v;
   if (!sh.natural) {
     level_v = _mm512_cvtepi32_ps(q);

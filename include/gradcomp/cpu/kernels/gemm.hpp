@@ -142,7 +142,7 @@ GRADCOMP_SIMD_DIAGNOSTICS_PUSH
 namespace avx512 {
 
 /// Axpy form: MR rows by up to 64 columns (w) of C in 4 × MR registers.
-template <int MR>
+template <std::size_t MR>
 GRADCOMP_TARGET_AVX512 inline void gemm_axpy_tile(std::size_t kc, float alpha, float const* a,
                                                   std::size_t a_row, std::size_t a_k,
                                                   float const* b, std::size_t ldb, float* c,
@@ -155,8 +155,8 @@ GRADCOMP_TARGET_AVX512 inline void gemm_axpy_tile(std::size_t kc, float alpha, f
   }
   __m512 acc[MR][4];
   __m512 const vb = _mm512_set1_ps(beta);
-  for (int i = 0; i < MR; ++i) {
-    for (int u = 0; u < 4; ++u) {
+  for (std::size_t i = 0; i < MR; ++i) {
+    for (std::size_t u = 0; u < 4; ++u) {
       if (first && beta == 0.0f) {
         acc[i][u] = _mm512_setzero_ps();
       } else {
@@ -168,7 +168,7 @@ GRADCOMP_TARGET_AVX512 inline void gemm_axpy_tile(std::size_t kc, float alpha, f
   for (std::size_t p = 0; p < kc; ++p) {
     float const* bp = b + p * ldb;
     if (w == 64) {  // the tile after next: one line per row, ahead of the hardware prefetcher
-      for (int l = 0; l < 4; ++l) {
+      for (std::size_t l = 0; l < 4; ++l) {
         _mm_prefetch(reinterpret_cast<char const*>(bp + gemm_prefetch + 16 * l), _MM_HINT_T0);
       }
     }
@@ -176,7 +176,7 @@ GRADCOMP_TARGET_AVX512 inline void gemm_axpy_tile(std::size_t kc, float alpha, f
     __m512 const b1 = _mm512_maskz_loadu_ps(m[1], bp + 16);
     __m512 const b2 = _mm512_maskz_loadu_ps(m[2], bp + 32);
     __m512 const b3 = _mm512_maskz_loadu_ps(m[3], bp + 48);
-    for (int i = 0; i < MR; ++i) {
+    for (std::size_t i = 0; i < MR; ++i) {
       __m512 const av = _mm512_set1_ps(alpha * a[i * a_row + p * a_k]);
       acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
@@ -184,41 +184,43 @@ GRADCOMP_TARGET_AVX512 inline void gemm_axpy_tile(std::size_t kc, float alpha, f
       acc[i][3] = _mm512_fmadd_ps(av, b3, acc[i][3]);
     }
   }
-  for (int i = 0; i < MR; ++i) {
-    for (int u = 0; u < 4; ++u) _mm512_mask_storeu_ps(c + i * ldc + 16 * u, m[u], acc[i][u]);
+  for (std::size_t i = 0; i < MR; ++i) {
+    for (std::size_t u = 0; u < 4; ++u)
+      _mm512_mask_storeu_ps(c + i * ldc + 16 * u, m[u], acc[i][u]);
   }
 }
 
 /// Dot form: an MR × NR block of C, each element 16 lane sums over the whole k.
-template <int MR, int NR>
+template <std::size_t MR, std::size_t NR>
 GRADCOMP_TARGET_AVX512 inline void gemm_dot_tile(std::size_t k, float alpha, float const* a,
                                                  std::size_t lda, float const* b, std::size_t ldb,
                                                  float beta, float* c, std::size_t ldc) noexcept {
   __m512 acc[MR][NR];
-  for (int i = 0; i < MR; ++i) {
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (std::size_t i = 0; i < MR; ++i) {
+    for (std::size_t j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   }
   std::size_t p = 0;
   for (; p + 16 <= k; p += 16) {
     __m512 av[MR], bv[NR];
-    for (int i = 0; i < MR; ++i) av[i] = _mm512_loadu_ps(a + i * lda + p);
-    for (int j = 0; j < NR; ++j) bv[j] = _mm512_loadu_ps(b + j * ldb + p);
-    for (int i = 0; i < MR; ++i) {
-      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(av[i], bv[j], acc[i][j]);
+    for (std::size_t i = 0; i < MR; ++i) av[i] = _mm512_loadu_ps(a + i * lda + p);
+    for (std::size_t j = 0; j < NR; ++j) bv[j] = _mm512_loadu_ps(b + j * ldb + p);
+    for (std::size_t i = 0; i < MR; ++i) {
+      for (std::size_t j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(av[i], bv[j], acc[i][j]);
     }
   }
   if (p < k) {
     __mmask16 const m = __mmask16((1u << (k - p)) - 1u);
     __m512 av[MR], bv[NR];
-    for (int i = 0; i < MR; ++i) av[i] = _mm512_maskz_loadu_ps(m, a + i * lda + p);
-    for (int j = 0; j < NR; ++j) bv[j] = _mm512_maskz_loadu_ps(m, b + j * ldb + p);
-    for (int i = 0; i < MR; ++i) {
-      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_mask3_fmadd_ps(av[i], bv[j], acc[i][j], m);
+    for (std::size_t i = 0; i < MR; ++i) av[i] = _mm512_maskz_loadu_ps(m, a + i * lda + p);
+    for (std::size_t j = 0; j < NR; ++j) bv[j] = _mm512_maskz_loadu_ps(m, b + j * ldb + p);
+    for (std::size_t i = 0; i < MR; ++i) {
+      for (std::size_t j = 0; j < NR; ++j)
+        acc[i][j] = _mm512_mask3_fmadd_ps(av[i], bv[j], acc[i][j], m);
     }
   }
   alignas(64) float lanes[16];
-  for (int i = 0; i < MR; ++i) {
-    for (int j = 0; j < NR; ++j) {
+  for (std::size_t i = 0; i < MR; ++i) {
+    for (std::size_t j = 0; j < NR; ++j) {
       _mm512_store_ps(lanes, acc[i][j]);
       gemm_store_dot(c + i * ldc + j, gemm_reduce16(lanes), alpha, beta);
     }
@@ -241,7 +243,7 @@ GRADCOMP_TARGET_AVX2 inline __m256 gemm_load8(float const* p, __m256i m, bool fu
 }
 
 /// Axpy form: MR rows by up to 32 columns (w) of C in 4 × MR registers.
-template <int MR>
+template <std::size_t MR>
 GRADCOMP_TARGET_AVX2 inline void gemm_axpy_tile(std::size_t kc, float alpha, float const* a,
                                                 std::size_t a_row, std::size_t a_k, float const* b,
                                                 std::size_t ldb, float* c, std::size_t ldc,
@@ -251,8 +253,8 @@ GRADCOMP_TARGET_AVX2 inline void gemm_axpy_tile(std::size_t kc, float alpha, flo
   for (std::size_t u = 0; u < 4; ++u) m[u] = gemm_mask8(w > 8 * u ? w - 8 * u : 0);
   __m256 acc[MR][4];
   __m256 const vb = _mm256_set1_ps(beta);
-  for (int i = 0; i < MR; ++i) {
-    for (int u = 0; u < 4; ++u) {
+  for (std::size_t i = 0; i < MR; ++i) {
+    for (std::size_t u = 0; u < 4; ++u) {
       if (first && beta == 0.0f) {
         acc[i][u] = _mm256_setzero_ps();
       } else {
@@ -264,7 +266,7 @@ GRADCOMP_TARGET_AVX2 inline void gemm_axpy_tile(std::size_t kc, float alpha, flo
   for (std::size_t p = 0; p < kc; ++p) {
     float const* bp = b + p * ldb;
     if (full) {
-      for (int l = 0; l < 2; ++l) {
+      for (std::size_t l = 0; l < 2; ++l) {
         _mm_prefetch(reinterpret_cast<char const*>(bp + gemm_prefetch + 16 * l), _MM_HINT_T0);
       }
     }
@@ -272,7 +274,7 @@ GRADCOMP_TARGET_AVX2 inline void gemm_axpy_tile(std::size_t kc, float alpha, flo
     __m256 const b1 = gemm_load8(bp + 8, m[1], full);
     __m256 const b2 = gemm_load8(bp + 16, m[2], full);
     __m256 const b3 = gemm_load8(bp + 24, m[3], full);
-    for (int i = 0; i < MR; ++i) {
+    for (std::size_t i = 0; i < MR; ++i) {
       __m256 const av = _mm256_set1_ps(alpha * a[i * a_row + p * a_k]);
       acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
@@ -280,8 +282,8 @@ GRADCOMP_TARGET_AVX2 inline void gemm_axpy_tile(std::size_t kc, float alpha, flo
       acc[i][3] = _mm256_fmadd_ps(av, b3, acc[i][3]);
     }
   }
-  for (int i = 0; i < MR; ++i) {
-    for (int u = 0; u < 4; ++u) {
+  for (std::size_t i = 0; i < MR; ++i) {
+    for (std::size_t u = 0; u < 4; ++u) {
       if (full) {
         _mm256_storeu_ps(c + i * ldc + 8 * u, acc[i][u]);
       } else {
@@ -293,20 +295,20 @@ GRADCOMP_TARGET_AVX2 inline void gemm_axpy_tile(std::size_t kc, float alpha, flo
 
 /// Dot form: an MR × NR block of C; the 16 lane sums of an element are two registers
 /// (lanes 0-7 and 8-15).
-template <int MR, int NR>
+template <std::size_t MR, std::size_t NR>
 GRADCOMP_TARGET_AVX2 inline void gemm_dot_tile(std::size_t k, float alpha, float const* a,
                                                std::size_t lda, float const* b, std::size_t ldb,
                                                float beta, float* c, std::size_t ldc) noexcept {
   __m256 lo[MR][NR], hi[MR][NR];
-  for (int i = 0; i < MR; ++i) {
-    for (int j = 0; j < NR; ++j) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < MR; ++i) {
+    for (std::size_t j = 0; j < NR; ++j) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
   }
   std::size_t p = 0;
   for (; p + 16 <= k; p += 16) {
-    for (int i = 0; i < MR; ++i) {
+    for (std::size_t i = 0; i < MR; ++i) {
       __m256 const al = _mm256_loadu_ps(a + i * lda + p);
       __m256 const ah = _mm256_loadu_ps(a + i * lda + p + 8);
-      for (int j = 0; j < NR; ++j) {
+      for (std::size_t j = 0; j < NR; ++j) {
         lo[i][j] = _mm256_fmadd_ps(al, _mm256_loadu_ps(b + j * ldb + p), lo[i][j]);
         hi[i][j] = _mm256_fmadd_ps(ah, _mm256_loadu_ps(b + j * ldb + p + 8), hi[i][j]);
       }
@@ -315,10 +317,10 @@ GRADCOMP_TARGET_AVX2 inline void gemm_dot_tile(std::size_t k, float alpha, float
   if (p < k) {
     __m256i const ml = gemm_mask8(k - p);
     __m256i const mh = gemm_mask8(k - p > 8 ? k - p - 8 : 0);
-    for (int i = 0; i < MR; ++i) {
+    for (std::size_t i = 0; i < MR; ++i) {
       __m256 const al = _mm256_maskload_ps(a + i * lda + p, ml);
       __m256 const ah = _mm256_maskload_ps(a + i * lda + p + 8, mh);
-      for (int j = 0; j < NR; ++j) {
+      for (std::size_t j = 0; j < NR; ++j) {
         __m256 const fl = _mm256_fmadd_ps(al, _mm256_maskload_ps(b + j * ldb + p, ml), lo[i][j]);
         __m256 const fh =
             _mm256_fmadd_ps(ah, _mm256_maskload_ps(b + j * ldb + p + 8, mh), hi[i][j]);
@@ -328,8 +330,8 @@ GRADCOMP_TARGET_AVX2 inline void gemm_dot_tile(std::size_t k, float alpha, float
     }
   }
   alignas(32) float lanes[16];
-  for (int i = 0; i < MR; ++i) {
-    for (int j = 0; j < NR; ++j) {
+  for (std::size_t i = 0; i < MR; ++i) {
+    for (std::size_t j = 0; j < NR; ++j) {
       _mm256_store_ps(lanes, lo[i][j]);
       _mm256_store_ps(lanes + 8, hi[i][j]);
       gemm_store_dot(c + i * ldc + j, gemm_reduce16(lanes), alpha, beta);
@@ -416,7 +418,7 @@ inline void gemm_axpy_block(isa level, std::size_t m, std::size_t n, std::size_t
 
 #if GRADCOMP_X86_SIMD
 namespace avx512 {
-template <int MR>
+template <std::size_t MR>
 GRADCOMP_TARGET_AVX512 inline void gemm_dot_row(std::size_t nr, std::size_t k, float alpha,
                                                 float const* a, std::size_t lda, float const* b,
                                                 std::size_t ldb, float beta, float* c,
@@ -430,7 +432,7 @@ GRADCOMP_TARGET_AVX512 inline void gemm_dot_row(std::size_t nr, std::size_t k, f
 }
 }  // namespace avx512
 namespace avx2 {
-template <int MR>
+template <std::size_t MR>
 GRADCOMP_TARGET_AVX2 inline void gemm_dot_row(std::size_t nr, std::size_t k, float alpha,
                                               float const* a, std::size_t lda, float const* b,
                                               std::size_t ldb, float beta, float* c,
