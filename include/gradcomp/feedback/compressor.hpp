@@ -17,7 +17,7 @@
 /// collectives call it.
 ///
 /// Saved state format (little-endian): "GCEF", u8 version 2, u8 feedback_id, u16 0,
-/// u32 tensor count, u32 receiver count, then per tensor (ascending id): u32 id, u64 n, n x f32,
+/// u32 tensor count (tensors with a completed step; a stage alone is not state), u32 receiver count, then per tensor (ascending id): u32 id, u64 n, n x f32,
 /// where the n floats are the policy state's `values()` (the residual, n = the tensor's
 /// elements; for `dgc_feedback` momentum and accumulation, n = twice the elements); then the
 /// receiver records in the same layout. Version 1 (no receivers; the count field 0) loads too.
@@ -68,10 +68,13 @@ class compressor {
   std::size_t compress(tensor_view<T const> g, std::span<std::byte> out, codec_context const& ctx = {}) {
     if (auto it = states_.find(g.id()); it != states_.end()) {
       it->second.staged = false;
-      return feedback_.compress(codec_, it->second.state, g, out, ctx);
+      std::size_t const bytes = feedback_.compress(codec_, it->second.state, g, out, ctx);
+      it->second.committed = true;
+      return bytes;
     }
     entry fresh;  // enters the map only once a step has succeeded
     std::size_t const bytes = feedback_.compress(codec_, fresh.state, g, out, ctx);
+    fresh.committed = true;
     states_.emplace(g.id(), std::move(fresh));
     return bytes;
   }
@@ -159,7 +162,9 @@ class compressor {
     out[4] = std::byte{2};
     out[5] = static_cast<std::byte>(Feedback::id);
     detail::store_le<std::uint16_t>(out.data() + 6, 0);
-    detail::store_le<std::uint32_t>(out.data() + 8, static_cast<std::uint32_t>(states_.size()));
+    std::size_t committed = 0;
+    for (auto const& [id, e] : states_) committed += e.committed ? 1 : 0;
+    detail::store_le<std::uint32_t>(out.data() + 8, static_cast<std::uint32_t>(committed));
     detail::store_le<std::uint32_t>(out.data() + 12, static_cast<std::uint32_t>(receiver_count()));
     auto put = [&out](tensor_id id, std::span<float const> v) {
       std::size_t const at = out.size();
@@ -168,7 +173,9 @@ class compressor {
       detail::store_le<std::uint64_t>(out.data() + at + 4, v.size());
       for (std::size_t i = 0; i < v.size(); ++i) detail::store_f32(out.data() + at + 12 + 4 * i, v[i]);
     };
-    for (auto const& [id, e] : states_) put(id, e.state.values());
+    for (auto const& [id, e] : states_) {
+      if (e.committed) put(id, e.state.values());
+    }
     if constexpr (receiving_feedback<Feedback>) {
       for (auto const& [id, r] : receivers_) put(id, r.values());
     }
@@ -235,8 +242,12 @@ class compressor {
   }
 
   static void assign_record(auto& target, std::vector<float> const& v) {
-    if constexpr (requires { target.state; }) target.state.assign(v);
-    else target.assign(v);
+    if constexpr (requires { target.state; }) {
+      target.state.assign(v);
+      target.committed = true;
+    } else {
+      target.assign(v);
+    }
   }
 
   template <element T, class Compress>
@@ -260,6 +271,7 @@ class compressor {
     state_type state;
     std::span<float const> input;  // the staged input (valid while `staged`)
     bool staged = false;
+    bool committed = false;        // a step has completed (else: staged only, not saved)
   };
 
   // The state of a staged tensor, its stage ended; config_error if none is staged.
@@ -270,6 +282,7 @@ class compressor {
                          " without a staged input (call stage first, once per commit)");
     }
     it->second.staged = false;
+    it->second.committed = true;
     return it->second.state;
   }
 
