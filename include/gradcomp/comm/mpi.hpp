@@ -49,8 +49,8 @@
 
 #include <gradcomp/comm/detail/checks.hpp>
 #include <gradcomp/comm/reduce.hpp>
-#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/cpu/isa.hpp>

@@ -6,8 +6,8 @@
 /// in with `using feedback_concept = gradcomp::feedback_tag;`, names its per-tensor `state`, and
 /// provides `compress(codec, state, gradient, out, ctx)` returning the packet size.
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/tensor.hpp>
 

@@ -11,8 +11,8 @@
 /// floats are the policy state's `values()` (the residual, n = the tensor's elements; for
 /// `dgc_feedback` momentum and accumulation, n = twice the elements).
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
