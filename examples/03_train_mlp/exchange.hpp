@@ -26,9 +26,9 @@
 /// `send_packets` without changing anything else.
 
 #include <gradcomp/codec/any_codec.hpp>
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/comm/any_communicator.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/feedback/compressor.hpp>

@@ -36,11 +36,11 @@
 /// the ranks' batches; with dense exchange the two agree to rounding (the tests check it).
 
 #include <gradcomp/codec/any_codec.hpp>
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/comm/any_communicator.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/optim/adam.hpp>

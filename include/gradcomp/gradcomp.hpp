@@ -14,7 +14,6 @@
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/approx_topk.hpp>
 #include <gradcomp/codec/cast.hpp>
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/codec/dithering.hpp>
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
@@ -39,13 +38,14 @@
 #include <gradcomp/comm/async_adaptor.hpp>
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/comm/reduce.hpp>
-#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/controller.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/concepts/mixer.hpp>
 #include <gradcomp/concepts/optimizer.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>

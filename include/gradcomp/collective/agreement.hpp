@@ -20,8 +20,8 @@
 /// broadcasts rank 0's choice, so all ranks use the same one.
 
 #include <gradcomp/collective/common.hpp>
-#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/wire.hpp>

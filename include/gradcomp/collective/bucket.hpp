@@ -34,8 +34,8 @@
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/dense.hpp>
 #include <gradcomp/collective/sections.hpp>
-#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 

@@ -25,8 +25,8 @@
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/two_way.hpp>
-#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 

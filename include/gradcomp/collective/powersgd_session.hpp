@@ -17,9 +17,9 @@
 /// If a step failed half-way (a communication error), the next `begin` abandons it first
 /// (`powersgd_state::abort`: the warm-start Q is restored, the gradient stays in the residual).
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/collective/agreement.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/low_rank_session.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>

@@ -6,8 +6,8 @@
 /// behind one type. It models `communicator` itself, so everything written against the
 /// concept also takes it. The wrapped communicator is shared by copies of the wrapper.
 
-#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 
 #include <cstddef>

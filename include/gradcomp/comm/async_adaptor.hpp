@@ -39,9 +39,10 @@
 /// all-reduce r.wait();
 /// ```
 
+#include <gradcomp/comm/blocking.hpp>
 #include <gradcomp/comm/detail/checks.hpp>
-#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 
@@ -170,7 +171,7 @@ class worker {
 /// @tparam C the wrapped communicator; it is used from the worker thread only (except for
 ///   `rank()` and `size()`), so it need not be thread-safe.
 template <blocking_communicator C>
-class async_adaptor {
+class async_adaptor : public blocking_operations<async_adaptor<C>> {
  public:
   using communicator_concept = communicator_tag;
   using wrapped_type = C;
@@ -184,30 +185,6 @@ class async_adaptor {
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
 
-  void barrier() { ibarrier().wait(); }
-  void broadcast(std::span<std::byte> buf, int root) { ibroadcast(buf, root).wait(); }
-  void all_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) {
-    iall_reduce(buf, t, op).wait();
-  }
-  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
-                      reduce_op op) {
-    ireduce_scatter(in, out, t, op).wait();
-  }
-  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) {
-    iall_gather(in, out).wait();
-  }
-  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
-                    std::span<std::size_t const> counts) {
-    iall_gather_v(in, out, counts).wait();
-  }
-  void all_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> send_counts,
-                    std::span<std::byte> out, std::span<std::size_t const> recv_counts) {
-    iall_to_all_v(in, send_counts, out, recv_counts).wait();
-  }
-  void send(std::span<std::byte const> in, int peer, int tag) { isend(in, peer, tag).wait(); }
-  void recv(std::span<std::byte> out, int peer, int tag) { irecv(out, peer, tag).wait(); }
-
-  /// Non-blocking barrier.
   request ibarrier() {
     return w_->submit([](C& c) { c.barrier(); });
   }

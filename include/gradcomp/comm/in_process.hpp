@@ -28,9 +28,10 @@
 /// });
 /// ```
 
+#include <gradcomp/comm/blocking.hpp>
 #include <gradcomp/comm/reduce.hpp>
-#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 
@@ -368,29 +369,12 @@ class in_process_world;
 
 /// One rank's handle on an `in_process_world`. Cheap to copy; copies are the same rank. A rank
 /// issues its operations from one thread at a time.
-class in_process_communicator {
+class in_process_communicator : public blocking_operations<in_process_communicator> {
  public:
   using communicator_concept = communicator_tag;
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return w_->size; }
-
-  void barrier() { ibarrier().wait(); }
-  void broadcast(std::span<std::byte> buf, int root) { ibroadcast(buf, root).wait(); }
-  void all_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) { iall_reduce(buf, t, op).wait(); }
-  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t, reduce_op op) {
-    ireduce_scatter(in, out, t, op).wait();
-  }
-  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) { iall_gather(in, out).wait(); }
-  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out, std::span<std::size_t const> counts) {
-    iall_gather_v(in, out, counts).wait();
-  }
-  void all_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> send_counts,
-                    std::span<std::byte> out, std::span<std::size_t const> recv_counts) {
-    iall_to_all_v(in, send_counts, out, recv_counts).wait();
-  }
-  void send(std::span<std::byte const> in, int peer, int tag) { isend(in, peer, tag).wait(); }
-  void recv(std::span<std::byte> out, int peer, int tag) { irecv(out, peer, tag).wait(); }
 
   /// Non-blocking barrier.
   request ibarrier() {

@@ -15,9 +15,9 @@
 /// Types: `comm_type`s map to `MPI_UINT8_T`, `MPI_INT32_T`, `MPI_UINT32_T`, `MPI_INT64_T`,
 /// `MPI_UINT64_T`, `MPI_FLOAT`, `MPI_DOUBLE` with `MPI_SUM` / `MPI_MAX` / `MPI_MIN` (NaN
 /// handling of max/min is then MPI's). MPI has no 16-bit floats: `f16` and `bf16` are 2-byte
-/// contiguous `MPI_BYTE` datatypes with user-defined operations that give `reduce_into`'s results
-/// (float32 arithmetic, rounded to nearest even after each combination, as in-process; the sum
-/// uses the SIMD conversion kernels of cpu/kernels/convert.hpp). They are created
+/// contiguous `MPI_BYTE` datatypes with user-defined operations that call `reduce_into`
+/// (comm/reduce.hpp), the reduction the in-process communicator uses: float32 arithmetic,
+/// rounded to nearest even after each combination, the sum on SIMD kernels. They are created
 /// on first use and freed when MPI is finalized (an attribute on `MPI_COMM_SELF`).
 ///
 /// Large counts: MPI counts are `int`. `all_reduce`, `broadcast`, `send` and `recv` split
@@ -47,14 +47,13 @@
 /// `MPI_THREAD_SERIALIZED` the program must keep calls to the communicator and to requests'
 /// `wait()` / `test()` (which call `MPI_Testall`) from overlapping in time.
 
+#include <gradcomp/comm/blocking.hpp>
 #include <gradcomp/comm/detail/checks.hpp>
 #include <gradcomp/comm/reduce.hpp>
-#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
-#include <gradcomp/cpu/isa.hpp>
-#include <gradcomp/cpu/kernels/convert.hpp>
 
 #include <mpi.h>
 
@@ -107,32 +106,16 @@ inline void check(int rc, char const* what) {
     throw comm_error(std::string("gradcomp: ") + what + " failed: " + error_text(rc));
 }
 
+// The user-defined operation for the 16-bit floats: `reduce_into`, the host reduction that the
+// in-process communicator uses too (its sum runs on the SIMD conversion kernels).
 template <comm_type T, reduce_op O>
 void user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
-  auto* acc = static_cast<std::byte*>(inout);
-  auto const* x = static_cast<std::byte const*>(in);
-  auto const n = static_cast<std::size_t>(*len);
-  if constexpr (O == reduce_op::sum) {
-    // The sum is the hot path (gradients): widen both operands with the SIMD conversion
-    // kernels, add in float32, round back. Bit-identical to reduce_into, which does the same
-    // one element at a time.
-    constexpr auto format =
-        T == comm_type::f16 ? cpu::kernels::half_format::f16 : cpu::kernels::half_format::bf16;
-    cpu::isa const level = cpu::machine_isa();
-    float block[1024];
-    for (std::size_t at = 0; at < n; at += 1024) {
-      std::size_t const m = std::min<std::size_t>(1024, n - at);
-      cpu::kernels::widen<format>(acc + 2 * at, block, m, 1.0f, false, level);
-      cpu::kernels::widen<format>(x + 2 * at, block, m, 1.0f, true, level);
-      cpu::kernels::narrow<format>(block, acc + 2 * at, m, level);
-    }
-  } else {
-    // Called by MPI (C code): must not throw, and cannot for these arguments.
-    try {
-      reduce_into(T, O, acc, x, n * comm_type_size(T));
-    } catch (...) {
-      std::terminate();
-    }
+  // Called by MPI (C code): must not throw, and cannot for these arguments.
+  try {
+    reduce_into(T, O, static_cast<std::byte*>(inout), static_cast<std::byte const*>(in),
+                static_cast<std::size_t>(*len) * comm_type_size(T));
+  } catch (...) {
+    std::terminate();
   }
 }
 
@@ -449,7 +432,7 @@ class mpi_environment {
 
 /// A `communicator` over an MPI communicator (see the file comment). Copies share the same
 /// underlying communicator; the duplicate it made is freed with the last copy.
-class mpi_communicator {
+class mpi_communicator : public blocking_operations<mpi_communicator> {
  public:
   using communicator_concept = communicator_tag;
 
@@ -487,30 +470,6 @@ class mpi_communicator {
   /// True once a `comm_error` has made the communicator unusable.
   [[nodiscard]] bool broken() const noexcept { return s_->broken.load(); }
 
-  void barrier() { ibarrier().wait(); }
-  void broadcast(std::span<std::byte> buf, int root) { ibroadcast(buf, root).wait(); }
-  void all_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) {
-    iall_reduce(buf, t, op).wait();
-  }
-  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
-                      reduce_op op) {
-    ireduce_scatter(in, out, t, op).wait();
-  }
-  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) {
-    iall_gather(in, out).wait();
-  }
-  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
-                    std::span<std::size_t const> counts) {
-    iall_gather_v(in, out, counts).wait();
-  }
-  void all_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> send_counts,
-                    std::span<std::byte> out, std::span<std::size_t const> recv_counts) {
-    iall_to_all_v(in, send_counts, out, recv_counts).wait();
-  }
-  void send(std::span<std::byte const> in, int peer, int tag) { isend(in, peer, tag).wait(); }
-  void recv(std::span<std::byte> out, int peer, int tag) { irecv(out, peer, tag).wait(); }
-
-  /// Non-blocking barrier (`MPI_Ibarrier`).
   request ibarrier() {
     auto op = start("barrier");
     op->requests.emplace_back();

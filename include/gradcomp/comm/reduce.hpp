@@ -2,16 +2,19 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// Element-wise reduction of byte buffers by `comm_type` and `reduce_op`, shared by the
-/// communicators that reduce on the host (in-process, and MPI's user-defined operations for
-/// the 16-bit float types MPI lacks). 16-bit floats are widened to float32, combined and rounded
-/// back to nearest even; NaN propagates through `sum`, and `max`/`min` prefer the non-NaN operand
-/// as `std::fmax`/`std::fmin` do.
+/// Element-wise reduction of byte buffers by `comm_type` and `reduce_op`: the one host
+/// reduction of the library, shared by the communicators that reduce on the host (in-process,
+/// and MPI's user-defined operations for the 16-bit float types MPI lacks). 16-bit floats are
+/// widened to float32, combined and rounded back to nearest even; NaN propagates through `sum`,
+/// and `max`/`min` prefer the non-NaN operand as `std::fmax`/`std::fmin` do. Their sum, the hot
+/// path (gradients), runs on the SIMD conversion kernels of cpu/kernels/convert.hpp.
 
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/kernels/convert.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -35,12 +38,29 @@ void reduce_typed(std::byte* acc, std::byte const* in, std::size_t count, Op op)
   }
 }
 
+// acc[i] += in[i] for 16-bit floats: both widened to float32 a block at a time by the SIMD
+// kernels, added, rounded back. Bit-identical to from_float(to_float(a) + to_float(b)) per
+// element, at every ISA level.
+template <cpu::kernels::half_format F>
+void sum_16bit(std::byte* acc, std::byte const* in, std::size_t count) noexcept {
+  constexpr std::size_t block = 1024;  // floats on the stack: 4 KiB, stays in L1
+  cpu::isa const level = cpu::machine_isa();
+  float sum[block];
+  for (std::size_t at = 0; at < count; at += block) {
+    std::size_t const m = std::min(block, count - at);
+    cpu::kernels::widen<F>(acc + 2 * at, sum, m, 1.0f, false, level);
+    cpu::kernels::widen<F>(in + 2 * at, sum, m, 1.0f, true, level);
+    cpu::kernels::narrow<F>(sum, acc + 2 * at, m, level);
+  }
+}
+
 template <class T>
 void reduce_with(reduce_op op, std::byte* acc, std::byte const* in, std::size_t count) noexcept {
   if constexpr (std::same_as<T, half> || std::same_as<T, bfloat16>) {
     switch (op) {
       case reduce_op::sum:
-        reduce_typed<T>(acc, in, count, [](T a, T b) { return from_float<T>(to_float(a) + to_float(b)); });
+        sum_16bit<std::same_as<T, half> ? cpu::kernels::half_format::f16
+                                        : cpu::kernels::half_format::bf16>(acc, in, count);
         return;
       case reduce_op::max:
         reduce_typed<T>(acc, in, count,

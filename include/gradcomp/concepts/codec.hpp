@@ -6,7 +6,7 @@
 /// `using codec_concept = gradcomp::codec_tag;` and must then provide the operations below;
 /// the concept checks both, so a type that merely looks like a codec is not taken for one.
 
-#include <gradcomp/codec/context.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/tensor.hpp>

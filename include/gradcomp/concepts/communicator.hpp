@@ -12,7 +12,7 @@
 ///   write to bring a transport of their own (see examples/ for one over Gloo);
 ///   `async_adaptor` (comm/async_adaptor.hpp) turns it into a full `communicator`.
 /// - `communicator`: the blocking operations plus non-blocking forms (`iall_reduce`, ...) that
-///   return a `request` (comm/request.hpp), so communication overlaps compression and
+///   return a `request` (concepts/request.hpp), so communication overlaps compression and
 ///   computation.
 ///
 /// Semantics shared by every adapter (docs/collectives.md):
@@ -24,7 +24,7 @@
 /// - failures (a peer that disappeared, a timeout, a transport error) are `comm_error`;
 ///   argument errors (sizes that do not divide, a bad rank) are `config_error`.
 
-#include <gradcomp/comm/request.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 

@@ -5,9 +5,9 @@
 /// The `controller` concept: a rule that chooses the compression factor of each training step
 /// from per-step statistics. A type opts in with
 /// `using controller_concept = gradcomp::controller_tag;` and must then provide the operations
-/// below; the concept checks both. The protocol types are in `gradcomp/adapt/protocol.hpp`.
+/// below; the concept checks both. The protocol types are in `gradcomp/concepts/step_protocol.hpp`.
 
-#include <gradcomp/adapt/protocol.hpp>
+#include <gradcomp/concepts/step_protocol.hpp>
 #include <gradcomp/config.hpp>
 
 #include <concepts>

@@ -13,8 +13,8 @@
 /// A policy whose packets are increments also has a receiver side (`receiver_state`,
 /// `receive(receiver_state, output)`), see `ef21_feedback`.
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/tensor.hpp>
 

@@ -18,7 +18,7 @@
 /// tensor. Every rank must call it with the same n and the same shape parameters; the
 /// collective checks `shape_fingerprint(n)` on all ranks before any factor moves.
 
-#include <gradcomp/codec/context.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/tensor.hpp>
 

@@ -3,7 +3,7 @@
 #pragma once
 /// @file
 /// Instruction-set levels of the CPU backend and their run-time detection. Kernels exist for
-/// each level; a call uses the best level both the machine and its `codec_context` allow.
+/// each level; a call uses the best level both the machine and its `cpu::execution` allow.
 /// Every level produces byte-identical packets.
 
 #include <gradcomp/config.hpp>

@@ -5,8 +5,8 @@
 /// Deterministic chunked loops over a tensor: the chunk boundaries depend only on the size and
 /// an alignment (bucket size, bit-packing group), never on the number of threads.
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/cpu/execution.hpp>
 
 #include <cstddef>
 
@@ -29,10 +29,11 @@ constexpr std::size_t chunk_count(std::size_t n, std::size_t align) noexcept {
   return (n + len - 1) / len;
 }
 
-/// Calls `fn(chunk, begin, end)` for every chunk of `[0, n)`, on the context's pool when
-/// `n >= ctx.parallel_threshold`, else on the calling thread.
+/// Calls `fn(chunk, begin, end)` for every chunk of `[0, n)`, on `ctx`'s pool when
+/// `n >= ctx.parallel_threshold`, else on the calling thread. A `codec_context` converts to the
+/// `execution` taken here.
 template <class Fn>
-void for_each_chunk(std::size_t n, std::size_t align, codec_context const& ctx, Fn&& fn) {
+void for_each_chunk(std::size_t n, std::size_t align, execution const& ctx, Fn&& fn) {
   std::size_t const len = chunk_length(align);
   std::size_t const chunks = chunk_count(n, align);
   auto body = [&](std::size_t c) {

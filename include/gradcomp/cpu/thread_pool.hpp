@@ -166,7 +166,8 @@ inline unsigned default_thread_count() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-/// The process-wide pool used when a `codec_context` names none. Created on first use.
+/// The process-wide pool used when a `cpu::execution` (or a `codec_context`) names none.
+/// Created on first use.
 inline thread_pool& default_thread_pool() {
   static thread_pool pool(default_thread_count());
   return pool;

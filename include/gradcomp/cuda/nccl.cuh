@@ -17,7 +17,8 @@
 /// `all_gather` -> `ncclAllGather`, `broadcast` -> `ncclBroadcast` (in place); `all_gather_v`
 /// and `all_to_all_v` are `ncclSend`/`ncclRecv` pairs inside one `ncclGroupStart`/`ncclGroupEnd`
 /// (the rank's own block is a device-to-device `cudaMemcpyAsync`); `send`/`recv` are
-/// `ncclSend`/`ncclRecv`; `barrier` is an all-reduce of one int, waited for. Element types map to
+/// `ncclSend`/`ncclRecv`; `ibarrier` is an all-reduce of one int. The blocking forms wait for
+/// their non-blocking one (`blocking_operations`, comm/blocking.hpp). Element types map to
 /// `ncclUint8`, `ncclInt32`, `ncclUint32`, `ncclInt64`, `ncclUint64`, `ncclFloat32`,
 /// `ncclFloat64`, `ncclFloat16` and `ncclBfloat16`; operations to `ncclSum` / `ncclMax` /
 /// `ncclMin`. NCCL counts are `size_t`: no size limit of its own.
@@ -41,9 +42,10 @@
 
 #include <gradcomp/cuda/config.cuh>
 
+#include <gradcomp/comm/blocking.hpp>
 #include <gradcomp/comm/detail/checks.hpp>
-#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 
@@ -240,7 +242,7 @@ class event_op final : public request::state {
 }  // namespace detail::nccl
 
 /// A `communicator` over NCCL (see the file comment). Copies share the communicator.
-class nccl_communicator {
+class nccl_communicator : public blocking_operations<nccl_communicator> {
  public:
   using communicator_concept = communicator_tag;
 
@@ -275,34 +277,12 @@ class nccl_communicator {
   /// True once a `comm_error` has aborted the communicator.
   [[nodiscard]] bool broken() const noexcept { return s_->broken.load(); }
 
-  void barrier() {
+  request ibarrier() {
     auto op = start("barrier");
     s_->check(ncclAllReduce(s_->scratch, s_->scratch, 1, ncclInt32, ncclSum, s_->comm, s_->stream),
               "ncclAllReduce");
-    finish(std::move(op)).wait();
+    return finish(std::move(op));
   }
-  void broadcast(std::span<std::byte> buf, int root) { ibroadcast(buf, root).wait(); }
-  void all_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) {
-    iall_reduce(buf, t, op).wait();
-  }
-  void reduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
-                      reduce_op op) {
-    ireduce_scatter(in, out, t, op).wait();
-  }
-  void all_gather(std::span<std::byte const> in, std::span<std::byte> out) {
-    iall_gather(in, out).wait();
-  }
-  void all_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
-                    std::span<std::size_t const> counts) {
-    iall_gather_v(in, out, counts).wait();
-  }
-  void all_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> send_counts,
-                    std::span<std::byte> out, std::span<std::size_t const> recv_counts) {
-    iall_to_all_v(in, send_counts, out, recv_counts).wait();
-  }
-  void send(std::span<std::byte const> in, int peer, int tag) { isend(in, peer, tag).wait(); }
-  void recv(std::span<std::byte> out, int peer, int tag) { irecv(out, peer, tag).wait(); }
-
   request ibroadcast(std::span<std::byte> buf, int root) {
     gradcomp::detail::comm_checks::peer(root, size(), "broadcast root");
     auto op = start("broadcast");

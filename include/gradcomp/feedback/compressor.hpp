@@ -22,8 +22,8 @@
 /// elements; for `dgc_feedback` momentum and accumulation, n = twice the elements); then the
 /// receiver records in the same layout. Version 1 (no receivers; the count field 0) loads too.
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>

@@ -27,9 +27,9 @@
 /// Element-wise work runs on the context's pool with fixed chunks: the result does not depend
 /// on the thread count.
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/codec/topk.hpp>
 #include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>

@@ -11,8 +11,8 @@
 /// sum of decoded packets + residual = sum of gradients, step after step, whatever the codec's
 /// settings at each step.
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>

@@ -23,8 +23,8 @@
 /// Every rank keeps two vectors besides x. Stochastic codecs draw with the context's seed and a
 /// step counter that advances by one per round.
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>

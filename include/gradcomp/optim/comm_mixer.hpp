@@ -17,9 +17,9 @@
 /// `wait_mixing`; a topology whose size differs from the communicator's, or a span whose
 /// length differs from a peer's, is a `config_error` / `comm_error` rather than a wrong mix.
 
-#include <gradcomp/comm/request.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/mixer.hpp>
+#include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/optim/mixing.hpp>

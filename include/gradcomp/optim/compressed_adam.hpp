@@ -18,8 +18,8 @@
 /// momentum the residuals stay zero and the parameters are bit-identical to `adam` run on the
 /// same aggregate.
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>

@@ -4,7 +4,7 @@
 // lowest failing task, nested runs do not deadlock, workers are joined; the default thread
 // count honours GRADCOMP_NUM_THREADS; chunk boundaries depend only on the size and alignment.
 
-#include <gradcomp/codec/context.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 #include <gradcomp/cpu/thread_pool.hpp>

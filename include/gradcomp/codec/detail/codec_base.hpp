@@ -16,8 +16,8 @@
 /// Codecs that can work on 16-bit elements without converting them (identity, fp16, bf16)
 /// also provide `encode_typed<T>` / `decode_typed<T>`, which the front end prefers.
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>

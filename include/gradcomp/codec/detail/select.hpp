@@ -22,8 +22,8 @@
 ///
 /// With lo = hi = k the result is the exact top-k (the same set as `topk_codec`).
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cpu/kernels/select.hpp>

@@ -27,9 +27,9 @@
 /// instance) can replace the built-in kernel when the program is compiled with
 /// `GRADCOMP_USE_CBLAS` (CMake: link `gradcomp::blas`); its results agree to rounding only.
 
-#include <gradcomp/codec/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/cpu/execution.hpp>
 #include <gradcomp/cpu/isa.hpp>
 
 #include <algorithm>
@@ -513,7 +513,7 @@ inline void check_gemm_ld(char const* what, std::size_t ld, std::size_t cols) {
 inline void gemm_builtin(isa level, transpose ta, transpose tb, std::size_t m, std::size_t n,
                          std::size_t k, float alpha, float const* a, std::size_t lda,
                          float const* b, std::size_t ldb, float* c, std::size_t ldc,
-                         codec_context const& ctx, float beta = 0.0f) {
+                         execution const& ctx, float beta = 0.0f) {
   bool const at = ta == transpose::yes, bt = tb == transpose::yes;
   std::vector<float> at_copy;  // A transposed, for the dot form of Aᵀ Bᵀ
   if (at && bt) {
@@ -559,14 +559,15 @@ inline void gemm_builtin(isa level, transpose ta, transpose tb, std::size_t m, s
 
 /// C = alpha op(A) op(B) + beta C, all row-major: op(A) is m × k, op(B) k × n, C m × n; A is
 /// stored m × k (lda ≥ k) or, transposed, k × m (lda ≥ m); likewise B. With beta = 0, C is
-/// only written (NaNs in it do not propagate). Runs on the context's pool when m·n·k is at
-/// least 32 × `ctx.parallel_threshold`; each task owns a block of C and every element's
-/// summation order depends only on the shapes, so the result does not depend on the thread
-/// count. Throws `config_error` for leading dimensions that are too
-/// small, or for `gemm_backend::blas` in a program built without `GRADCOMP_USE_CBLAS`.
+/// only written (NaNs in it do not propagate). Runs on `ctx`'s pool (a `cpu::execution`, or a
+/// `codec_context`, which converts to one) when m·n·k is at least 32 × `ctx.parallel_threshold`;
+/// each task owns a block of C and every element's summation order depends only on the shapes,
+/// so the result does not depend on the thread count. Throws `config_error` for leading
+/// dimensions that are too small, or for `gemm_backend::blas` in a program built without
+/// `GRADCOMP_USE_CBLAS`.
 inline void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k,
                  float alpha, float const* a, std::size_t lda, float const* b, std::size_t ldb,
-                 float beta, float* c, std::size_t ldc, codec_context const& ctx = {},
+                 float beta, float* c, std::size_t ldc, execution const& ctx = {},
                  gemm_backend backend = gemm_backend::automatic) {
   bool const at = ta == transpose::yes, bt = tb == transpose::yes;
   detail::check_gemm_ld("lda", lda, at ? m : k);

@@ -3,12 +3,16 @@
 #pragma once
 /// @file
 /// `codec_context`: what a codec call needs besides its data — the random stream's seed and
-/// step, and the threads to run on.
+/// step, and the threads to run on. A vocabulary type of the codec, feedback and low-rank
+/// concepts, so it sits with them in `concepts/`, below every layer that uses it; it converts to
+/// the `cpu::execution` that the CPU kernels take.
 
 #include <gradcomp/config.hpp>
+#include <gradcomp/cpu/execution.hpp>
 #include <gradcomp/cpu/isa.hpp>
 #include <gradcomp/cpu/thread_pool.hpp>
 
+#include <cstddef>
 #include <cstdint>
 
 GRADCOMP_NAMESPACE_BEGIN
@@ -28,9 +32,12 @@ struct codec_context {
   cpu::isa isa = cpu::isa::best;
 
   /// The pool to use.
-  [[nodiscard]] cpu::thread_pool& threads() const {
-    return pool != nullptr ? *pool : cpu::default_thread_pool();
-  }
+  [[nodiscard]] cpu::thread_pool& threads() const { return cpu::execution(*this).threads(); }
+
+  /// How the CPU kernels run for this call: the pool, threshold and ISA above. Implicit, so a
+  /// context can be handed to `cpu::for_each_chunk` and `cpu::gemm` directly.
+  // NOLINTNEXTLINE(google-explicit-constructor): a context is an execution plus a random stream
+  operator cpu::execution() const noexcept { return {pool, parallel_threshold, isa}; }
 };
 
 GRADCOMP_NAMESPACE_END
