@@ -2,7 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// Umbrella header of the CPU library: every codec, error-feedback policy and core type, the
+/// Umbrella header of the CPU library: the training pipeline (`gradient_pipeline`, the front
+/// door), every codec, error-feedback policy, controller, collective and core type, the
 /// optimizers, topologies and the runtime model.
 /// CUDA code lives in gradcomp/cuda/*.cuh and is never included from here.
 
@@ -13,6 +14,7 @@
 #include <gradcomp/adapt/schedule.hpp>
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/approx_topk.hpp>
+#include <gradcomp/codec/budget.hpp>
 #include <gradcomp/codec/cast.hpp>
 #include <gradcomp/codec/dithering.hpp>
 #include <gradcomp/codec/int8.hpp>
@@ -65,5 +67,6 @@
 #include <gradcomp/optim/decentralized.hpp>
 #include <gradcomp/optim/mixing.hpp>
 #include <gradcomp/optim/sgd.hpp>
+#include <gradcomp/pipeline/pipeline.hpp>
 #include <gradcomp/topology/topology.hpp>
 #include <gradcomp/version.hpp>

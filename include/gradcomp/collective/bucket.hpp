@@ -260,9 +260,8 @@ class bucket_engine {
       auto bytes_of = [&](local_packet& p) {
         return kind_ == aggregation_kind::gather ? p.buf.span().first(p.bytes) : p.values();
       };
-      // A gather sends a lone packet from where it is; an all-reduce would sum into it, so
-      // it does so only when the caller no longer needs its packets (`packets_reused` off).
-      if (s.packets.size() == 1 && (kind_ == aggregation_kind::gather || !packets_reused)) {
+      // A lone packet is sent from where it is (an all-reduce sums into it).
+      if (s.packets.size() == 1) {
         s.payload_bytes = bytes_of(*s.packets[0]);
       } else {
         s.values.resize(total);
@@ -364,13 +363,6 @@ class bucket_engine {
       std::size_t at = 0;
       for (std::size_t u = 0; u < s.units.size(); ++u) {
         local_packet* p = s.packets[u];
-        if (packets_reused) {  // decode from a copy: the caller's packet stays as it compressed it
-          scratch_.buf.resize(p->bytes);
-          if (p->bytes != 0) std::memcpy(scratch_.buf.data(), p->buf.data(), p->bytes);
-          scratch_.bytes = p->bytes;
-          scratch_.section = p->section;
-          p = &scratch_;
-        }
         if (!in_place && p->section.bytes != 0) std::memcpy(p->values().data(), s.values.data() + at, p->section.bytes);
         at += p->section.bytes;
         decode_summed(codec_, *p, s.units[u].out, alpha_, ctx);
@@ -383,13 +375,9 @@ class bucket_engine {
   codec_context ctx_;
   /// Seconds spent decoding (after the payloads arrived), over `run`.
   double decode_s = 0.0;
-  /// The caller reads its packets after `run` (the pipeline commits error feedback with
-  /// them): summed values then go through a buffer of their own, never into a packet.
-  bool packets_reused = false;
+
 
  private:
-  local_packet scratch_;  // a packet copy to decode into when `packets_reused`
-
   struct decode_timer {
     std::chrono::steady_clock::time_point t0;
     double& total;

@@ -8,7 +8,9 @@
 /// to compress (g + residual, g − h, ...) without changing the state, `commit(codec, state,
 /// sent_packet, ctx)` updates the state for exactly the packet that was sent (which may come
 /// from another factor than a first compression, or from a multi-level re-compression),
-/// `commit_lossless(state)` records that the staged input itself was delivered exactly — and
+/// `commit_lossless(state)` records that the staged input itself was delivered exactly;
+/// `prepare_commit` + `apply_commit` split `commit` so that the next state is computed while
+/// the committed one still stands (a pipeline commits only after its exchange succeeded) — and
 /// `compress(codec, state, gradient, out, ctx)`, the one-phase step, returning the packet size.
 /// A policy whose packets are increments also has a receiver side (`receiver_state`,
 /// `receive(receiver_state, output)`), see `ef21_feedback`.
@@ -58,6 +60,8 @@ concept feedback_policy =
       { f.stage(s, g32, ctx) } -> std::convertible_to<std::span<float const>>;
       { f.stage(s, g16, ctx) } -> std::convertible_to<std::span<float const>>;
       f.commit(c, s, std::span<std::byte const>(out), ctx);
+      f.prepare_commit(c, s, std::span<std::byte const>(out), ctx);
+      f.apply_commit(s);
       f.commit_lossless(s);
     };
 

@@ -112,6 +112,28 @@ class compressor {
   void commit(tensor_id id, C const& codec, std::span<std::byte const> sent, codec_context const& ctx = {}) {
     feedback_.commit(codec, take_staged(id), sent, ctx);
   }
+  /// `commit` in two steps: the next state of tensor `id` is computed from `sent` now (so the
+  /// packet may change afterwards, e.g. summed in place by an all-reduce) but becomes current
+  /// only with `apply_commit`; a `discard` in between keeps the state as it was.
+  template <codec_operations C>
+  void prepare_commit(tensor_id id, C const& codec, std::span<std::byte const> sent, codec_context const& ctx = {}) {
+    entry& e = staged_entry(id);
+    feedback_.prepare_commit(codec, e.state, sent, ctx);
+    e.staged = false;
+    e.prepared = true;
+  }
+  /// Makes the prepared commit of tensor `id` current.
+  void apply_commit(tensor_id id) {
+    auto it = states_.find(id);
+    if (it == states_.end() || !it->second.prepared) {
+      throw config_error("gradcomp: compressor: apply_commit of tensor " + std::to_string(static_cast<unsigned>(id)) +
+                         " without a prepared commit");
+    }
+    feedback_.apply_commit(it->second.state);
+    it->second.prepared = false;
+    it->second.committed = true;
+  }
+
   /// `commit` decoding with this compressor's codec.
   void commit(tensor_id id, std::span<std::byte const> sent, codec_context const& ctx = {}) {
     feedback_.commit(codec_, take_staged(id), sent, ctx);
@@ -122,7 +144,10 @@ class compressor {
   /// Phase two when nothing of the staged input was sent: the state stays as before the stage.
   void discard(tensor_id id) {
     auto it = states_.find(id);
-    if (it != states_.end()) it->second.staged = false;
+    if (it != states_.end()) {
+      it->second.staged = false;
+      it->second.prepared = false;
+    }
   }
 
   /// Receiver side of an increment policy (EF21): `io`, a collective's output for tensor `id`,
@@ -271,8 +296,18 @@ class compressor {
     state_type state;
     std::span<float const> input;  // the staged input (valid while `staged`)
     bool staged = false;
+    bool prepared = false;         // a commit is prepared, awaiting apply_commit
     bool committed = false;        // a step has completed (else: staged only, not saved)
   };
+
+  entry& staged_entry(tensor_id id) {
+    auto it = states_.find(id);
+    if (it == states_.end() || !it->second.staged) {
+      throw config_error("gradcomp: compressor: commit of tensor " + std::to_string(static_cast<unsigned>(id)) +
+                         " without a staged input (call stage first, once per commit)");
+    }
+    return it->second;
+  }
 
   // The state of a staged tensor, its stage ended; config_error if none is staged.
   state_type& take_staged(tensor_id id) {

@@ -87,6 +87,7 @@ class dgc_feedback {
     std::vector<float> next_;     // [u | v] of the step in progress
     std::vector<float> decoded_;  // D(C(v)) of the step in progress
     bool staged_ = false;         // next_ holds a staged step awaiting its commit
+    bool prepared_ = false;       // next_ holds the committed next state, awaiting apply
   };
 
   /// Momentum 0.9, no clipping, one worker.
@@ -138,6 +139,12 @@ class dgc_feedback {
   /// factor masking u ← 0 on the packet's support.
   template <codec_operations C>
   void commit(C const& c, state& s, std::span<std::byte const> sent, codec_context const& ctx) const {
+    prepare_commit(c, s, sent, ctx);
+    apply_commit(s);
+  }
+  /// `commit` in two steps: the next [u | v] is computed aside, then made current.
+  template <codec_operations C>
+  void prepare_commit(C const& c, state& s, std::span<std::byte const> sent, codec_context const& ctx) const {
     take_stage(s);
     std::size_t const n = s.next_.size() / 2;
     s.decoded_.resize(n);
@@ -152,6 +159,11 @@ class dgc_feedback {
         nu[i] = d[i] != 0.0f ? 0.0f : nu[i];
       }
     });
+    s.prepared_ = true;
+  }
+  void apply_commit(state& s) const {
+    if (!s.prepared_) throw config_error("gradcomp: dgc_feedback: apply without a prepared commit");
+    s.prepared_ = false;
     s.data_.swap(s.next_);
   }
 
@@ -257,6 +269,7 @@ class dgc_feedback {
       throw config_error("gradcomp: dgc_feedback: commit without a staged input (call stage first, once per commit)");
     }
     s.staged_ = false;
+    s.prepared_ = false;
   }
 
   float momentum_ = 0.9f;

@@ -40,6 +40,7 @@ struct float_state {
 
   [[nodiscard]] std::span<float const> values() const noexcept { return data; }
   bool staged = false;         ///< `scratch` holds a staged input awaiting its commit
+  bool prepared = false;       ///< `scratch` holds the next state, awaiting `apply`
   void assign(std::span<float const> v) { data.assign(v.begin(), v.end()); }
 
   // Ends a stage; a commit without a stage is a usage error.
@@ -49,6 +50,13 @@ struct float_state {
                          ": commit without a staged input (call stage first, once per commit)");
     }
     staged = false;
+    prepared = false;
+  }
+  // Makes the prepared next state current.
+  void apply(char const* who) {
+    if (!prepared) throw config_error(std::string("gradcomp: ") + who + ": apply without a prepared commit");
+    prepared = false;
+    data.swap(scratch);
   }
 
   // Checks the size against an existing state and sizes the scratch buffer. Never changes
@@ -127,6 +135,9 @@ struct no_feedback {
   }
   template <codec_operations C>
   void commit(C const&, state&, std::span<std::byte const>, codec_context const&) const {}
+  template <codec_operations C>
+  void prepare_commit(C const&, state&, std::span<std::byte const>, codec_context const&) const {}
+  void apply_commit(state&) const noexcept {}
   void commit_lossless(state&) const noexcept {}
 
   template <codec_operations C, element T>
@@ -156,10 +167,18 @@ struct residual_feedback {
   }
   template <codec_operations C>
   void commit(C const& c, state& s, std::span<std::byte const> sent, codec_context const& ctx) const {
+    prepare_commit(c, s, sent, ctx);
+    apply_commit(s);
+  }
+  /// `commit` in two steps: the next residual is computed aside (the committed one still
+  /// stands, e.g. while the packet is on the wire), then `apply_commit` makes it current.
+  template <codec_operations C>
+  void prepare_commit(C const& c, state& s, std::span<std::byte const> sent, codec_context const& ctx) const {
     s.take_stage("residual_feedback");
     c.decompress_add(sent, std::span<float>(s.scratch), -1.0f, ctx);
-    s.data.swap(s.scratch);
+    s.prepared = true;
   }
+  void apply_commit(state& s) const { s.apply("residual_feedback"); }
   void commit_lossless(state& s) const {
     s.take_stage("residual_feedback");
     s.data.clear();
@@ -202,16 +221,23 @@ struct ef21_feedback {
   }
   template <codec_operations C>
   void commit(C const& c, state& s, std::span<std::byte const> sent, codec_context const& ctx) const {
+    prepare_commit(c, s, sent, ctx);
+    apply_commit(s);
+  }
+  /// `commit` in two steps (as `residual_feedback::prepare_commit`): h + D(sent) is computed
+  /// in the scratch buffer (g − h is no longer needed), then made current.
+  template <codec_operations C>
+  void prepare_commit(C const& c, state& s, std::span<std::byte const> sent, codec_context const& ctx) const {
     s.take_stage("ef21_feedback");
     if (s.data.empty()) {
-      // decode into the scratch (g - h is no longer needed), then adopt it as h
       std::fill(s.scratch.begin(), s.scratch.end(), 0.0f);
-      c.decompress_add(sent, std::span<float>(s.scratch), 1.0f, ctx);
-      s.data.swap(s.scratch);
     } else {
-      c.decompress_add(sent, std::span<float>(s.data), 1.0f, ctx);
+      std::copy(s.data.begin(), s.data.end(), s.scratch.begin());
     }
+    c.decompress_add(sent, std::span<float>(s.scratch), 1.0f, ctx);
+    s.prepared = true;
   }
+  void apply_commit(state& s) const { s.apply("ef21_feedback"); }
   void commit_lossless(state& s) const {
     s.take_stage("ef21_feedback");
     if (s.data.empty()) {

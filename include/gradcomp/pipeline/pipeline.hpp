@@ -24,10 +24,11 @@
 ///    tensor dense (g + residual, or g with the residual kept, as the decision says). Low-rank
 ///    codecs (PowerSGD) run one `powersgd_session` per tensor (`all_reduce_low_rank`); with
 ///    `two_way` the packets go through `all_reduce_two_way` with worker and server feedback.
-/// 5. **Commit.** Only after the exchange succeeded, each residual is updated for exactly what
-///    was sent (`compressor::commit` with the sent packet, `commit_lossless` for g + residual
-///    sent dense, nothing when g was sent and the residual kept). With EF21 the receiver side
-///    turns the averaged increments into the gradient estimate.
+/// 5. **Commit.** Each residual is updated for exactly what was sent: computed before the
+///    exchange (`compressor::prepare_commit` with the packet to send), made current only after
+///    the exchange succeeded (`apply_commit`); `commit_lossless` for g + residual sent dense,
+///    nothing when g was sent and the residual kept. With EF21 the receiver side turns the
+///    averaged increments into the gradient estimate.
 ///
 /// A failure anywhere (a NaN gradient on one rank, mismatched layouts, a lost peer) throws on
 /// every rank and leaves the pipeline's state — residuals, controller, step counter — as it
@@ -43,7 +44,7 @@
 #include <gradcomp/adapt/protocol.hpp>
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/budget.hpp>
-#include <gradcomp/codec/context.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/codec/recompress.hpp>
 #include <gradcomp/collective/agreement.hpp>
@@ -657,6 +658,18 @@ class gradient_pipeline {
 
     for (auto const& e : pending_) st.compressed_tensors += e.large && (low_rank_ || two_way_ || k != decision::npos) ? 1 : 0;
 
+    // The next residuals for the packets to be sent are computed now (the packets may be summed
+    // in place on the wire); they become current only once the exchange has succeeded.
+    auto const t_prepare = clock::now();
+    if (k != decision::npos && !low_rank_ && !two_way_) {
+      for (auto const& e : pending_) {
+        if (e.staged) {
+          std::visit([&](auto& c) { c.prepare_commit(e.id, level_codecs_[k], (*e.packets)[k].packet(), ctx_); }, comp_);
+        }
+      }
+    }
+    double const prepare_s = seconds(t_prepare, clock::now());
+
     // The exchange.
     double decode = 0.0;
     auto const t_send = clock::now();
@@ -679,7 +692,7 @@ class gradient_pipeline {
         std::visit(
             [&](auto& c) {
               if (k != decision::npos) {
-                c.commit(e.id, level_codecs_[k], (*e.packets)[k].packet(), ctx_);
+                c.apply_commit(e.id);
               } else if (rule == residual_rule::keep) {
                 c.discard(e.id);
               } else {
@@ -704,7 +717,7 @@ class gradient_pipeline {
     st.bytes_sent = br.packet_bytes;
     st.wire_bytes = br.wire_bytes;
     st.buckets = br.buckets;
-    st.compress_s = compress_s_ + commit_s;
+    st.compress_s = compress_s_ + prepare_s + commit_s;
     st.communicate_s = communicate;
     st.decode_s = decode;
     st.total_s = seconds(t_begin_, clock::now());
@@ -753,7 +766,6 @@ class gradient_pipeline {
     aggregation_kind const kind = codec.aggregation();
     detail::bucket_engine<any_codec> engine(codec, kind, opt_.buckets, detail::reduction_scale(opt_.buckets.op, size_));
     engine.ctx_ = ctx_;
-    engine.packets_reused = true;  // committed after the exchange
     auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
       detail::bucket_plan const& b = plan[bi];
       s.reset();
