@@ -48,18 +48,24 @@ class recording_comm : public blocking_operations<recording_comm> {
   [[nodiscard]] int rank() const { return 0; }
   [[nodiscard]] int size() const { return 2; }
 
+  // "what type op" (built with append: GCC 12's -Warray-bounds misfires on chained operator+
+  // of std::string at -O2)
+  static std::string label(char const* what, comm_type t, reduce_op op) {
+    std::string s(what);
+    s.append(" ").append(comm_type_name(t)).append(" ").append(reduce_op_name(op));
+    return s;
+  }
+
   request ibarrier() { return note("barrier", 0, 0); }
   request ibroadcast(std::span<std::byte> buf, int root) {
     return note("broadcast", buf.size(), root);
   }
   request iall_reduce(std::span<std::byte> buf, comm_type t, reduce_op op) {
-    return note(std::string("all_reduce ") + comm_type_name(t) + " " + reduce_op_name(op),
-                buf.size(), 0);
+    return note(label("all_reduce", t, op), buf.size(), 0);
   }
   request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
                           reduce_op op) {
-    return note(std::string("reduce_scatter ") + comm_type_name(t) + " " + reduce_op_name(op),
-                in.size(), static_cast<int>(out.size()));
+    return note(label("reduce_scatter", t, op), in.size(), static_cast<int>(out.size()));
   }
   request iall_gather(std::span<std::byte const> in, std::span<std::byte> out) {
     return note("all_gather", in.size(), static_cast<int>(out.size()));
