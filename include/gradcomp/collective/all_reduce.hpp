@@ -35,6 +35,7 @@
 #include <gradcomp/core/error.hpp>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstring>
 #include <exception>
@@ -228,6 +229,24 @@ collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<fl
     detail::receive_output(src, grad.id(), out);
     return res;
   }
+}
+
+/// `all_reduce_compressed` of a 16-bit gradient (`half` or `bfloat16`) into a 16-bit output:
+/// the gradient is widened to float32 (exact), compressed, reduced and decoded exactly as the
+/// float32 overload does (every packet decoded and summed in a float32 buffer, in rank order),
+/// and the float32 result is rounded once into `out` (nearest even). The result is therefore
+/// bit-identical to the float32 collective on the widened gradient, rounded once. Error
+/// feedback sees the widened gradient (residuals stay float32). Same collective contract as the
+/// float32 overload; every rank passes the same element type.
+template <communicator Comm, class Source, element T>
+  requires(!std::same_as<T, float>) &&
+          (detail::packet_source<std::remove_cvref_t<Source>> || low_rank_session<std::remove_cvref_t<Source>>)
+collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<T const> grad, std::span<T> out,
+                                        codec_context const& ctx = {}, collective_options const& opt = {}) {
+  return detail::through_f32(grad, out, ctx, "all_reduce_compressed",
+                             [&](tensor_view<float const> g, std::span<float> o) {
+                               return all_reduce_compressed(comm, src, g, o, ctx, opt);
+                             });
 }
 
 GRADCOMP_NAMESPACE_END

@@ -41,6 +41,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -74,11 +75,16 @@ struct bucket_options {
   bool pipeline = true;
 };
 
-/// One tensor of a bucketed all-reduce: its gradient (as long as `out`) and its output.
-struct bucket_item {
-  tensor_view<float const> grad;
-  std::span<float> out;
+/// One tensor of a bucketed all-reduce: its gradient (as long as `out`) and its output, of
+/// element type `T` (float, half or bfloat16).
+template <element T>
+struct basic_bucket_item {
+  tensor_view<T const> grad;
+  std::span<T> out;
 };
+
+/// A float32 tensor of a bucketed all-reduce.
+using bucket_item = basic_bucket_item<float>;
 
 /// What a bucketed all-reduce did on this rank.
 struct bucket_result {
@@ -518,10 +524,48 @@ class bucketed_all_reduce {
     return res;
   }
 
+  /// All-reduces 16-bit items (`half` or `bfloat16`): every gradient is widened to float32
+  /// (exact) and the float32 run above does the work (same layout, buckets, error feedback and
+  /// float32 sums); each output is then the float32 result rounded once. Bit-identical to
+  /// `run` on the widened gradients, rounded once. Outputs are written only on success.
+  template <communicator Comm, element T>
+    requires(!std::same_as<T, float>)
+  bucket_result run(Comm& comm, std::span<basic_bucket_item<T> const> items, codec_context const& ctx = {}) {
+    // A matched item is reduced in place in its float32 copy (each tensor is compressed, or
+    // copied into its bucket, before its output is written); a malformed one (sizes differ)
+    // keeps its sizes, so the float32 run's layout agreement rejects it on every rank.
+    std::size_t total = 0;
+    for (auto const& it : items) total += it.grad.size() + (it.grad.size() != it.out.size() ? it.out.size() : 0);
+    wide_.resize(total);
+    std::vector<bucket_item> wide_items;
+    wide_items.reserve(items.size());
+    std::vector<std::size_t> out_at;
+    out_at.reserve(items.size());
+    std::size_t at = 0;
+    for (auto const& it : items) {
+      std::span<float> const g = std::span<float>(wide_).subspan(at, it.grad.size());
+      detail::widen_to_f32(it.grad.span(), g, ctx);
+      at += it.grad.size();
+      std::span<float> o = g;
+      if (it.grad.size() != it.out.size()) {
+        o = std::span<float>(wide_).subspan(at, it.out.size());
+        at += it.out.size();
+      }
+      out_at.push_back(static_cast<std::size_t>(o.data() - wide_.data()));
+      wide_items.push_back({tensor_view<float const>(std::span<float const>(g), it.grad.id()), o});
+    }
+    bucket_result const res = run(comm, std::span<bucket_item const>(wide_items), ctx);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      detail::round_from_f32(std::span<float const>(wide_).subspan(out_at[i], items[i].out.size()), items[i].out, ctx);
+    }
+    return res;
+  }
+
  private:
   Source src_;
   bucket_options opt_;
   detail::bucket_slot slots_[2];
+  std::vector<float> wide_;  // the float32 copies of 16-bit items
 };
 
 GRADCOMP_NAMESPACE_END

@@ -10,12 +10,17 @@
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/tensor.hpp>
 #include <gradcomp/core/wire.hpp>
+#include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/kernels/convert.hpp>
 
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -159,10 +164,11 @@ codec_id codec_id_of(X const& x) noexcept {
 }
 
 /// Something `all_reduce_compressed` can compress with: a codec, an `any_codec` or a
-/// `compressor` (error feedback).
-template <class X>
+/// `compressor` (error feedback), compressing gradients of element type `T` (float by default).
+template <class X, class T = float>
 concept packet_source =
-    requires(X& x, tensor_view<float const> g, std::span<std::byte> out, codec_context const& ctx,
+    element<T> &&
+    requires(X& x, tensor_view<T const> g, std::span<std::byte> out, codec_context const& ctx,
              std::size_t n) {
       { x.compress(g, out, ctx) } -> std::same_as<std::size_t>;
       { codec_of(x).max_compressed_bytes(n) } -> std::same_as<std::size_t>;
@@ -202,6 +208,53 @@ inline void check_contribution(std::size_t grad, std::size_t out, char const* wh
                        " (expected equal sizes, or an empty gradient for a rank that contributes "
                        "nothing)");
   }
+}
+
+/// The 16-bit format of the conversion kernels for element type `T` (not float).
+template <element T>
+inline constexpr cpu::kernels::half_format half_format_of =
+    std::same_as<T, half> ? cpu::kernels::half_format::f16 : cpu::kernels::half_format::bf16;
+
+/// dst = src widened to float32 (exact); `dst.size() == src.size()`.
+template <element T>
+void widen_to_f32(std::span<T const> src, std::span<float> dst, codec_context const& ctx) {
+  if (src.empty()) return;
+  if constexpr (std::same_as<T, float>) {
+    if (src.data() != dst.data()) std::memmove(dst.data(), src.data(), src.size_bytes());
+  } else {
+    cpu::kernels::widen<half_format_of<T>>(reinterpret_cast<std::byte const*>(src.data()), dst.data(),
+                                           src.size(), 1.0f, false, cpu::effective_isa(ctx.isa));
+  }
+}
+
+/// dst = src rounded once to `T` (nearest even; a copy for float); `dst.size() == src.size()`.
+template <element T>
+void round_from_f32(std::span<float const> src, std::span<T> dst, codec_context const& ctx) {
+  if (src.empty()) return;
+  if constexpr (std::same_as<T, float>) {
+    if (src.data() != dst.data()) std::memmove(dst.data(), src.data(), src.size_bytes());
+  } else {
+    cpu::kernels::narrow<half_format_of<T>>(src.data(), reinterpret_cast<std::byte*>(dst.data()), src.size(),
+                                            cpu::effective_isa(ctx.isa));
+  }
+}
+
+/// The 16-bit edge of a collective: widens `grad` (exact) into a float32 buffer, runs
+/// `body(tensor_view<float const> g, std::span<float> o)` — the float32 collective, in place on
+/// that buffer (`g` empty when `grad` is: no contribution) — and rounds its result once into
+/// `out`. Sums and decoding thus accumulate in float32 whatever the element type; `out` is
+/// written only when `body` returns. `grad` may alias `out`.
+template <element T, class Body>
+auto through_f32(tensor_view<T const> grad, std::span<T> out, codec_context const& ctx, char const* who,
+                 Body&& body) {
+  check_contribution(grad.size(), out.size(), who);
+  std::size_t const n = out.size();
+  auto const buf = std::make_unique_for_overwrite<float[]>(n);
+  std::span<float> const f(buf.get(), n);
+  widen_to_f32(grad.span(), f.first(grad.size()), ctx);
+  auto result = body(tensor_view<float const>(std::span<float const>(f.first(grad.size())), grad.id()), f);
+  round_from_f32(std::span<float const>(f), out, ctx);
+  return result;
 }
 
 /// The factor applied to the sum for `op` on `w` ranks.

@@ -19,6 +19,7 @@
 #include <gradcomp/config.hpp>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -121,6 +122,22 @@ collective_result all_reduce_dense(Comm& comm, std::span<float const> grad, std:
   res.wire_bytes = round.wire_bytes() +
                    detail::dense_payload(comm, grad, out, f, detail::reduction_scale(opt.op, comm.size()), ctx);
   return res;
+}
+
+/// `all_reduce_dense` of a 16-bit gradient (`half` or `bfloat16`) into a 16-bit output: the
+/// gradient is widened to float32 (exact), reduced in format `f` exactly as the float32
+/// overload does, and the float32 result (scaled for `reduction::average`) is rounded once into
+/// `out`. With `dense_format::f32` the sum is therefore accumulated in float32 and rounded once;
+/// with `f16`/`bf16` the wire and the partial sums are 16-bit (see file comment).
+template <communicator Comm, element T>
+  requires(!std::same_as<T, float>)
+collective_result all_reduce_dense(Comm& comm, std::span<T const> grad, std::span<T> out,
+                                   dense_format f = dense_format::f32, collective_options const& opt = {},
+                                   codec_context const& ctx = {}) {
+  return detail::through_f32(tensor_view<T const>(grad), out, ctx, "all_reduce_dense",
+                             [&](tensor_view<float const> g, std::span<float> o) {
+                               return all_reduce_dense(comm, g.span(), o, f, opt, ctx);
+                             });
 }
 
 GRADCOMP_NAMESPACE_END

@@ -13,6 +13,7 @@
 #include <gradcomp/concepts/low_rank_session.hpp>
 #include <gradcomp/config.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <exception>
 #include <span>
@@ -57,6 +58,20 @@ collective_result all_reduce_low_rank(Comm& comm, Session& session, tensor_view<
   if (grad.empty()) res.packet_bytes = 0;
   session.finish(out, detail::reduction_scale(opt.op, comm.size()), ctx);
   return res;
+}
+
+/// `all_reduce_low_rank` of a 16-bit gradient into a 16-bit output: the session works in
+/// float32 (the gradient widened exactly, the factors summed in float32) and its float32 result
+/// is rounded once into `out`; bit-identical to the float32 overload on the widened gradient,
+/// rounded once.
+template <communicator Comm, low_rank_session Session, element T>
+  requires(!std::same_as<T, float>)
+collective_result all_reduce_low_rank(Comm& comm, Session& session, tensor_view<T const> grad, std::span<T> out,
+                                      codec_context const& ctx = {}, collective_options const& opt = {}) {
+  return detail::through_f32(grad, out, ctx, "all_reduce_low_rank",
+                             [&](tensor_view<float const> g, std::span<float> o) {
+                               return all_reduce_low_rank(comm, session, g, o, ctx, opt);
+                             });
 }
 
 GRADCOMP_NAMESPACE_END

@@ -31,6 +31,7 @@
 #include <gradcomp/core/error.hpp>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -162,6 +163,20 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
                      "rank's exception); no result");
   }
   return res;
+}
+
+/// `ps_push_pull` of a 16-bit gradient into a 16-bit output: the worker widens the gradient to
+/// float32 (exact) and runs the float32 step (servers sum in float32 whatever the workers'
+/// element type; `ps_serve` is unchanged), then rounds the decoded result once into `out`.
+template <communicator Comm, class TwoWay, element T>
+  requires(!std::same_as<T, float>)
+collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<T const> grad, std::span<T> out,
+                               codec_context const& ctx = {}, ps_options const& opt = {}) {
+  detail::check_ps(comm, opt);
+  return detail::through_f32(grad, out, ctx, "ps_push_pull",
+                             [&](tensor_view<float const> g, std::span<float> o) {
+                               return ps_push_pull(comm, tw, g, o, ctx, opt);
+                             });
 }
 
 /// Server side of one parameter-server step for tensor `id` of `n` elements (see file

@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <cmath>
 #include <compare>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -361,6 +362,20 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
     at += sizes[s];
   }
   return res;
+}
+
+/// `all_reduce_two_way` of a 16-bit gradient into a 16-bit output: the gradient is widened to
+/// float32 (exact), both sides compress, sum and keep their residuals in float32 as in the
+/// float32 overload, and the decoded result is rounded once into `out`; bit-identical to the
+/// float32 overload on the widened gradient, rounded once.
+template <communicator Comm, class TwoWay, element T>
+  requires(!std::same_as<T, float>)
+collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<T const> grad, std::span<T> out,
+                                     codec_context const& ctx = {}, collective_options const& opt = {}) {
+  return detail::through_f32(grad, out, ctx, "all_reduce_two_way",
+                             [&](tensor_view<float const> g, std::span<float> o) {
+                               return all_reduce_two_way(comm, tw, g, o, ctx, opt);
+                             });
 }
 
 GRADCOMP_NAMESPACE_END

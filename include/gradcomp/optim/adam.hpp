@@ -2,7 +2,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// Adam, AdamW and AccumAdam on flat float spans (one optimizer per parameter bucket).
+/// Adam, AdamW and AccumAdam on flat parameter spans (one optimizer per parameter bucket).
+///
+/// Element types: parameters and gradients may each be float, half or bfloat16 (mixed
+/// precision); moments and arithmetic are float32, each 16-bit input is widened exactly and a
+/// 16-bit parameter is rounded once per step. The usual setup is float32 master parameters with
+/// 16-bit gradients, which is bit-identical to the float32 step on the widened gradient.
 ///
 /// Arithmetic, per element in float32, with the scalars computed in double and rounded once
 /// to float (as PyTorch's single-tensor `torch.optim.Adam` does):
@@ -26,7 +31,10 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 
+#include <gradcomp/core/dtype.hpp>
+
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -150,7 +158,23 @@ class adam {
   explicit adam(adam_options o = {}) : opt_(o) { opt_.validate(); }
 
   /// One update of `x` with gradient `g` (same length as every earlier step).
-  void step(std::span<float> x, std::span<float const> g) {
+  void step(std::span<float> x, std::span<float const> g) { step_impl(x, g); }
+
+  /// The same update for 16-bit parameters and/or gradients (`half`, `bfloat16`; mixed
+  /// precision): each element is widened to float32 (exact), updated in float32 exactly as the
+  /// float32 overload does, with float32 moments, and a 16-bit parameter is rounded once per
+  /// step (nearest even). Keep float32 master parameters where updates may be smaller than half
+  /// a 16-bit ulp; a float32 `x` with a 16-bit `g` is bit-identical to the float32 step on the
+  /// widened gradient.
+  template <element P, element G>
+    requires(!(std::same_as<P, float> && std::same_as<G, float>))
+  void step(std::span<P> x, std::span<G const> g) {
+    step_impl(x, g);
+  }
+
+ private:
+  template <element P, element G>
+  void step_impl(std::span<P> x, std::span<G const> g) {
     detail::check_step_spans(x.size(), g.size(), m_.size(), "adam");
     if (m_.empty()) {
       m_.assign(x.size(), 0.0f);
@@ -161,16 +185,17 @@ class adam {
     float* m = m_.data();
     float* v = v_.data();
     for (std::size_t i = 0; i < x.size(); ++i) {
-      float xi = x[i];
-      float const gi = detail::adam_decay(xi, g[i], c);
+      float xi = to_float(x[i]);
+      float const gi = detail::adam_decay(xi, to_float(g[i]), c);
       float const mi = c.b1 * m[i] + c.c1 * gi;
       float const vi = c.b2 * v[i] + c.c2 * (gi * gi);
       m[i] = mi;
       v[i] = vi;
-      x[i] = detail::adam_apply(xi, mi, vi, c);
+      x[i] = from_float<P>(detail::adam_apply(xi, mi, vi, c));
     }
   }
 
+ public:
   [[nodiscard]] double lr() const noexcept { return opt_.lr; }
   /// Sets the learning rate for the following steps (finite, >= 0).
   void set_lr(double lr) {
@@ -214,7 +239,23 @@ class accum_adam {
   }
 
   /// One update of `x` with gradient `g`.
-  void step(std::span<float> x, std::span<float const> g) {
+  void step(std::span<float> x, std::span<float const> g) { step_impl(x, g); }
+
+  /// The same update for 16-bit parameters and/or gradients (`half`, `bfloat16`; mixed
+  /// precision): each element is widened to float32 (exact), updated in float32 exactly as the
+  /// float32 overload does, with float32 moments, and a 16-bit parameter is rounded once per
+  /// step (nearest even). Keep float32 master parameters where updates may be smaller than half
+  /// a 16-bit ulp; a float32 `x` with a 16-bit `g` is bit-identical to the float32 step on the
+  /// widened gradient.
+  template <element P, element G>
+    requires(!(std::same_as<P, float> && std::same_as<G, float>))
+  void step(std::span<P> x, std::span<G const> g) {
+    step_impl(x, g);
+  }
+
+ private:
+  template <element P, element G>
+  void step_impl(std::span<P> x, std::span<G const> g) {
     detail::check_step_spans(x.size(), g.size(), m_.size(), "accum_adam");
     if (m_.empty()) {
       m_.assign(x.size(), 0.0f);
@@ -231,13 +272,13 @@ class accum_adam {
     float* v = v_.data();
     float* a = a_.data();
     for (std::size_t i = 0; i < x.size(); ++i) {
-      float xi = x[i];
-      float const gi = detail::adam_decay(xi, g[i], c);
+      float xi = to_float(x[i]);
+      float const gi = detail::adam_decay(xi, to_float(g[i]), c);
       // a <- a + g/T, with a = 0 at a window start written as an assignment (keeps -0 exact).
       float const ai = first ? gi * inv_t : a[i] + gi * inv_t;
       float const mh = c.b1 * m[i] + c.c1 * gi;
       float const vh = c.b2 * v[i] + c.c2 * (gi * gi);
-      x[i] = detail::adam_apply(xi, mh, vh, c);
+      x[i] = from_float<P>(detail::adam_apply(xi, mh, vh, c));
       if (commit) {
         m[i] = c.b1 * m[i] + c.c1 * ai;
         v[i] = c.b2 * v[i] + c.c2 * (ai * ai);  // square of the window mean
@@ -246,6 +287,7 @@ class accum_adam {
     }
   }
 
+ public:
   [[nodiscard]] double lr() const noexcept { return opt_.lr; }
   void set_lr(double lr) {
     adam_options o = opt_;

@@ -22,6 +22,12 @@
 /// ```
 /// Every rank keeps two vectors besides x. Stochastic codecs draw with the context's seed and a
 /// step counter that advances by one per round.
+///
+/// Element types: CHOCO and DeepSqueeze gossip parameters, not gradients, so x, the public copies
+/// and the error are float32 (the master copy; 16-bit parameters would lose the small consensus
+/// corrections gamma * (s - x^) to rounding). 16-bit gradients enter through the local step
+/// before `prepare` (`sgd` and `adam` accept them, optim/sgd.hpp), and the packets may still be
+/// 16-bit (fp16/bf16 codecs, 16-bit top-k values).
 
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>

@@ -16,6 +16,10 @@
 /// A peer that fails or disappears surfaces as the communicator's `comm_error` from
 /// `wait_mixing`; a topology whose size differs from the communicator's, or a span whose
 /// length differs from a peer's, is a `config_error` / `comm_error` rather than a wrong mix.
+///
+/// Element types: the mixed parameters are float32 (the master copy; the mix is exact up to one
+/// rounding, which 16-bit storage would spoil). 16-bit gradients are taken by the local
+/// optimizer of `decentralized_optimizer` (optim/decentralized.hpp).
 
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/mixer.hpp>

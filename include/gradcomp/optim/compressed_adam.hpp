@@ -17,10 +17,16 @@
 /// because every worker applies the same decoded aggregate. With the identity codec and no
 /// momentum the residuals stay zero and the parameters are bit-identical to `adam` run on the
 /// same aggregate.
+///
+/// Element types: gradients may be float, half or bfloat16 (`worker_compress` widens a 16-bit
+/// gradient exactly; momentum, residuals, the aggregate and the Adam moments are float32), and
+/// `apply` / `step` take float32 master parameters or 16-bit ones (rounded once per step, see
+/// optim/adam.hpp). A 16-bit gradient gives the packets of its float32 widening.
 
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/feedback/compressor.hpp>
@@ -28,6 +34,7 @@
 #include <gradcomp/optim/adam.hpp>
 
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -158,6 +165,16 @@ class compressed_adam {
     return worker_.compress(tensor_view<float const>(scratch_, g.id()), out, ef_lr(), ctx);
   }
 
+  /// `worker_compress` of a 16-bit gradient (`half`, `bfloat16`): compresses its exact float32
+  /// widening (file comment).
+  template <element T>
+    requires(!std::same_as<T, float>)
+  std::size_t worker_compress(tensor_view<T const> g, std::span<std::byte> out, codec_context const& ctx = {}) {
+    wide_.resize(g.size());
+    for (std::size_t i = 0; i < g.size(); ++i) wide_[i] = to_float(g[i]);
+    return worker_compress(tensor_view<float const>(std::span<float const>(wide_), g.id()), out, ctx);
+  }
+
   /// Server side: decodes the workers' packets into `out` and scales the sum by `scale`
   /// (1/n for the mean): out = scale * sum_w D(packets[w]), summed in the given order.
   void aggregate(std::span<std::span<std::byte const> const> packets, std::span<float> out,
@@ -186,6 +203,15 @@ class compressed_adam {
     adam_.step(x, decoded_);
   }
 
+  /// `apply` to 16-bit parameters (`half`, `bfloat16`): decoded in float32, rounded once.
+  template <element P>
+    requires(!std::same_as<P, float>)
+  void apply(std::span<P> x, std::span<std::byte const> packet, codec_context const& ctx = {}) {
+    decoded_.resize(x.size());
+    worker_.codec().decompress(packet, std::span<float>(decoded_), ctx);
+    adam_.step(x, std::span<float const>(decoded_));
+  }
+
   /// Adam step with an already decoded aggregate `g_hat`.
   void step(std::span<float> x, std::span<float const> g_hat) { adam_.step(x, g_hat); }
 
@@ -208,7 +234,7 @@ class compressed_adam {
   lr_corrected_compressor<Codec> worker_;
   lr_corrected_compressor<Codec> server_;
   std::vector<nesterov_momentum> momentum_;
-  std::vector<float> scratch_, decoded_;
+  std::vector<float> scratch_, decoded_, wide_;
 };
 
 GRADCOMP_NAMESPACE_END

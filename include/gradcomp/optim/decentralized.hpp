@@ -16,13 +16,20 @@
 /// once g_i(x^(k)) has been computed, so the exchange runs during the forward and backward
 /// passes. Blocking form (`step_blocking`): mix, then update, with nothing outstanding in
 /// between. Both use W^(k) at iteration k and give bit-identical parameters.
+///
+/// Element types: the parameters are float32 (the master copy that is mixed); gradients may be
+/// float, half or bfloat16 when the local optimizer accepts them (`sgd`, `adam`, `accum_adam`
+/// do: moments in float32, the 16-bit gradient widened exactly), bit-identical to the float32
+/// gradient widened.
 
 #include <gradcomp/concepts/mixer.hpp>
 #include <gradcomp/concepts/optimizer.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/optim/mixing.hpp>
 
+#include <concepts>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -51,7 +58,29 @@ class decentralized_optimizer {
   /// Overlapped iteration: `g` is the gradient at the current (un-mixed) `x`. Waits for the
   /// outstanding mixing (x <- W^(k) x), applies the local step, then launches the mixing of
   /// the new parameters for iteration k + 1. Leave `x` unchanged between calls.
-  void step(std::span<float> x, std::span<float const> g) {
+  void step(std::span<float> x, std::span<float const> g) { step_overlapped(x, g); }
+
+  /// `step` with a 16-bit gradient (`half`, `bfloat16`; see file comment).
+  template <element G>
+    requires(!std::same_as<G, float>) && requires(Optimizer& o, std::span<float> x, std::span<G const> g) { o.step(x, g); }
+  void step(std::span<float> x, std::span<G const> g) {
+    step_overlapped(x, g);
+  }
+
+  /// `step_blocking` with a 16-bit gradient (`half`, `bfloat16`; see file comment).
+  template <element G>
+    requires(!std::same_as<G, float>) && requires(Optimizer& o, std::span<float> x, std::span<G const> g) { o.step(x, g); }
+  void step_blocking(std::span<float> x, std::span<G const> g) {
+    step_mixed_first(x, g);
+  }
+
+  /// Blocking iteration: mixes `x` with W^(k) now, then applies the local step. Nothing may be
+  /// outstanding (do not mix with the overlapped form without `drain`).
+  void step_blocking(std::span<float> x, std::span<float const> g) { step_mixed_first(x, g); }
+
+ private:
+  template <class G>
+  void step_overlapped(std::span<float> x, std::span<G const> g) {
     if (!pending_) {
       throw config_error(
           "gradcomp: decentralized_optimizer::step needs an outstanding mixing; call "
@@ -65,9 +94,8 @@ class decentralized_optimizer {
     pending_ = true;
   }
 
-  /// Blocking iteration: mixes `x` with W^(k) now, then applies the local step. Nothing may be
-  /// outstanding (do not mix with the overlapped form without `drain`).
-  void step_blocking(std::span<float> x, std::span<float const> g) {
+  template <class G>
+  void step_mixed_first(std::span<float> x, std::span<G const> g) {
     if (pending_) {
       throw config_error(
           "gradcomp: decentralized_optimizer::step_blocking called while a mixing "
@@ -79,6 +107,7 @@ class decentralized_optimizer {
     ++k_;
   }
 
+ public:
   /// Completes the outstanding mixing, if any: x <- W^(k) x. Since W^(k) is doubly stochastic
   /// this keeps the average over ranks. Use before evaluation, checkpoints or global averaging;
   /// `start(x)` resumes (with W^(k) again).

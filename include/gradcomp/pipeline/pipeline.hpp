@@ -487,14 +487,13 @@ class gradient_pipeline {
       e.raw32 = g.span();
     } else {
       b.wide.resize(g.size());
-      for (std::size_t i = 0; i < g.size(); ++i) b.wide[i] = to_float(g[i]);
+      detail::widen_to_f32(std::span<T const>(g.span()), std::span<float>(b.wide), ctx_);
       e.out32 = std::span<float>(b.wide);
       e.raw32 = std::span<float const>(b.wide);
       std::span<T> const dst = g.span();
       std::vector<float>* wide = &b.wide;
-      e.write_back = [dst, wide] {
-        for (std::size_t i = 0; i < dst.size(); ++i) dst[i] = from_float<T>((*wide)[i]);
-      };
+      codec_context const* ctx = &ctx_;
+      e.write_back = [dst, wide, ctx] { detail::round_from_f32(std::span<float const>(*wide), dst, *ctx); };
     }
     e.packets = &b.packets;
     e.large = g.size() >= opt_.buckets.min_compress_elements;
