@@ -93,7 +93,10 @@ class two_way_compressor {
   using codec_type = Codec;
 
   /// Both sides use `c`.
-  explicit two_way_compressor(Codec c = Codec{}, WorkerFeedback wf = WorkerFeedback{}, ServerFeedback sf = ServerFeedback{})
+  two_way_compressor()
+    requires std::default_initializable<Codec>
+      : two_way_compressor(Codec{}) {}
+  explicit two_way_compressor(Codec c, WorkerFeedback wf = WorkerFeedback{}, ServerFeedback sf = ServerFeedback{})
       : worker_codec_(c), server_codec_(std::move(c)), wf_(std::move(wf)), sf_(std::move(sf)) {}
   /// Workers use `worker`, servers `server`.
   two_way_compressor(Codec worker, Codec server, WorkerFeedback wf = WorkerFeedback{}, ServerFeedback sf = ServerFeedback{})

@@ -31,6 +31,7 @@
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/feedback/policies.hpp>
 
+#include <concepts>
 #include <cstring>
 #include <map>
 #include <span>
@@ -49,8 +50,11 @@ class compressor {
   using feedback_type = Feedback;
   using state_type = typename Feedback::state;
 
-  explicit compressor(Codec c = Codec{}, Feedback f = Feedback{})
-      : codec_(std::move(c)), feedback_(std::move(f)) {}
+  /// A default codec and policy (for codecs that have a default).
+  compressor()
+    requires std::default_initializable<Codec>
+      : compressor(Codec{}) {}
+  explicit compressor(Codec c, Feedback f = Feedback{}) : codec_(std::move(c)), feedback_(std::move(f)) {}
 
   /// The codec; assign a new one to change parameters between steps.
   [[nodiscard]] Codec& codec() noexcept { return codec_; }

@@ -135,13 +135,25 @@ struct good_state {
   void assign(std::span<float const>);
 };
 
-struct complete_policy {
+// The one-phase step only: no longer a feedback policy (the pipeline stages and commits).
+struct one_phase_policy {
   using feedback_concept = gc::feedback_tag;
   static constexpr gc::feedback_id id = gc::feedback_id::residual;
   using state = good_state;
   template <class C, gc::element T>
   std::size_t compress(C const&, state&, gc::tensor_view<T const>, std::span<std::byte>,
                        gc::codec_context const&) const;
+};
+
+struct complete_policy : one_phase_policy {
+  template <gc::element T>
+  std::span<float const> stage(state&, gc::tensor_view<T const>, gc::codec_context const&) const;
+  template <class C>
+  void commit(C const&, state&, std::span<std::byte const>, gc::codec_context const&) const;
+  template <class C>
+  void prepare_commit(C const&, state&, std::span<std::byte const>, gc::codec_context const&) const;
+  void apply_commit(state&) const;
+  void commit_lossless(state&) const;
 };
 
 struct untagged_policy {
@@ -258,6 +270,7 @@ static_assert(gc::feedback_policy<complete_policy, gc::qsgd_codec>);
 static_assert(gc::feedback_policy<complete_policy, untagged>);  // only codec_operations needed
 static_assert(!gc::feedback_policy<complete_policy, int>);
 static_assert(!gc::feedback_policy<complete_policy, float_only_decompress_add>);
+static_assert(!gc::feedback_policy<one_phase_policy, gc::qsgd_codec>);
 static_assert(!gc::feedback_policy<untagged_policy, gc::qsgd_codec>);
 static_assert(!gc::feedback_policy<codec_tagged_policy, gc::qsgd_codec>);
 static_assert(!gc::feedback_policy<policy_state_without_assign, gc::qsgd_codec>);
