@@ -474,8 +474,14 @@ class gradient_pipeline {
     auto const t0 = clock::now();
     for (auto const& e : pending_) {
       if (e.id == g.id()) {
-        throw config_error("gradcomp: gradient_pipeline: tensor id " + std::to_string(static_cast<unsigned>(g.id())) +
-                           " appears twice in one step");
+        // recorded, not thrown: every rank must reach the step's agreement round, which then
+        // fails on all of them (this rank with this error)
+        if (!local_) {
+          local_ = std::make_exception_ptr(config_error("gradcomp: gradient_pipeline: tensor id " +
+                                                        std::to_string(static_cast<unsigned>(g.id())) +
+                                                        " appears twice in one step"));
+        }
+        return;
       }
     }
     entry e;

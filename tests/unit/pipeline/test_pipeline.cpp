@@ -379,4 +379,22 @@ TEST_CASE("pipeline: mismatched layouts and bad options are clear errors", "[pip
     RANK_REQUIRE(p.step_count() == 0);
   }));
   CHECK(config_errors == 2);
+  // a tensor id given twice on one rank: that rank's config_error, comm_error on the others
+  std::vector<std::string> kinds(2);
+  REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
+    gc::gradient_pipeline p(options("topk:ratio=0.01", "residual", ""));
+    auto g = make_grads<float>(comm.rank(), 0, model_sizes());
+    auto v = views(g);
+    if (comm.rank() == 0) v[1] = gc::tensor_view<float>(std::span<float>(g[1]), gc::tensor_id{0});
+    try {
+      p.step(comm, v);
+    } catch (gc::config_error const&) {
+      std::lock_guard<std::mutex> lock(mu);
+      kinds[static_cast<std::size_t>(comm.rank())] = "config";
+    } catch (gc::comm_error const&) {
+      std::lock_guard<std::mutex> lock(mu);
+      kinds[static_cast<std::size_t>(comm.rank())] = "comm";
+    }
+  }));
+  CHECK(kinds == std::vector<std::string>{"config", "comm"});
 }
