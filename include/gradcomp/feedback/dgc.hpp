@@ -11,8 +11,10 @@
 ///    within it); off when clip_norm is 0;
 /// 2. momentum correction: u ← m·u + g, v ← v + u;
 /// 3. send C(v) (top-k of v with `topk_codec`);
-/// 4. v ← v − D(C(v)); momentum factor masking: u ← 0 on the packet's support (the coordinates
-///    where the decoded packet is non-zero).
+/// 4. v ← v − D(C(v)); momentum factor masking: u ← 0 on the packet's support, the
+///    coordinates it selected (`sparse_packet_support`; also where a selected value decodes to
+///    zero). A codec that is not sparse (topk, approx_topk, threshold, random_k) sends every
+///    coordinate, so u ← 0 everywhere.
 ///
 /// With f32 values, v is exactly 0 on the support after step 4, as in the paper; with f16/bf16
 /// values it keeps the rounding error of the sent values, so nothing is lost: the sum of all
@@ -28,6 +30,7 @@
 /// on the thread count.
 
 #include <gradcomp/codec/context.hpp>
+#include <gradcomp/codec/recompress.hpp>
 #include <gradcomp/codec/topk.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/feedback.hpp>
@@ -42,6 +45,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -132,16 +136,21 @@ class dgc_feedback {
     std::size_t const bytes =
         c.compress(tensor_view<float const>(std::span<float const>(v, n), g.id()), out, ctx);
     c.decompress(std::span<std::byte const>(out.first(bytes)), std::span<float>(s.decoded_), ctx);
-    // v ← v − D(C(v)); u ← 0 where the packet is non-zero. Nothing below throws.
+    std::optional<std::vector<std::uint32_t>> const support =
+        sparse_packet_support(std::span<std::byte const>(out.first(bytes)), ctx);
+    // v ← v − D(C(v)); u ← 0 on the selected support. Nothing below throws.
     float* nu = s.next_.data();
     float* nv = s.next_.data() + n;
     float const* d = s.decoded_.data();
     cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
       for (std::size_t i = b; i < e; ++i) {
         nv[i] = nv[i] - d[i];  // one rounding, as residual feedback's decompress_add(−1)
-        nu[i] = d[i] != 0.0f ? 0.0f : nu[i];
+        if (!support) nu[i] = 0.0f;
       }
     });
+    if (support) {
+      for (std::uint32_t i : *support) nu[i] = 0.0f;  // indices validated below n
+    }
     s.data_.swap(s.next_);
     return bytes;
   }

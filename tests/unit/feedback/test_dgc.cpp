@@ -137,6 +137,33 @@ TEST_CASE("dgc momentum factor masking zeroes u and v at the sent coordinates", 
   SECTION("bf16 values: v keeps only the rounding error") { run(gc::sparse_values::bf16); }
 }
 
+TEST_CASE("dgc masks the momentum on the selected support, also where a value decodes to zero",
+          "[feedback][dgc][regression]") {
+  // Regression: masking tested `decoded != 0`, so a selected coordinate whose value rounds to
+  // zero in f16 kept its momentum. Values far below f16's smallest subnormal (~6e-8) decode to 0.
+  dgc_compressor comp(gc::topk_codec::count(2, gc::sparse_values::f16), gc::dgc_feedback(0.5f));
+  gc::tensor_id const id{5};
+  std::vector<float> const g = {1e-10f, -2e-10f, 0.0f, 1e-12f};
+  gc::codec_context ctx;
+  auto const p = compress_packet(comp, g, id, ctx);
+  REQUIRE(packet_indices(p) == std::vector<std::uint32_t>{0, 1});
+  REQUIRE(decode_any(p, 4) == std::vector<float>{0, 0, 0, 0});
+  // u is masked on the support {0, 1}, untouched elsewhere; v keeps what the packet lost.
+  CHECK(copy(comp.state(id).momentum()) == std::vector<float>{0, 0, 0, 1e-12f});
+  CHECK(copy(comp.state(id).accumulation()) == g);
+}
+
+TEST_CASE("dgc with a dense codec masks the momentum everywhere (every coordinate is sent)",
+          "[feedback][dgc]") {
+  gc::compressor<gc::any_codec, gc::dgc_feedback> comp(gc::make_codec("fp16"), gc::dgc_feedback(0.5f));
+  gc::tensor_id const id{6};
+  std::vector<float> const g = {1e-10f, 2.0f, -3.0f, 0.0f};
+  gc::codec_context ctx;
+  auto const p = compress_packet(comp, g, id, ctx);
+  CHECK(copy(comp.state(id).momentum()) == std::vector<float>{0, 0, 0, 0});
+  CHECK(copy(comp.state(id).accumulation()) == std::vector<float>{1e-10f, 0, 0, 0});
+}
+
 TEST_CASE("dgc with momentum 0 and no clipping is residual feedback", "[feedback][dgc]") {
   std::size_t const n = 1001;
   gc::sparsity_warmup const warm(6);  // 25% -> 6.25% -> ... -> 0.1% over 24 steps
