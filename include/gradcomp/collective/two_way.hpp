@@ -26,7 +26,11 @@
 ///
 /// The codec's random streams are keyed by a tensor id derived from (tensor id, shard, side),
 /// so shards draw independent numbers, and workers share a stream for the same shard (what a
-/// shared-support codec needs).
+/// shared-support codec needs). A server whose codec has shared support (random-k) compresses
+/// on the *workers'* stream of its shard, so it selects the support the workers' packets
+/// share: the sum of the workers' packets is zero off that support, and the server sends all
+/// of it (lossless with f32 values, as BytePS's sparse server sum). On a stream of its own
+/// only about k²/n of the k coordinates would survive the step.
 
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
@@ -115,7 +119,8 @@ class two_way_compressor {
   /// Server side: decompresses the non-empty `packets` (worker packets of one shard of `n`
   /// elements), sums them in order, multiplies the sum by `scale`, and compresses it with the
   /// server error feedback of `key` into `out` (at least `server_codec().max_compressed_bytes(n)`
-  /// bytes); returns the packet size. `received`, if given, gets the scaled sum.
+  /// bytes); returns the packet size. `received`, if given, gets the scaled sum. A
+  /// shared-support server codec compresses on the workers' stream of `key` (file comment).
   std::size_t reduce_shard(std::span<std::span<std::byte const> const> packets, std::size_t n, shard_key const& key,
                            float scale, std::span<std::byte> out, codec_context const& ctx,
                            std::vector<float>* received = nullptr) {
@@ -124,7 +129,10 @@ class two_way_compressor {
       if (!p.empty()) worker_codec_.decompress_add(p, std::span<float>(sum_), scale, ctx);
     }
     if (received != nullptr) *received = sum_;
-    tensor_view<float const> const v(std::span<float const>(sum_), shard_stream_id(key, two_way_side::server));
+    // Shared support: select the workers' support (file comment), not a second sample.
+    bool const shared = detail::aggregation_of_codec(server_codec_) == aggregation_kind::shared_support;
+    two_way_side const stream = shared ? two_way_side::worker : two_way_side::server;
+    tensor_view<float const> const v(std::span<float const>(sum_), shard_stream_id(key, stream));
     return compress_with(sf_, server_codec_, server_states_, key, v, out, ctx);
   }
 

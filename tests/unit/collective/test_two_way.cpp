@@ -334,3 +334,60 @@ TEST_CASE("two-way: rescale_residuals scales both sides' residuals and nothing e
   REQUIRE_THROWS_AS(tw.rescale_residuals(0.0), gc::config_error);
   REQUIRE_THROWS_AS(tw.rescale_residuals(std::numeric_limits<double>::infinity()), gc::config_error);
 }
+
+TEST_CASE("two-way random-k: the server keeps the workers' support, so k coordinates survive per shard",
+          "[collective][two_way][regression]") {
+  // Regression: the server re-sampled random-k on its own stream, so only about k^2/n of a
+  // shard's k coordinates survived (4 ranks, ratio 0.1, 4000 elements: ~50 non-zero outputs
+  // where top-k gives 400). Server and workers share the support now, so with f32 values the
+  // server sum is lossless and the result is exactly the average on the workers' support.
+  int const w = 4;
+  std::size_t const n = 4000;
+  {
+    gc::any_codec const codec = gc::make_codec("randomk:ratio=0.1");
+    REQUIRE_NOTHROW(run_in_process(w, [&](in_process_communicator& comm) {
+      two_way tw(codec);
+      gc::codec_context ctx;
+      ctx.seed = 11;
+      for (int step = 0; step < 2; ++step) {
+        ctx.step = static_cast<std::uint32_t>(step);
+        auto const g = rank_gradient(n, comm.rank(), step);
+        std::vector<float> out(n);
+        gc::collective_options opt;
+        opt.op = gc::reduction::sum;
+        gc::all_reduce_two_way(comm, tw, gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{1}),
+                               std::span<float>(out), ctx, opt);
+        auto const nonzero = std::count_if(out.begin(), out.end(), [](float v) { return v != 0.0f; });
+        RANK_REQUIRE(nonzero == 400);
+        // Lossless server: nothing is left in the server residual of this rank's shard.
+        gc::shard_key const key{gc::tensor_id{1}, static_cast<std::uint32_t>(comm.rank()), static_cast<std::uint32_t>(w)};
+        auto const r = tw.server_residual(key);
+        RANK_REQUIRE(std::all_of(r.begin(), r.end(), [](float v) { return v == 0.0f; }));
+      }
+    }));
+  }
+}
+
+TEST_CASE("parameter-server random-k: servers keep the workers' support", "[collective][two_way][regression]") {
+  int const size = 5, servers = 2;
+  std::size_t const n = 4000;
+  gc::any_codec const codec = gc::make_codec("randomk:ratio=0.1");
+  gc::ps_options opt;
+  opt.servers = servers;
+  REQUIRE_NOTHROW(run_in_process(size, [&](in_process_communicator& comm) {
+    two_way tw(codec);
+    gc::codec_context ctx;
+    ctx.seed = 3;
+    if (gc::is_server(comm, opt)) {
+      gc::ps_serve(comm, tw, gc::tensor_id{2}, n, ctx, opt);
+      return;
+    }
+    auto const g = rank_gradient(n, comm.rank(), 0);
+    std::vector<float> out(n);
+    gc::ps_push_pull(comm, tw, gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{2}),
+                     std::span<float>(out), ctx, opt);
+    // Each of the 2 shards of 2000 keeps 200 coordinates, the same on every worker.
+    auto const nonzero = std::count_if(out.begin(), out.end(), [](float v) { return v != 0.0f; });
+    RANK_REQUIRE(nonzero == 400);
+  }));
+}
