@@ -12,11 +12,11 @@
 ///              p~ = s + (lr_{t-1}/lr_t) * e~;  c~ = C(p~);  e~ = p~ - D(c~)    server_compress
 ///   worker w:  g^ = D(c~);  Adam/AdamW step on g^ (moments from the aggregate)   apply
 /// ```
-/// The residuals are kept per tensor id, so one object serves all shards a rank owns as a
-/// "server" in a reduce-scatter / all-gather pipeline. Every worker holds identical Adam state
-/// because every worker applies the same decoded aggregate. With the identity codec and no
-/// momentum the residuals stay zero and the parameters are bit-identical to `adam` run on the
-/// same aggregate.
+/// The residuals and the Nesterov momentum are kept per tensor id, so one object serves all
+/// shards a rank owns as a "server" in a reduce-scatter / all-gather pipeline. Every worker holds
+/// identical Adam state because every worker applies the same decoded aggregate. With the identity
+/// codec and no momentum the residuals stay zero and the parameters are bit-identical to `adam` run
+/// on the same aggregate.
 
 #include <gradcomp/codec/context.hpp>
 #include <gradcomp/concepts/codec.hpp>
@@ -146,15 +146,17 @@ class compressed_adam {
  public:
   explicit compressed_adam(Codec codec, compressed_adam_options o = {})
       : opt_(o), adam_(o.adam), worker_(codec), server_(codec) {
-    if (o.nesterov != 0.0) momentum_.emplace_back(o.nesterov);
+    if (o.nesterov != 0.0) (void)nesterov_momentum(o.nesterov);  // validates mu
   }
 
   /// Worker side: (Nesterov,) error feedback and compression of the local gradient `g`.
   std::size_t worker_compress(tensor_view<float const> g, std::span<std::byte> out,
                               codec_context const& ctx = {}) {
-    if (momentum_.empty()) return worker_.compress(g, out, ef_lr(), ctx);
+    if (opt_.nesterov == 0.0) return worker_.compress(g, out, ef_lr(), ctx);
+    // One momentum per tensor id (each shard of its size), as the residuals.
+    auto it = momentum_.try_emplace(g.id(), opt_.nesterov).first;
     scratch_.assign(g.span().begin(), g.span().end());
-    momentum_.front().apply(scratch_);
+    it->second.apply(scratch_);
     return worker_.compress(tensor_view<float const>(scratch_, g.id()), out, ef_lr(), ctx);
   }
 
@@ -207,7 +209,7 @@ class compressed_adam {
   adam adam_;
   lr_corrected_compressor<Codec> worker_;
   lr_corrected_compressor<Codec> server_;
-  std::vector<nesterov_momentum> momentum_;
+  std::map<tensor_id, nesterov_momentum> momentum_;
   std::vector<float> scratch_, decoded_;
 };
 

@@ -136,3 +136,26 @@ TEST_CASE("two-way compressed Adam with onebit and top-k reaches the optimum", "
     REQUIRE(x1[i] == x1[0]);  // every worker applies the same aggregate
   }
 }
+
+TEST_CASE("compressed Adam keeps one Nesterov momentum per tensor id", "[optim][regression]") {
+  // Regression: one momentum served every tensor id, so a second shard mixed its momentum with
+  // the first one's, and a shard of another size threw.
+  gc::compressed_adam_options o;
+  o.nesterov = 0.5;
+  gc::compressed_adam<gc::identity_codec> a(gc::identity_codec{}, o);
+  gc::compressed_adam<gc::identity_codec> fresh(gc::identity_codec{}, o);
+  std::vector<float> const g0 = {1.0f, 2.0f, 3.0f, 4.0f};
+  std::vector<float> const g1 = {1.0f, -1.0f};
+  std::vector<std::byte> out(a.max_compressed_bytes(4));
+  a.worker_compress(gc::tensor_view<float const>(g0, gc::tensor_id{0}), out);
+  std::size_t b = 0;
+  REQUIRE_NOTHROW(b = a.worker_compress(gc::tensor_view<float const>(g1, gc::tensor_id{1}), out));
+  std::vector<float> got(2), want(2);
+  gc::identity_codec{}.decompress(std::span<std::byte const>(out.data(), b), std::span<float>(got));
+  // Tensor 1's first step: m = g, g + 0.5 m = 1.5 g, as for an object that never saw tensor 0.
+  std::vector<std::byte> ref(fresh.max_compressed_bytes(2));
+  b = fresh.worker_compress(gc::tensor_view<float const>(g1, gc::tensor_id{1}), ref);
+  gc::identity_codec{}.decompress(std::span<std::byte const>(ref.data(), b), std::span<float>(want));
+  CHECK(got == want);
+  CHECK(got == std::vector<float>{1.5f, -1.5f});
+}
