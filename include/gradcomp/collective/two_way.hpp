@@ -43,7 +43,6 @@
 #include <gradcomp/feedback/policies.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
@@ -146,30 +145,17 @@ class two_way_compressor {
     auto it = server_states_.find(key);
     return it == server_states_.end() ? std::span<float const>{} : it->second.values();
   }
-  /// Multiplies every worker and server residual by `factor` (finite, > 0), e.g. the
-  /// learning-rate correction lr_prev / lr of BytePS's corrected error feedback when the rate
-  /// changes (optim/compressed_adam.hpp, `lr_correction`): the residuals were accumulated in the
-  /// units of the old step. Meant for residual-type feedback; a residual that was never written
-  /// (zero) stays zero. No-op for 1.
-  void rescale_residuals(double factor) {
-    if (!(std::isfinite(factor) && factor > 0.0)) {
-      throw config_error("gradcomp: two_way_compressor::rescale_residuals needs a finite factor > 0; got " +
-                         std::to_string(factor));
-    }
-    if (factor == 1.0) return;
-    float const f = static_cast<float>(factor);
-    std::vector<float> buf;
-    auto scale = [&](auto& states) {
-      for (auto& [key, st] : states) {
-        std::span<float const> const v = st.values();
-        if (v.empty()) continue;
-        buf.assign(v.begin(), v.end());
-        for (float& x : buf) x = x * f;
-        st.assign(std::span<float const>(buf));
-      }
+  /// Calls `f(key, state)` for the `side` feedback state of every shard of tensor `t` that
+  /// this object holds (e.g. the learning-rate correction of compressed Adam,
+  /// optim/compressed_adam.hpp, rescales residuals this way).
+  template <class F>
+  void for_each_state(two_way_side side, tensor_id t, F&& f) {
+    auto visit = [&](auto& states) {
+      auto it = states.lower_bound(shard_key{t, 0, 0});
+      for (; it != states.end() && it->first.tensor == t; ++it) f(std::as_const(it->first), it->second);
     };
-    scale(worker_states_);
-    scale(server_states_);
+    if (side == two_way_side::worker) visit(worker_states_);
+    else visit(server_states_);
   }
 
   /// Forgets both sides' state.

@@ -295,44 +295,25 @@ TEST_CASE("parameter-server mode: a failed worker compression reaches every rank
   REQUIRE(kinds == std::vector<int>{1, 2, 2, 2});
 }
 
-TEST_CASE("two-way: rescale_residuals scales both sides' residuals and nothing else", "[collective][two_way]") {
+TEST_CASE("two-way: for_each_state visits one side's states of one tensor", "[collective][two_way]") {
   two_way tw(gc::make_codec("topk:ratio=0.05"));
   std::size_t const n = 400;
-  gc::shard_key const key{gc::tensor_id{3}, 0, 2};
   gc::codec_context ctx;
-  // Two workers' packets (the second worker's state kept under another key of the same
-  // object): their union has more entries than the server's top-k keeps.
-  std::vector<std::vector<std::byte>> p(2);
-  for (int r = 0; r < 2; ++r) {
-    auto const g = rank_gradient(n, r, 0);
-    p[r].resize(tw.worker_codec().max_compressed_bytes(n));
-    p[r].resize(tw.compress_shard(g, r == 0 ? key : gc::shard_key{gc::tensor_id{3}, 1, 2},
-                                  std::span<std::byte>(p[r]), ctx));
+  auto const g = rank_gradient(n, 0, 0);
+  std::vector<std::byte> p(tw.worker_codec().max_compressed_bytes(n));
+  for (gc::shard_key const key : {gc::shard_key{gc::tensor_id{3}, 0, 2}, gc::shard_key{gc::tensor_id{3}, 1, 2},
+                                  gc::shard_key{gc::tensor_id{4}, 0, 2}, gc::shard_key{gc::tensor_id{2}, 1, 2}}) {
+    tw.compress_shard(g, key, std::span<std::byte>(p), ctx);
   }
-  std::vector<std::span<std::byte const>> spans{std::span<std::byte const>(p[0]),
-                                                std::span<std::byte const>(p[1])};
-  std::vector<std::byte> out(tw.server_codec().max_compressed_bytes(n));
-  out.resize(tw.reduce_shard(spans, n, key, 1.0f, std::span<std::byte>(out), ctx));
-  auto const w0 = std::vector<float>(tw.worker_residual(key).begin(), tw.worker_residual(key).end());
-  auto const s0 = std::vector<float>(tw.server_residual(key).begin(), tw.server_residual(key).end());
-  REQUIRE(w0.size() == n);
-  REQUIRE(s0.size() == n);
-  // top-k 5% leaves a non-zero residual on both sides.
-  REQUIRE(std::any_of(w0.begin(), w0.end(), [](float v) { return v != 0.0f; }));
-  REQUIRE(std::any_of(s0.begin(), s0.end(), [](float v) { return v != 0.0f; }));
-  tw.rescale_residuals(2.0);  // the learning rate halved: lr_prev / lr = 2
-  auto const w1 = tw.worker_residual(key);
-  auto const s1 = tw.server_residual(key);
-  for (std::size_t i = 0; i < n; ++i) {
-    REQUIRE(w1[i] == 2.0f * w0[i]);  // exact: a power of two
-    REQUIRE(s1[i] == 2.0f * s0[i]);
-  }
-  tw.rescale_residuals(1.0);
-  REQUIRE(tw.worker_residual(key)[0] == 2.0f * w0[0]);
-  // A residual that was never written stays empty (zero).
-  REQUIRE(tw.worker_residual(gc::shard_key{gc::tensor_id{4}, 0, 2}).empty());
-  REQUIRE_THROWS_AS(tw.rescale_residuals(0.0), gc::config_error);
-  REQUIRE_THROWS_AS(tw.rescale_residuals(std::numeric_limits<double>::infinity()), gc::config_error);
+  std::vector<gc::shard_key> seen;
+  tw.for_each_state(gc::two_way_side::worker, gc::tensor_id{3}, [&](gc::shard_key const& k, auto& st) {
+    REQUIRE(st.values().size() == n);
+    seen.push_back(k);
+  });
+  REQUIRE(seen == std::vector<gc::shard_key>{{gc::tensor_id{3}, 0, 2}, {gc::tensor_id{3}, 1, 2}});
+  seen.clear();
+  tw.for_each_state(gc::two_way_side::server, gc::tensor_id{3}, [&](gc::shard_key const& k, auto&) { seen.push_back(k); });
+  REQUIRE(seen.empty());  // no server step yet
 }
 
 TEST_CASE("two-way random-k: the server keeps the workers' support, so k coordinates survive per shard",
