@@ -20,8 +20,8 @@
 /// values it keeps the rounding error of the sent values, so nothing is lost: the sum of all
 /// decoded packets plus v equals the sum of the momentum-corrected updates u (conservation).
 /// With m = 0 and no clipping, the policy is residual feedback: same packets, v = the residual.
-/// The sparsity warm-up is `sparsity_warmup` (`feedback/sparsity_schedule.hpp`): replace the
-/// codec between steps with `dgc_topk(schedule, step)`.
+/// The sparsity warm-up is `dgc_warmup` (adapt/schedule.hpp): replace the codec between steps
+/// with `dgc_topk(schedule, step)`.
 ///
 /// State: u and v, saved by `values()` as one buffer [u | v] of 2n floats (so `compressor`'s
 /// saved record for the tensor holds 2n values). A non-finite gradient (or an update that
@@ -38,7 +38,6 @@
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/cpu/parallel.hpp>
-#include <gradcomp/feedback/sparsity_schedule.hpp>
 
 #include <atomic>
 #include <cfloat>
@@ -237,11 +236,5 @@ class dgc_feedback {
   double clip_norm_ = 0.0;
   std::uint32_t workers_ = 1;
 };
-
-/// The top-k codec of DGC's warm-up at `step`: `topk_codec::ratio(w.density(step), values)`.
-inline topk_codec dgc_topk(sparsity_warmup const& w, std::uint64_t step,
-                           sparse_values values = sparse_values::f32) {
-  return topk_codec::ratio(w.density(step), values);
-}
 
 GRADCOMP_NAMESPACE_END
