@@ -16,14 +16,17 @@
 #include <gradcomp/codec/randomk.hpp>
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
+#include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/spec.hpp>
 
+#include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -58,6 +61,11 @@ class any_codec {
                       codec_context const& ctx = {}) const {
     impl_->decode(packet, out, alpha, true, ctx);
   }
+  /// The held codec's value section of `packet` (codec/value_section.hpp); `config_error` when
+  /// the held codec declares none.
+  [[nodiscard]] gradcomp::value_section value_section(std::span<std::byte const> packet) const {
+    return impl_->section(packet);
+  }
 
  private:
   struct interface {
@@ -73,6 +81,7 @@ class any_codec {
     virtual void decode(std::span<std::byte const>, std::span<float>, float, bool, codec_context const&) const = 0;
     virtual void decode(std::span<std::byte const>, std::span<half>, float, bool, codec_context const&) const = 0;
     virtual void decode(std::span<std::byte const>, std::span<bfloat16>, float, bool, codec_context const&) const = 0;
+    virtual gradcomp::value_section section(std::span<std::byte const>) const = 0;
   };
 
   template <class C>
@@ -89,6 +98,16 @@ class any_codec {
     void decode(std::span<std::byte const> p, std::span<float> o, float a, bool add, codec_context const& x) const override { add ? c_.decompress_add(p, o, a, x) : c_.decompress(p, o, x); }
     void decode(std::span<std::byte const> p, std::span<half> o, float a, bool add, codec_context const& x) const override { add ? c_.decompress_add(p, o, a, x) : c_.decompress(p, o, x); }
     void decode(std::span<std::byte const> p, std::span<bfloat16> o, float a, bool add, codec_context const& x) const override { add ? c_.decompress_add(p, o, a, x) : c_.decompress(p, o, x); }
+    gradcomp::value_section section(std::span<std::byte const> p) const override {
+      if constexpr (requires { { c_.value_section(p) } -> std::same_as<gradcomp::value_section>; }) {
+        return c_.value_section(p);
+      } else {
+        throw config_error(std::string("gradcomp: codec '") + codec_name(C::id) + "' (" +
+                           aggregation_name(C::aggregation) +
+                           ") declares no value section; only codecs whose packets are summed in the "
+                           "compressed domain (summable, shared support) have one");
+      }
+    }
     C c_;
   };
 

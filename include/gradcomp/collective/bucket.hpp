@@ -297,7 +297,7 @@ class bucketed_all_reduce {
         if (!src.empty()) std::memcpy(s.values.data() + at, src.data(), src.size());
         at += src.size();
       }
-      s.vtype = s.packets.empty() ? comm_type::f32 : s.packets[0].section.type;
+      s.vtype = s.packets.empty() ? comm_type::f32 : detail::comm_type_of_dtype(s.packets[0].section.type);
     } catch (...) {
       s.local = std::current_exception();
       s.mine.status = 1;
