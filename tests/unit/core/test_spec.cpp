@@ -79,30 +79,20 @@ TEST_CASE("spec parser: bad input is a config_error naming the key and what is e
 }
 
 TEST_CASE("spec parser: codecs, controllers and PowerSGD report the same errors", "[core][spec]") {
-  auto codec = [](std::string const& s) {
-    try {
-      (void)gc::make_codec(s);
-    } catch (gc::config_error const& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+  // The message of the config_error that `build(spec)` throws, or "no error".
+  auto error_from = [](auto build) {
+    return [build](std::string const& spec) {
+      try {
+        (void)build(spec);
+      } catch (gc::config_error const& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
   };
-  auto controller = [](std::string const& s) {
-    try {
-      (void)gc::make_controller(s);
-    } catch (gc::config_error const& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  auto psgd = [](std::string const& s) {
-    try {
-      (void)gc::make_powersgd(s);
-    } catch (gc::config_error const& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto const codec = error_from([](std::string const& s) { return gc::make_codec(s); });
+  auto const controller = error_from([](std::string const& s) { return gc::make_controller(s); });
+  auto const psgd = error_from([](std::string const& s) { return gc::make_powersgd(s); });
   for (auto const& [bad, what] : std::vector<std::pair<std::string, std::string>>{
            {":x=1", "has an empty name"},
            {"NAME:x", "option 'x' is not key=value"},
