@@ -347,8 +347,9 @@ void print_decentralized_table(std::vector<outcome> const& runs, std::size_t ste
       "  wire MB/wkr: bytes each worker puts on the wire for training (ring all-reduce: 2(n-1)/n\n"
       "    of the gradient; two-way: its all-to-all and all-gather; gossip: parameters x peers)\n"
       "  ms/step: wall time of the training steps (slowest rank, evaluation excluded); fwd+bwd\n"
-      "    and comm (time blocked in communication; CAdam: the two-way collective with its\n"
-      "    compression; gossip: the mixer's wait) per step, mean over ranks\n"
+      "    and comm (time blocked in communication; CAdam: compressed_adam::step, the two-way\n"
+      "    collective with its compression and the Adam step; gossip: the mixer's wait) per\n"
+      "    step, mean over ranks\n"
       "  consensus: mean over ranks of |x_i - x_bar|^2 / |x_bar|^2 after the last step; the\n"
       "    decentralized rows are evaluated at x_bar\n",
       steps, workers, params);

@@ -17,10 +17,10 @@
 ///
 ///   adam       All-Reduce Adam: steps 1-3 as above (any codec), then `gradcomp::adam` on the
 ///              averaged gradient;
-///   cadam      compressed Adam (BytePS-Compress): `all_reduce_two_way` with worker and server
-///              error feedback, corrected for learning-rate changes
-///              (`two_way_compressor::rescale_residuals` by `lr_correction`), then Adam on the
-///              decoded aggregate; with the identity codec it equals `adam` bit for bit;
+///   cadam      compressed Adam (BytePS-Compress): `gradcomp::compressed_adam`, i.e.
+///              `all_reduce_two_way` with worker and server error feedback, corrected for
+///              learning-rate changes, then Adam on the decoded aggregate; with the identity
+///              codec it equals `adam` bit for bit;
 ///   dadam      decentralized Adam: no gradient exchange; `decentralized_optimizer<adam,
 ///              comm_mixer>` gossips the parameters over `topology`, overlapped with the next
 ///              forward and backward pass (the gradient is taken at the rank's own un-mixed x);
@@ -37,7 +37,6 @@
 
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/collective/common.hpp>
-#include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/comm/any_communicator.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/context.hpp>
@@ -374,17 +373,18 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   sgd opt(o.momentum, o.weight_decay);  // the example's own SGD (kind sgd)
   std::optional<gradient_exchange> ex;  // sgd and adam
   if (kind == optimizer_kind::sgd || kind == optimizer_kind::adam) ex.emplace(comm, o.exchange);
-  std::optional<gradcomp::adam> adam_opt;  // adam and cadam: the same on every rank
-  if (kind == optimizer_kind::adam || kind == optimizer_kind::cadam)
-    adam_opt.emplace(adam_settings(o));
-  // cadam: two-way compression with worker and server error feedback.
-  std::optional<gradcomp::two_way_compressor<gradcomp::any_codec>> two_way;
+  std::optional<gradcomp::adam> adam_opt;  // adam: the same on every rank
+  if (kind == optimizer_kind::adam) adam_opt.emplace(adam_settings(o));
+  // cadam: two-way compression with worker and server error feedback, then Adam.
+  std::optional<gradcomp::compressed_adam<gradcomp::any_codec>> cadam;
   gradcomp::codec_context cctx;
   cctx.parallel_threshold = std::numeric_limits<std::size_t>::max();  // ranks are threads already
   cctx.seed = o.exchange.seed;
   if (kind == optimizer_kind::cadam) {
-    two_way.emplace(
-        gradcomp::make_codec(o.exchange.codec == "dense" ? "identity" : o.exchange.codec));
+    gradcomp::compressed_adam_options co;
+    co.adam = adam_settings(o);
+    cadam.emplace(gradcomp::make_codec(o.exchange.codec == "dense" ? "identity" : o.exchange.codec),
+                  co);
   }
   std::variant<std::monostate, gossip_optimizer<gradcomp::adam>,
                gossip_optimizer<gradcomp::accum_adam>, gossip_optimizer<gradcomp::sgd>>
@@ -407,7 +407,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       gossip.emplace<3>(gradcomp::sgd(so), std::move(mixer));
     }
   } else if (kind == optimizer_kind::cadam) {
-    pipeline = "two-way " + std::string(two_way->worker_codec().name()) +
+    pipeline = "two-way " + std::string(cadam->two_way().worker_codec().name()) +
                " all-reduce, worker and server error feedback (lr-corrected)";
   }
   auto on_gossip = [&](auto&& f) {
@@ -420,7 +420,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
 
   batch_sampler sampler(data.train.size(), rank, world, o.seed);
   workspace ws;
-  std::vector<float> x, g, ghat;  // flat parameters, gradient, decoded aggregate (not sgd)
+  std::vector<float> x, g;  // flat parameters and gradient (not sgd)
   if (kind != optimizer_kind::sgd) flatten(net.params(), x);
   std::optional<mlp> avg_net;  // decentralized: the average of the ranks, for evaluation
   std::vector<float> avg;
@@ -452,7 +452,6 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   double bytes = 0.0, wire = 0.0, loss_sum = 0.0, gain_sum = 0.0, compute = 0.0, compress = 0.0,
          sync = 0.0, stepping = 0.0;
   std::size_t loss_count = 0;
-  double lr_prev = 0.0;
   on_gossip([&](auto& d) {
     if (o.overlap) d.start(x);  // overlapped form: mixing of x^(0) runs during step 0's passes
   });
@@ -500,26 +499,16 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
         adam_opt->set_lr(info.learning_rate);
         adam_opt->step(x, g);
       } else if (kind == optimizer_kind::cadam) {
-        // Corrected error feedback: residuals accumulated under lr_prev, rescaled to this step.
-        if (lr_prev > 0.0 && lr_prev != info.learning_rate) {
-          two_way->rescale_residuals(gradcomp::lr_correction(lr_prev, info.learning_rate));
-        }
-        lr_prev = info.learning_rate;
-        ghat.resize(g.size());
         auto t1 = clock::now();
         gradcomp::codec_context ctx = cctx;
         ctx.step = static_cast<std::uint32_t>(step);
-        gradcomp::collective_result const r = gradcomp::all_reduce_two_way(
-            comm, *two_way,
-            gradcomp::tensor_view<float const>(std::span<float const>(g), gradcomp::tensor_id{0}),
-            std::span<float>(ghat), ctx);
-        float const inv = 1.0f / static_cast<float>(world);  // as the dense exchange divides
-        for (float& v : ghat) v = v * inv;
+        cadam->set_lr(info.learning_rate);  // residuals are corrected by lr_prev / lr
+        gradcomp::collective_result const r = cadam->step(
+            comm, std::span<float>(x),
+            gradcomp::tensor_view<float const>(std::span<float const>(g), gradcomp::tensor_id{0}), ctx);
         sync += since(t1);
         bytes += static_cast<double>(r.packet_bytes);
         wire += static_cast<double>(r.wire_bytes);
-        adam_opt->set_lr(info.learning_rate);
-        adam_opt->step(x, ghat);
       } else {
         on_gossip([&](auto& d) {
           d.set_lr(info.learning_rate);

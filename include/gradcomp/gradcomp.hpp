@@ -58,7 +58,6 @@
 #include <gradcomp/feedback/compressor.hpp>
 #include <gradcomp/feedback/dgc.hpp>
 #include <gradcomp/feedback/policies.hpp>
-#include <gradcomp/feedback/sparsity_schedule.hpp>
 #include <gradcomp/model/runtime.hpp>
 #include <gradcomp/optim/adam.hpp>
 #include <gradcomp/optim/choco.hpp>

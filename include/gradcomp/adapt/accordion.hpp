@@ -57,8 +57,9 @@ struct accordion_config {
 /// when `i % interval == accumulation − 1`; that step's `decide` then sets the level of the
 /// following steps: low if there is no earlier report (the start) or the relative change
 /// |prev − cur| / prev of a layer's accumulated-gradient norm is >= η (a zero `prev` counts as
-/// critical), else high. `next_learning_rate < learning_rate` in any step's statistics sets
-/// every layer to low from the next step until the next report.
+/// critical), else high. `0 < next_learning_rate < learning_rate` in any step's statistics
+/// sets every layer to low from the next step until the next report (a `next_learning_rate`
+/// of 0 is "not reported" and changes nothing).
 class accordion_controller {
  public:
   using controller_concept = controller_tag;
@@ -162,7 +163,8 @@ class accordion_controller {
 
     decision d = detail::single_factor_decision(plan_.step, factor_);
     if (plan_.report_layers) detect(s.layer_norms_sq);
-    if (s.next_learning_rate < s.learning_rate) {
+    // next_learning_rate == 0 means "not reported" (adapt/protocol.hpp), not a decay to 0.
+    if (s.next_learning_rate > 0.0 && s.next_learning_rate < s.learning_rate) {
       layers_.assign(layers_.size(), cfg_.low_factor);
       factor_ = cfg_.low_factor;
     }

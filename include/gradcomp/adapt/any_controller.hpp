@@ -14,12 +14,11 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/serialize.hpp>
+#include <gradcomp/core/spec.hpp>
 
-#include <charconv>
 #include <concepts>
 #include <cstdint>
 #include <initializer_list>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -127,113 +126,6 @@ class any_controller {
 
 static_assert(controller<any_controller>);
 
-namespace detail::controller_spec {
-
-inline std::uint64_t to_u64(std::string_view key, std::string_view v) {
-  std::uint64_t out = 0;
-  auto const [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (v.empty() || ec != std::errc{} || p != v.data() + v.size()) {
-    throw config_error("gradcomp: controller option '" + std::string(key) +
-                       "' needs an unsigned integer, got '" + std::string(v) + "'");
-  }
-  return out;
-}
-
-inline double to_double(std::string_view key, std::string_view v) {
-  double out = 0.0;
-  auto const [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (v.empty() || ec != std::errc{} || p != v.data() + v.size()) {
-    throw config_error("gradcomp: controller option '" + std::string(key) +
-                       "' needs a number, got '" + std::string(v) + "'");
-  }
-  return out;
-}
-
-// The key=value options of a spec, each consumed once; leftovers are errors.
-class options {
- public:
-  options(std::string_view spec, std::string_view name) : name_(name) {
-    auto const colon = spec.find(':');
-    if (colon == std::string_view::npos) return;
-    std::string_view rest = spec.substr(colon + 1);
-    if (rest.empty()) {
-      throw config_error("gradcomp: controller spec '" + std::string(spec) + "' ends with ':'");
-    }
-    while (true) {
-      std::string_view const item = rest.substr(0, rest.find(','));
-      bool const last = item.size() == rest.size();
-      rest = last ? std::string_view{} : rest.substr(item.size() + 1);
-      auto const eq = item.find('=');
-      if (eq == std::string_view::npos || eq == 0) {
-        throw config_error("gradcomp: controller option '" + std::string(item) +
-                           "' is not key=value");
-      }
-      std::string key(item.substr(0, eq));
-      if (!opts_.emplace(key, std::string(item.substr(eq + 1))).second) {
-        throw config_error("gradcomp: controller option '" + key + "' given twice");
-      }
-      order_.push_back(std::move(key));
-      if (last) break;
-    }
-  }
-
-  bool has(std::string_view key) const { return opts_.find(key) != opts_.end(); }
-  double number(std::string_view key, double dflt) {
-    auto it = opts_.find(key);
-    if (it == opts_.end()) return dflt;
-    double const v = to_double(key, it->second);
-    opts_.erase(it);
-    return v;
-  }
-  std::uint64_t count(std::string_view key, std::uint64_t dflt) {
-    auto it = opts_.find(key);
-    if (it == opts_.end()) return dflt;
-    std::uint64_t const v = to_u64(key, it->second);
-    opts_.erase(it);
-    return v;
-  }
-  // The index of the value of `key` in `allowed` (default 0 when absent).
-  unsigned choice(std::string_view key, std::initializer_list<std::string_view> allowed) {
-    auto it = opts_.find(key);
-    if (it == opts_.end()) return 0;
-    unsigned i = 0;
-    for (auto a : allowed) {
-      if (it->second == a) {
-        opts_.erase(it);
-        return i;
-      }
-      ++i;
-    }
-    std::string list;
-    for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-    throw config_error("gradcomp: controller option '" + std::string(key) + "' must be one of " +
-                       list + ", got '" + it->second + "'");
-  }
-  // Every remaining option, in the order given, then cleared.
-  std::vector<std::pair<std::string, std::string>> take_all() {
-    std::vector<std::pair<std::string, std::string>> out;
-    for (auto const& k : order_) {
-      auto it = opts_.find(k);
-      if (it != opts_.end()) out.emplace_back(it->first, it->second);
-    }
-    opts_.clear();
-    return out;
-  }
-  void finish() const {
-    if (!opts_.empty()) {
-      throw config_error("gradcomp: controller '" + name_ + "' has no option '" +
-                         opts_.begin()->first + "'");
-    }
-  }
-
- private:
-  std::string name_;
-  std::map<std::string, std::string, std::less<>> opts_;
-  std::vector<std::string> order_;
-};
-
-}  // namespace detail::controller_spec
-
 /// Builds a controller from a spec `name[:key=value[,key=value...]]`:
 /// - `dense` (static factor 1), `static:factor=100`;
 /// - `schedule:0=4,1000=16,5000=1000` (keys are start steps, values factors);
@@ -244,10 +136,11 @@ class options {
 /// - `accordion:low=1.0101,high=10,eta=0.5,interval=1000,accumulation=100,
 ///   scope=any_layer|whole_model`.
 /// Omitted options take the defaults of the config structs. Unknown names, keys or values
-/// and invalid parameters raise `config_error`.
+/// and invalid parameters raise `config_error` (grammar and messages: `spec_options`,
+/// core/spec.hpp).
 inline any_controller make_controller(std::string_view spec) {
-  std::string_view const name = spec.substr(0, spec.find(':'));
-  detail::controller_spec::options o(spec, name);
+  spec_options o(spec, "controller");
+  std::string const& name = o.name();
   std::string const label(spec);
   if (name == "dense") {
     o.finish();
@@ -262,8 +155,7 @@ inline any_controller make_controller(std::string_view spec) {
   if (name == "schedule") {
     std::vector<schedule_point> points;
     for (auto const& [k, v] : o.take_all()) {
-      points.push_back({detail::controller_spec::to_u64("start step", k),
-                        detail::controller_spec::to_double(k, v)});
+      points.push_back({o.to_count("start step", k), o.to_number(k, v)});
     }
     return any_controller(schedule_controller(std::move(points)), label);
   }

@@ -5,12 +5,16 @@
 /// Non-adaptive controllers: `static_controller` (one factor for the whole run) and
 /// `schedule_controller` (a factor that is a piecewise-constant function of the step), with
 /// `dgc_warmup`, the exponential sparsity warm-up of Deep Gradient Compression (Lin et al.
-/// 2018: 75 %, 93.75 %, 98.4375 %, 99.6 %, then 99.9 %).
+/// 2018: 75 %, 93.75 %, 98.4375 %, 99.6 %, then 99.9 %), gradcomp's one warm-up: a pipeline
+/// runs it as a controller, and a plain `compressor<topk_codec, dgc_feedback>` follows it with
+/// `dgc_topk(schedule, step)` (docs/dgc.md).
 ///
 /// They use only `step_stats::step`; the other fields are ignored. A factor of 1 means dense:
 /// the plan measures nothing and the decision sends g_ef dense and zeroes the residual.
 
 #include <gradcomp/adapt/protocol.hpp>
+#include <gradcomp/codec/detail/sparse.hpp>
+#include <gradcomp/codec/topk.hpp>
 #include <gradcomp/concepts/controller.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
@@ -182,6 +186,14 @@ inline schedule_controller dgc_warmup(std::uint64_t stage_steps, double final_fa
     points.push_back({end, final_factor});
   }
   return schedule_controller(std::move(points));
+}
+
+/// The top-k codec that schedule `s` (e.g. `dgc_warmup`) gives step `step`:
+/// `topk_codec::ratio(1 / s.factor_at(step), values)`. With `compressor<topk_codec,
+/// dgc_feedback>`, assign it to `codec()` before each step; the state carries over.
+inline topk_codec dgc_topk(schedule_controller const& s, std::uint64_t step,
+                           sparse_values values = sparse_values::f32) {
+  return topk_codec::ratio(1.0 / s.factor_at(step), values);
 }
 
 GRADCOMP_NAMESPACE_END

@@ -17,12 +17,17 @@
 #include <gradcomp/codec/randomk.hpp>
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
+#include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/error.hpp>
+#include <gradcomp/core/spec.hpp>
 
-#include <charconv>
-#include <map>
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -70,6 +75,11 @@ class any_codec {
                       codec_context const& ctx = {}) const {
     impl_->decode(packet, out, alpha, true, ctx);
   }
+  /// The held codec's value section of `packet` (codec/value_section.hpp); `config_error` when
+  /// the held codec declares none.
+  [[nodiscard]] gradcomp::value_section value_section(std::span<std::byte const> packet) const {
+    return impl_->section(packet);
+  }
 
  private:
   struct interface {
@@ -87,6 +97,7 @@ class any_codec {
     virtual void decode(std::span<std::byte const>, std::span<float>, float, bool, codec_context const&) const = 0;
     virtual void decode(std::span<std::byte const>, std::span<half>, float, bool, codec_context const&) const = 0;
     virtual void decode(std::span<std::byte const>, std::span<bfloat16>, float, bool, codec_context const&) const = 0;
+    virtual gradcomp::value_section section(std::span<std::byte const>) const = 0;
   };
 
   template <class C>
@@ -111,6 +122,16 @@ class any_codec {
     void decode(std::span<std::byte const> p, std::span<float> o, float a, bool add, codec_context const& x) const override { add ? c_.decompress_add(p, o, a, x) : c_.decompress(p, o, x); }
     void decode(std::span<std::byte const> p, std::span<half> o, float a, bool add, codec_context const& x) const override { add ? c_.decompress_add(p, o, a, x) : c_.decompress(p, o, x); }
     void decode(std::span<std::byte const> p, std::span<bfloat16> o, float a, bool add, codec_context const& x) const override { add ? c_.decompress_add(p, o, a, x) : c_.decompress(p, o, x); }
+    gradcomp::value_section section(std::span<std::byte const> p) const override {
+      if constexpr (requires { { c_.value_section(p) } -> std::same_as<gradcomp::value_section>; }) {
+        return c_.value_section(p);
+      } else {
+        throw config_error(std::string("gradcomp: codec '") + codec_name(C::id) + "' (" +
+                           aggregation_name(C::aggregation) +
+                           ") declares no value section; only codecs whose packets are summed in the "
+                           "compressed domain (summable, shared support) have one");
+      }
+    }
     C c_;
   };
 
@@ -118,30 +139,6 @@ class any_codec {
 
   std::shared_ptr<interface const> impl_;
 };
-
-namespace detail {
-
-inline std::uint32_t parse_u32(std::string_view key, std::string_view v) {
-  std::uint32_t out = 0;
-  auto const [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc{} || p != v.data() + v.size()) {
-    throw config_error("gradcomp: codec option '" + std::string(key) + "' needs an unsigned integer, got '" +
-                       std::string(v) + "'");
-  }
-  return out;
-}
-
-inline double parse_double(std::string_view key, std::string_view v) {
-  double out = 0.0;
-  auto const [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc{} || p != v.data() + v.size()) {
-    throw config_error("gradcomp: codec option '" + std::string(key) + "' needs a number, got '" +
-                       std::string(v) + "'");
-  }
-  return out;
-}
-
-}  // namespace detail
 
 /// Builds a codec from a spec `name[:key=value[,key=value...]]`:
 /// `identity`, `fp16`, `bf16`, `int8:bucket=512,rounding=nearest|stochastic`,
@@ -151,67 +148,33 @@ inline double parse_double(std::string_view key, std::string_view v) {
 /// `threshold:value=0.5,values=f32|f16|bf16`,
 /// `randomk:ratio=0.01,scale=false|true,values=f32|f16|bf16` (or `k=`; also `random_k:`),
 /// `approx_topk:ratio=0.01,sample=0.001,tolerance=0.1,values=f32|f16|bf16` (or `k=`).
-/// Unknown names, keys or values raise `config_error`; so does `powersgd`, which is stateful
-/// and shaped (use `make_powersgd`, codec/powersgd.hpp; `decompress_any` decodes its packets).
+/// Unknown names, keys or values raise `config_error` (grammar and messages: `spec_options`,
+/// core/spec.hpp); so does `powersgd`, which is stateful and shaped (use `make_powersgd`, codec/powersgd.hpp; `decompress_any` decodes its packets).
 inline any_codec make_codec(std::string_view spec) {
-  std::string_view const name = spec.substr(0, spec.find(':'));
-  std::map<std::string, std::string, std::less<>> opts;
-  if (auto colon = spec.find(':'); colon != std::string_view::npos) {
-    std::string_view rest = spec.substr(colon + 1);
-    if (rest.empty()) throw config_error("gradcomp: codec spec '" + std::string(spec) + "' ends with ':'");
-    while (true) {
-      std::string_view item = rest.substr(0, rest.find(','));
-      bool const last = item.size() == rest.size();
-      rest = last ? std::string_view{} : rest.substr(item.size() + 1);
-      auto const eq = item.find('=');
-      if (eq == std::string_view::npos || eq == 0) {
-        throw config_error("gradcomp: codec option '" + std::string(item) + "' is not key=value");
-      }
-      if (!opts.emplace(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1))).second) {
-        throw config_error("gradcomp: codec option '" + std::string(item.substr(0, eq)) + "' given twice");
-      }
-      if (last) break;
-    }
-  }
-  auto take = [&](std::string_view key, std::string_view dflt) {
-    auto it = opts.find(key);
-    if (it == opts.end()) return std::string(dflt);
-    std::string v = it->second;
-    opts.erase(it);
-    return v;
-  };
+  spec_options opts(spec, "codec");
+  std::string const& name = opts.name();
   auto num = [&](std::string_view key, std::uint32_t dflt) {
-    auto it = opts.find(key);
-    if (it == opts.end()) return dflt;
-    std::uint32_t const v = detail::parse_u32(key, it->second);
-    opts.erase(it);
-    return v;
+    return static_cast<std::uint32_t>(opts.count(key, dflt, UINT32_MAX));
   };
+  auto real = [&](std::string_view key, double dflt) { return opts.number(key, dflt); };
   auto finish = [&](any_codec c) {
-    if (!opts.empty()) {
-      throw config_error("gradcomp: codec '" + std::string(name) + "' has no option '" + opts.begin()->first + "'");
-    }
+    opts.finish();
     return c;
   };
-  auto choose = [&](std::string_view key, std::string const& v, std::initializer_list<std::string_view> allowed) {
-    for (auto a : allowed) if (v == a) return;
-    std::string list;
-    for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-    throw config_error("gradcomp: codec option '" + std::string(key) + "' must be one of " + list + ", got '" + v + "'");
+  auto choose = [&](std::string_view key, std::initializer_list<std::string_view> allowed) {
+    return opts.choice(key, allowed);
   };
   if (name == "identity") return finish(identity_codec{});
   if (name == "fp16") return finish(fp16_codec{});
   if (name == "bf16") return finish(bf16_codec{});
   if (name == "int8") {
     std::uint32_t const b = num("bucket", 512);
-    std::string const r = take("rounding", "nearest");
-    choose("rounding", r, {"nearest", "stochastic"});
-    return finish(int8_codec(b, r == "nearest" ? int8_rounding::nearest : int8_rounding::stochastic));
+    unsigned const r = choose("rounding", {"nearest", "stochastic"});
+    return finish(int8_codec(b, r == 0 ? int8_rounding::nearest : int8_rounding::stochastic));
   }
   if (name == "onebit") {
-    std::string const s = take("scaling", "mean_abs");
-    choose("scaling", s, {"mean_abs", "none"});
-    return finish(onebit_codec(s == "none" ? onebit_codec::scaling::none : onebit_codec::scaling::mean_abs));
+    unsigned const s = choose("scaling", {"mean_abs", "none"});
+    return finish(onebit_codec(s == 1 ? onebit_codec::scaling::none : onebit_codec::scaling::mean_abs));
   }
   if (name == "qsgd") {
     std::uint32_t const l = num("levels", 7);
@@ -221,31 +184,28 @@ inline any_codec make_codec(std::string_view spec) {
   if (name == "natural") return finish(natural_codec(num("bucket", 512)));
   if (name == "dithering") {
     std::uint32_t const l = num("levels", 2);
-    std::string const part = take("partition", "linear");
-    choose("partition", part, {"linear", "natural"});
-    std::string const norm = take("norm", "max");
-    choose("norm", norm, {"max", "l2"});
+    unsigned const part = choose("partition", {"linear", "natural"});
+    unsigned const norm = choose("norm", {"max", "l2"});
     std::uint32_t const b = num("bucket", 512);
-    return finish(dithering_codec(l, part == "natural" ? dither_partition::natural : dither_partition::linear,
-                                  norm == "l2" ? dither_norm::l2 : dither_norm::max, b));
+    return finish(dithering_codec(l, part == 1 ? dither_partition::natural : dither_partition::linear,
+                                  norm == 1 ? dither_norm::l2 : dither_norm::max, b));
   }
   auto values = [&] {
-    std::string const v = take("values", "f32");
-    choose("values", v, {"f32", "f16", "bf16"});
-    return v == "f16" ? sparse_values::f16 : v == "bf16" ? sparse_values::bf16 : sparse_values::f32;
+    unsigned const v = choose("values", {"f32", "f16", "bf16"});
+    return v == 1 ? sparse_values::f16 : v == 2 ? sparse_values::bf16 : sparse_values::f32;
   };
   if (name == "topk") {
-    bool const has_k = opts.count("k") != 0, has_r = opts.count("ratio") != 0;
+    bool const has_k = opts.has("k"), has_r = opts.has("ratio");
     if (has_k == has_r) throw config_error("gradcomp: codec 'topk' needs exactly one of k or ratio");
     sparse_values const v = values();
     if (has_k) return finish(topk_codec::count(num("k", 0), v));
-    double const r = detail::parse_double("ratio", take("ratio", ""));
+    double const r = real("ratio", 0.0);
     return finish(topk_codec::ratio(r, v));
   }
   if (name == "threshold") {
-    if (opts.count("value") == 0) throw config_error("gradcomp: codec 'threshold' needs value=");
+    if (!opts.has("value")) throw config_error("gradcomp: codec 'threshold' needs value=");
     sparse_values const v = values();
-    double const t = detail::parse_double("value", take("value", ""));
+    double const t = real("value", 0.0);
     return finish(threshold_codec(static_cast<float>(t), v));
   }
   if (name == "powersgd") {
@@ -254,26 +214,25 @@ inline any_codec make_codec(std::string_view spec) {
                        "gradcomp::make_powersgd(\"" + std::string(spec) + "\") (codec/powersgd.hpp)");
   }
   if (name == "randomk" || name == "random_k") {
-    bool const has_k = opts.count("k") != 0, has_r = opts.count("ratio") != 0;
+    bool const has_k = opts.has("k"), has_r = opts.has("ratio");
     if (has_k && has_r) throw config_error("gradcomp: codec 'randomk' takes k or ratio, not both");
-    std::string const sc = take("scale", "false");
-    choose("scale", sc, {"false", "true"});
+    bool const scaled = choose("scale", {"false", "true"}) == 1;
     sparse_values const v = values();
-    if (sc == "true") {
+    if (scaled) {
       if (has_k) return finish(scaled_random_k_codec::count(num("k", 0), v));
-      return finish(scaled_random_k_codec::ratio(detail::parse_double("ratio", take("ratio", "0.01")), v));
+      return finish(scaled_random_k_codec::ratio(real("ratio", 0.01), v));
     }
     if (has_k) return finish(random_k_codec::count(num("k", 0), v));
-    return finish(random_k_codec::ratio(detail::parse_double("ratio", take("ratio", "0.01")), v));
+    return finish(random_k_codec::ratio(real("ratio", 0.01), v));
   }
   if (name == "approx_topk") {
-    bool const has_k = opts.count("k") != 0, has_r = opts.count("ratio") != 0;
+    bool const has_k = opts.has("k"), has_r = opts.has("ratio");
     if (has_k && has_r) throw config_error("gradcomp: codec 'approx_topk' takes k or ratio, not both");
-    double const sample = detail::parse_double("sample", take("sample", "0.001"));
-    double const tol = detail::parse_double("tolerance", take("tolerance", "0.1"));
+    double const sample = real("sample", 0.001);
+    double const tol = real("tolerance", 0.1);
     sparse_values const v = values();
     if (has_k) return finish(approx_topk_codec::count(num("k", 0), sample, tol, v));
-    return finish(approx_topk_codec::ratio(detail::parse_double("ratio", take("ratio", "0.01")), sample, tol, v));
+    return finish(approx_topk_codec::ratio(real("ratio", 0.01), sample, tol, v));
   }
   throw config_error("gradcomp: unknown codec '" + std::string(name) +
                      "' (expected identity, fp16, bf16, int8, onebit, qsgd, terngrad, natural, dithering, "

@@ -7,11 +7,13 @@
 /// are summable, and they carry NaN and infinities through unchanged.
 
 #include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/kernels/convert.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <cstring>
+#include <span>
 
 GRADCOMP_NAMESPACE_BEGIN
 
@@ -81,6 +83,11 @@ class identity_codec : public detail::codec_base<identity_codec> {
     }
     detail::expect_payload(h, h.count * dtype_size(h.type));
   }
+  /// The values: the whole payload, in the packet's element type. Validates the packet.
+  static gradcomp::value_section value_section(std::span<std::byte const> packet) {
+    packet_header const h = inspect(packet);
+    return {header_bytes, static_cast<std::size_t>(h.payload_bytes), h.type};
+  }
   template <element T>
   void encode_typed(T const* x, std::size_t n, std::byte* payload, packet_header const&,
                     codec_context const& ctx) const {
@@ -131,6 +138,11 @@ class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
       throw format_error("gradcomp: 16-bit packet declares an impossible element count");
     }
     detail::expect_payload(h, 2 * h.count);
+  }
+  /// The values: the whole payload, 16-bit floats of type `Wire`. Validates the packet.
+  static gradcomp::value_section value_section(std::span<std::byte const> packet) {
+    packet_header const h = half_cast_codec::inspect(packet);
+    return {header_bytes, static_cast<std::size_t>(h.payload_bytes), Wire};
   }
 
   template <element T>

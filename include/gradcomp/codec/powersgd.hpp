@@ -38,6 +38,7 @@
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/serialize.hpp>
 #include <gradcomp/core/philox.hpp>
+#include <gradcomp/core/spec.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cpu/isa.hpp>
@@ -49,7 +50,6 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -954,67 +954,25 @@ class powersgd {
 
 /// Builds a `powersgd` from a spec `powersgd[:key=value[,key=value...]]` with keys `rank`
 /// (default 4), `min_elements` (default 4096) and `backend=automatic|builtin|blas`. Unknown
-/// keys or bad values raise `config_error`. (`make_codec` cannot hold PowerSGD: it is stateful.)
+/// keys or bad values raise `config_error` (grammar and messages: `spec_options`,
+/// core/spec.hpp). (`make_codec` cannot hold PowerSGD: it is stateful.)
 inline powersgd make_powersgd(std::string_view spec) {
-  std::string_view const name = spec.substr(0, spec.find(':'));
-  if (name != "powersgd") {
+  spec_options o(spec, "powersgd");
+  if (o.name() != "powersgd") {
     throw config_error("gradcomp: make_powersgd needs a spec starting with 'powersgd', got '" +
                        std::string(spec) + "'");
   }
   powersgd_options opt;
-  std::string_view rest =
-      name.size() < spec.size() ? spec.substr(name.size() + 1) : std::string_view{};
-  if (name.size() < spec.size() && rest.empty()) {
-    throw config_error("gradcomp: powersgd spec '" + std::string(spec) + "' ends with ':'");
+  std::uint64_t const r = o.count("rank", opt.rank, UINT32_MAX);
+  if (r == 0) throw config_error("gradcomp: powersgd rank must be in 1..2^32-1, got 0");
+  opt.rank = static_cast<std::uint32_t>(r);
+  opt.min_elements = o.count("min_elements", opt.min_elements);
+  constexpr cpu::gemm_backend backends[] = {cpu::gemm_backend::automatic,
+                                            cpu::gemm_backend::builtin, cpu::gemm_backend::blas};
+  if (o.has("backend")) {
+    opt.backend = backends[o.choice("backend", {"automatic", "builtin", "blas"})];
   }
-  std::map<std::string, std::string, std::less<>> seen;
-  while (!rest.empty()) {
-    std::string_view const item = rest.substr(0, rest.find(','));
-    rest = item.size() == rest.size() ? std::string_view{} : rest.substr(item.size() + 1);
-    auto const eq = item.find('=');
-    if (eq == std::string_view::npos || eq == 0) {
-      throw config_error("gradcomp: powersgd option '" + std::string(item) + "' is not key=value");
-    }
-    std::string const key(item.substr(0, eq));
-    std::string_view const val = item.substr(eq + 1);
-    if (!seen.emplace(key, std::string(val)).second) {
-      throw config_error("gradcomp: powersgd option '" + key + "' given twice");
-    }
-    auto number = [&]() {
-      std::uint64_t x = 0;
-      auto const [ptr, ec] = std::from_chars(val.data(), val.data() + val.size(), x);
-      if (ec != std::errc{} || ptr != val.data() + val.size()) {
-        throw config_error("gradcomp: powersgd option '" + key +
-                           "' needs an unsigned integer, got '" + std::string(val) + "'");
-      }
-      return x;
-    };
-    if (key == "rank") {
-      std::uint64_t const r = number();
-      if (r == 0 || r > UINT32_MAX) {
-        throw config_error("gradcomp: powersgd rank must be in 1..2^32-1, got " + std::string(val));
-      }
-      opt.rank = static_cast<std::uint32_t>(r);
-    } else if (key == "min_elements") {
-      opt.min_elements = number();
-    } else if (key == "backend") {
-      if (val == "automatic") {
-        opt.backend = cpu::gemm_backend::automatic;
-      } else if (val == "builtin") {
-        opt.backend = cpu::gemm_backend::builtin;
-      } else if (val == "blas") {
-        opt.backend = cpu::gemm_backend::blas;
-      } else {
-        throw config_error(
-            "gradcomp: powersgd option 'backend' must be one of automatic, builtin, "
-            "blas, got '" +
-            std::string(val) + "'");
-      }
-    } else {
-      throw config_error("gradcomp: powersgd has no option '" + key +
-                         "' (expected rank, min_elements, backend)");
-    }
-  }
+  o.finish({"rank", "min_elements", "backend"});
   return powersgd(opt);
 }
 

@@ -25,7 +25,7 @@
 /// decoded under a different seed or step fails the check word and raises `format_error`
 /// (a false accept has probability 2^-32). Aggregation kind shared support: ranks that share
 /// the seed produce packets with the same header and check word, and the collective layer
-/// all-reduces the value sections (payload offset 4).
+/// all-reduces the value sections (payload offset 4, `value_section`).
 ///
 /// Inputs are not inspected beyond the chosen coordinates, so a NaN or infinity elsewhere
 /// goes unnoticed; one at a chosen coordinate is sent as is (f16 may also overflow to ±inf
@@ -34,6 +34,7 @@
 #include <gradcomp/codec/budget.hpp>
 #include <gradcomp/codec/detail/codec_base.hpp>
 #include <gradcomp/codec/detail/sparse.hpp>
+#include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/philox.hpp>
 #include <gradcomp/cpu/kernels/feistel.hpp>
@@ -291,6 +292,18 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
   }
 
   static void validate(packet_header const& h) { detail::randomk::validate(h); }
+
+  /// The values: after the 4-byte check word, in the packet's value type (f32, f16, bf16);
+  /// identical headers and check words on ranks sharing the seed and step, so collectives
+  /// all-reduce only this section. Validates the packet.
+  static gradcomp::value_section value_section(std::span<std::byte const> packet) {
+    packet_header const h = basic_random_k_codec::inspect(packet);
+    auto const v = static_cast<sparse_values>(h.variant & 3u);
+    dtype const t = v == sparse_values::f16    ? dtype::f16
+                    : v == sparse_values::bf16 ? dtype::bf16
+                                               : dtype::f32;
+    return {header_bytes + 4, static_cast<std::size_t>(h.payload_bytes) - 4, t};
+  }
 
   /// `out = x̂` (zeros off the support) or `out[i] += alpha * x̂_i` at the coordinates only.
   /// Needs the sender's seed and step in `ctx` (checked by the check word).

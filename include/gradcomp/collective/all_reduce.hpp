@@ -105,7 +105,8 @@ void compress_contribution(Source& src, aggregation_kind kind, tensor_view<float
   if (kind == aggregation_kind::summable || kind == aggregation_kind::shared_support) {
     p.section = section_of(codec, p.packet());
     if (p.section.offset > p.bytes || p.section.bytes > p.bytes - p.section.offset ||
-        p.section.bytes % comm_type_size(p.section.type) != 0) {
+        p.section.bytes % dtype_size(p.section.type) != 0 ||
+        !(p.section.type == dtype::f32 || p.section.type == dtype::f16 || p.section.type == dtype::bf16)) {
       throw format_error("gradcomp: a codec's value section (offset " + std::to_string(p.section.offset) +
                          ", " + std::to_string(p.section.bytes) + " bytes) does not fit its packet of " +
                          std::to_string(p.bytes) + " bytes");
@@ -222,7 +223,7 @@ collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<fl
       res.wire_bytes += detail::ring_all_gather_bytes(sizes, comm.rank());
     } else {
       res.path = kind == aggregation_kind::summable ? collective_path::summable : collective_path::shared_support;
-      comm.all_reduce(p.values(), p.section.type, reduce_op::sum);
+      comm.all_reduce(p.values(), detail::comm_type_of_dtype(p.section.type), reduce_op::sum);
       detail::decode_summed(codec, p, out, alpha, ctx);
       res.wire_bytes += detail::ring_all_reduce_bytes(p.section.bytes, comm.size());
     }

@@ -279,7 +279,7 @@ class bucket_engine {
         }
         s.payload_bytes = std::span<std::byte>(s.values);
       }
-      s.vtype = s.packets.empty() ? comm_type::f32 : s.packets[0]->section.type;
+      s.vtype = s.packets.empty() ? comm_type::f32 : comm_type_of_dtype(s.packets[0]->section.type);
     } catch (...) {
       s.local = std::current_exception();
       s.mine.status = 1;

@@ -26,7 +26,11 @@
 ///
 /// The codec's random streams are keyed by a tensor id derived from (tensor id, shard, side),
 /// so shards draw independent numbers, and workers share a stream for the same shard (what a
-/// shared-support codec needs).
+/// shared-support codec needs). A server whose codec has shared support (random-k) compresses
+/// on the *workers'* stream of its shard, so it selects the support the workers' packets
+/// share: the sum of the workers' packets is zero off that support, and the server sends all
+/// of it (lossless with f32 values, as BytePS's sparse server sum). On a stream of its own
+/// only about k²/n of the k coordinates would survive the step.
 
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
@@ -40,7 +44,6 @@
 #include <gradcomp/feedback/policies.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <compare>
 #include <concepts>
 #include <cstddef>
@@ -120,7 +123,8 @@ class two_way_compressor {
   /// Server side: decompresses the non-empty `packets` (worker packets of one shard of `n`
   /// elements), sums them in order, multiplies the sum by `scale`, and compresses it with the
   /// server error feedback of `key` into `out` (at least `server_codec().max_compressed_bytes(n)`
-  /// bytes); returns the packet size. `received`, if given, gets the scaled sum.
+  /// bytes); returns the packet size. `received`, if given, gets the scaled sum. A
+  /// shared-support server codec compresses on the workers' stream of `key` (file comment).
   std::size_t reduce_shard(std::span<std::span<std::byte const> const> packets, std::size_t n, shard_key const& key,
                            float scale, std::span<std::byte> out, codec_context const& ctx,
                            std::vector<float>* received = nullptr) {
@@ -129,7 +133,10 @@ class two_way_compressor {
       if (!p.empty()) worker_codec_.decompress_add(p, std::span<float>(sum_), scale, ctx);
     }
     if (received != nullptr) *received = sum_;
-    tensor_view<float const> const v(std::span<float const>(sum_), shard_stream_id(key, two_way_side::server));
+    // Shared support: select the workers' support (file comment), not a second sample.
+    bool const shared = detail::aggregation_of_codec(server_codec_) == aggregation_kind::shared_support;
+    two_way_side const stream = shared ? two_way_side::worker : two_way_side::server;
+    tensor_view<float const> const v(std::span<float const>(sum_), shard_stream_id(key, stream));
     return compress_with(sf_, server_codec_, server_states_, key, v, out, ctx);
   }
 
@@ -143,30 +150,17 @@ class two_way_compressor {
     auto it = server_states_.find(key);
     return it == server_states_.end() ? std::span<float const>{} : it->second.values();
   }
-  /// Multiplies every worker and server residual by `factor` (finite, > 0), e.g. the
-  /// learning-rate correction lr_prev / lr of BytePS's corrected error feedback when the rate
-  /// changes (optim/compressed_adam.hpp, `lr_correction`): the residuals were accumulated in the
-  /// units of the old step. Meant for residual-type feedback; a residual that was never written
-  /// (zero) stays zero. No-op for 1.
-  void rescale_residuals(double factor) {
-    if (!(std::isfinite(factor) && factor > 0.0)) {
-      throw config_error("gradcomp: two_way_compressor::rescale_residuals needs a finite factor > 0; got " +
-                         std::to_string(factor));
-    }
-    if (factor == 1.0) return;
-    float const f = static_cast<float>(factor);
-    std::vector<float> buf;
-    auto scale = [&](auto& states) {
-      for (auto& [key, st] : states) {
-        std::span<float const> const v = st.values();
-        if (v.empty()) continue;
-        buf.assign(v.begin(), v.end());
-        for (float& x : buf) x = x * f;
-        st.assign(std::span<float const>(buf));
-      }
+  /// Calls `f(key, state)` for the `side` feedback state of every shard of tensor `t` that
+  /// this object holds (e.g. the learning-rate correction of compressed Adam,
+  /// optim/compressed_adam.hpp, rescales residuals this way).
+  template <class F>
+  void for_each_state(two_way_side side, tensor_id t, F&& f) {
+    auto visit = [&](auto& states) {
+      auto it = states.lower_bound(shard_key{t, 0, 0});
+      for (; it != states.end() && it->first.tensor == t; ++it) f(std::as_const(it->first), it->second);
     };
-    scale(worker_states_);
-    scale(server_states_);
+    if (side == two_way_side::worker) visit(worker_states_);
+    else visit(server_states_);
   }
 
   /// Forgets both sides' state.

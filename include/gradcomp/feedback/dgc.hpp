@@ -11,15 +11,17 @@
 ///    within it); off when clip_norm is 0;
 /// 2. momentum correction: u ← m·u + g, v ← v + u;
 /// 3. send C(v) (top-k of v with `topk_codec`);
-/// 4. v ← v − D(C(v)); momentum factor masking: u ← 0 on the packet's support (the coordinates
-///    where the decoded packet is non-zero).
+/// 4. v ← v − D(C(v)); momentum factor masking: u ← 0 on the packet's support, the
+///    coordinates it selected (`sparse_packet_support`; also where a selected value decodes to
+///    zero). A codec that is not sparse (topk, approx_topk, threshold, random_k) sends every
+///    coordinate, so u ← 0 everywhere.
 ///
 /// With f32 values, v is exactly 0 on the support after step 4, as in the paper; with f16/bf16
 /// values it keeps the rounding error of the sent values, so nothing is lost: the sum of all
 /// decoded packets plus v equals the sum of the momentum-corrected updates u (conservation).
 /// With m = 0 and no clipping, the policy is residual feedback: same packets, v = the residual.
-/// The sparsity warm-up is `sparsity_warmup` (`feedback/sparsity_schedule.hpp`): replace the
-/// codec between steps with `dgc_topk(schedule, step)`.
+/// The sparsity warm-up is `dgc_warmup` (adapt/schedule.hpp): replace the codec between steps
+/// with `dgc_topk(schedule, step)`.
 ///
 /// State: u and v, saved by `values()` as one buffer [u | v] of 2n floats (so `compressor`'s
 /// saved record for the tensor holds 2n values). A non-finite gradient (or an update that
@@ -27,6 +29,7 @@
 /// Element-wise work runs on the context's pool with fixed chunks: the result does not depend
 /// on the thread count.
 
+#include <gradcomp/codec/recompress.hpp>
 #include <gradcomp/codec/topk.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
@@ -35,7 +38,6 @@
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/cpu/parallel.hpp>
-#include <gradcomp/feedback/sparsity_schedule.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -43,6 +45,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -136,7 +139,7 @@ class dgc_feedback {
   }
 
   /// Commits the packet `sent` (compressed from the staged v): v ← v − D(sent), and momentum
-  /// factor masking u ← 0 on the packet's support.
+  /// factor masking u ← 0 on the packet's selected support.
   template <codec_operations C>
   void commit(C const& c, state& s, std::span<std::byte const> sent, codec_context const& ctx) const {
     prepare_commit(c, s, sent, ctx);
@@ -149,16 +152,20 @@ class dgc_feedback {
     std::size_t const n = s.next_.size() / 2;
     s.decoded_.resize(n);
     c.decompress(sent, std::span<float>(s.decoded_), ctx);
-    // v ← v − D(C(v)); u ← 0 where the packet is non-zero. Nothing below throws.
+    std::optional<std::vector<std::uint32_t>> const support = sparse_packet_support(sent, ctx);
+    // v ← v − D(C(v)); u ← 0 on the selected support. Nothing below throws.
     float* nu = s.next_.data();
     float* nv = s.next_.data() + n;
     float const* d = s.decoded_.data();
     cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
       for (std::size_t i = b; i < e; ++i) {
         nv[i] = nv[i] - d[i];  // one rounding, as residual feedback's decompress_add(−1)
-        nu[i] = d[i] != 0.0f ? 0.0f : nu[i];
+        if (!support) nu[i] = 0.0f;
       }
     });
+    if (support) {
+      for (std::uint32_t i : *support) nu[i] = 0.0f;  // indices validated below n
+    }
     s.prepared_ = true;
   }
   void apply_commit(state& s) const {
@@ -276,11 +283,5 @@ class dgc_feedback {
   double clip_norm_ = 0.0;
   std::uint32_t workers_ = 1;
 };
-
-/// The top-k codec of DGC's warm-up at `step`: `topk_codec::ratio(w.density(step), values)`.
-inline topk_codec dgc_topk(sparsity_warmup const& w, std::uint64_t step,
-                           sparse_values values = sparse_values::f32) {
-  return topk_codec::ratio(w.density(step), values);
-}
 
 GRADCOMP_NAMESPACE_END

@@ -60,6 +60,7 @@
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/serialize.hpp>
+#include <gradcomp/core/spec.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/feedback/compressor.hpp>
@@ -164,7 +165,7 @@ inline pipeline_compressor make_pipeline_compressor(std::string_view spec, any_c
     float momentum = 0.9f;
     double clip = 0.0;
     if (has_options) {
-      detail::controller_spec::options o(spec, "feedback");
+      spec_options o(spec, "feedback");
       momentum = static_cast<float>(o.number("momentum", 0.9));
       clip = o.number("clip_norm", 0.0);
       o.finish();

@@ -169,6 +169,25 @@ TEST_CASE("Accordion: a learning-rate decay switches to low until the next repor
   CHECK(up.run(u, 12) == repeat("m2", 7) + " " + repeat("m100", 5));
 }
 
+TEST_CASE("Accordion: an unreported next learning rate (0) is no decay", "[accordion][regression]") {
+  // Regression: next_learning_rate == 0 means "not reported" (adapt/protocol.hpp), but was read
+  // as a decay below learning_rate, so a pipeline reporting only learning_rate stayed at the low
+  // factor forever (0 of 100 steps at the high factor).
+  gc::accordion_controller c(small());
+  int high = 0;
+  for (int i = 0; i < 100; ++i) {
+    gc::step_plan const p = c.plan();
+    gc::step_stats s;
+    s.step = p.step;
+    if (p.report_layers) s.layer_norms_sq.push_back(25.0);  // steady norms
+    s.learning_rate = 0.1;                                  // next_learning_rate left at 0
+    if (c.factor() == 100.0) ++high;
+    c.decide(s);
+  }
+  // Reports at steps 1 and 6 find the norm steady: high from step 7 on.
+  CHECK(high == 93);
+}
+
 TEST_CASE("Accordion with a dense low level", "[accordion]") {
   auto cfg = small();
   cfg.low_factor = 1.0;

@@ -80,7 +80,7 @@ class shared_stride_codec {
   }
   [[nodiscard]] gc::value_section value_section(std::span<std::byte const> p) const {
     gc::packet_header const h = gc::read_header(p);
-    return {gc::header_bytes + 4, static_cast<std::size_t>(h.payload_bytes) - 4, gc::comm_type::f32};
+    return {gc::header_bytes + 4, static_cast<std::size_t>(h.payload_bytes) - 4, gc::dtype::f32};
   }
 
  private:

@@ -295,42 +295,80 @@ TEST_CASE("parameter-server mode: a failed worker compression reaches every rank
   REQUIRE(kinds == std::vector<int>{1, 2, 2, 2});
 }
 
-TEST_CASE("two-way: rescale_residuals scales both sides' residuals and nothing else", "[collective][two_way]") {
+TEST_CASE("two-way: for_each_state visits one side's states of one tensor", "[collective][two_way]") {
   two_way tw(gc::make_codec("topk:ratio=0.05"));
   std::size_t const n = 400;
-  gc::shard_key const key{gc::tensor_id{3}, 0, 2};
   gc::codec_context ctx;
-  // Two workers' packets (the second worker's state kept under another key of the same
-  // object): their union has more entries than the server's top-k keeps.
-  std::vector<std::vector<std::byte>> p(2);
-  for (int r = 0; r < 2; ++r) {
-    auto const g = rank_gradient(n, r, 0);
-    p[r].resize(tw.worker_codec().max_compressed_bytes(n));
-    p[r].resize(tw.compress_shard(g, r == 0 ? key : gc::shard_key{gc::tensor_id{3}, 1, 2},
-                                  std::span<std::byte>(p[r]), ctx));
+  auto const g = rank_gradient(n, 0, 0);
+  std::vector<std::byte> p(tw.worker_codec().max_compressed_bytes(n));
+  for (gc::shard_key const key : {gc::shard_key{gc::tensor_id{3}, 0, 2}, gc::shard_key{gc::tensor_id{3}, 1, 2},
+                                  gc::shard_key{gc::tensor_id{4}, 0, 2}, gc::shard_key{gc::tensor_id{2}, 1, 2}}) {
+    tw.compress_shard(g, key, std::span<std::byte>(p), ctx);
   }
-  std::vector<std::span<std::byte const>> spans{std::span<std::byte const>(p[0]),
-                                                std::span<std::byte const>(p[1])};
-  std::vector<std::byte> out(tw.server_codec().max_compressed_bytes(n));
-  out.resize(tw.reduce_shard(spans, n, key, 1.0f, std::span<std::byte>(out), ctx));
-  auto const w0 = std::vector<float>(tw.worker_residual(key).begin(), tw.worker_residual(key).end());
-  auto const s0 = std::vector<float>(tw.server_residual(key).begin(), tw.server_residual(key).end());
-  REQUIRE(w0.size() == n);
-  REQUIRE(s0.size() == n);
-  // top-k 5% leaves a non-zero residual on both sides.
-  REQUIRE(std::any_of(w0.begin(), w0.end(), [](float v) { return v != 0.0f; }));
-  REQUIRE(std::any_of(s0.begin(), s0.end(), [](float v) { return v != 0.0f; }));
-  tw.rescale_residuals(2.0);  // the learning rate halved: lr_prev / lr = 2
-  auto const w1 = tw.worker_residual(key);
-  auto const s1 = tw.server_residual(key);
-  for (std::size_t i = 0; i < n; ++i) {
-    REQUIRE(w1[i] == 2.0f * w0[i]);  // exact: a power of two
-    REQUIRE(s1[i] == 2.0f * s0[i]);
+  std::vector<gc::shard_key> seen;
+  tw.for_each_state(gc::two_way_side::worker, gc::tensor_id{3}, [&](gc::shard_key const& k, auto& st) {
+    REQUIRE(st.values().size() == n);
+    seen.push_back(k);
+  });
+  REQUIRE(seen == std::vector<gc::shard_key>{{gc::tensor_id{3}, 0, 2}, {gc::tensor_id{3}, 1, 2}});
+  seen.clear();
+  tw.for_each_state(gc::two_way_side::server, gc::tensor_id{3}, [&](gc::shard_key const& k, auto&) { seen.push_back(k); });
+  REQUIRE(seen.empty());  // no server step yet
+}
+
+TEST_CASE("two-way random-k: the server keeps the workers' support, so k coordinates survive per shard",
+          "[collective][two_way][regression]") {
+  // Regression: the server re-sampled random-k on its own stream, so only about k^2/n of a
+  // shard's k coordinates survived (4 ranks, ratio 0.1, 4000 elements: ~50 non-zero outputs
+  // where top-k gives 400). Server and workers share the support now, so with f32 values the
+  // server sum is lossless and the result is exactly the average on the workers' support.
+  int const w = 4;
+  std::size_t const n = 4000;
+  {
+    gc::any_codec const codec = gc::make_codec("randomk:ratio=0.1");
+    REQUIRE_NOTHROW(run_in_process(w, [&](in_process_communicator& comm) {
+      two_way tw(codec);
+      gc::codec_context ctx;
+      ctx.seed = 11;
+      for (int step = 0; step < 2; ++step) {
+        ctx.step = static_cast<std::uint32_t>(step);
+        auto const g = rank_gradient(n, comm.rank(), step);
+        std::vector<float> out(n);
+        gc::collective_options opt;
+        opt.op = gc::reduction::sum;
+        gc::all_reduce_two_way(comm, tw, gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{1}),
+                               std::span<float>(out), ctx, opt);
+        auto const nonzero = std::count_if(out.begin(), out.end(), [](float v) { return v != 0.0f; });
+        RANK_REQUIRE(nonzero == 400);
+        // Lossless server: nothing is left in the server residual of this rank's shard.
+        gc::shard_key const key{gc::tensor_id{1}, static_cast<std::uint32_t>(comm.rank()), static_cast<std::uint32_t>(w)};
+        auto const r = tw.server_residual(key);
+        RANK_REQUIRE(std::all_of(r.begin(), r.end(), [](float v) { return v == 0.0f; }));
+      }
+    }));
   }
-  tw.rescale_residuals(1.0);
-  REQUIRE(tw.worker_residual(key)[0] == 2.0f * w0[0]);
-  // A residual that was never written stays empty (zero).
-  REQUIRE(tw.worker_residual(gc::shard_key{gc::tensor_id{4}, 0, 2}).empty());
-  REQUIRE_THROWS_AS(tw.rescale_residuals(0.0), gc::config_error);
-  REQUIRE_THROWS_AS(tw.rescale_residuals(std::numeric_limits<double>::infinity()), gc::config_error);
+}
+
+TEST_CASE("parameter-server random-k: servers keep the workers' support", "[collective][two_way][regression]") {
+  int const size = 5, servers = 2;
+  std::size_t const n = 4000;
+  gc::any_codec const codec = gc::make_codec("randomk:ratio=0.1");
+  gc::ps_options opt;
+  opt.servers = servers;
+  REQUIRE_NOTHROW(run_in_process(size, [&](in_process_communicator& comm) {
+    two_way tw(codec);
+    gc::codec_context ctx;
+    ctx.seed = 3;
+    if (gc::is_server(comm, opt)) {
+      gc::ps_serve(comm, tw, gc::tensor_id{2}, n, ctx, opt);
+      return;
+    }
+    auto const g = rank_gradient(n, comm.rank(), 0);
+    std::vector<float> out(n);
+    gc::ps_push_pull(comm, tw, gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{2}),
+                     std::span<float>(out), ctx, opt);
+    // Each of the 2 shards of 2000 keeps 200 coordinates, the same on every worker.
+    auto const nonzero = std::count_if(out.begin(), out.end(), [](float v) { return v != 0.0f; });
+    RANK_REQUIRE(nonzero == 400);
+  }));
 }

@@ -173,7 +173,7 @@ TEST_CASE("make_codec: bad specs are config_errors that say what was expected",
     char const* says;
   };
   bad_spec const cases[] = {
-      {"", "unknown codec ''"},
+      {"", "codec spec '' has an empty name"},
       {"randk", "unknown codec 'randk'"},
       {"topk", "needs exactly one of k or ratio"},
       {"topk:k=3,ratio=0.5", "needs exactly one of k or ratio"},

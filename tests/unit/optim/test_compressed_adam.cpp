@@ -34,7 +34,6 @@ std::vector<std::vector<float>> run_two_way(quadratic_problem const& p, Codec co
   std::vector<std::vector<std::byte>> bufs(p.n,
                                            std::vector<std::byte>(w[0].max_compressed_bytes(p.d)));
   std::vector<std::byte> down(w[0].max_compressed_bytes(p.d));
-  std::vector<float> agg(p.d);
   for (std::uint64_t s = 0; s < steps; ++s) {
     std::vector<std::span<std::byte const>> packets;
     for (std::size_t i = 0; i < p.n; ++i) {
@@ -44,10 +43,9 @@ std::vector<std::vector<float>> run_two_way(quadratic_problem const& p, Codec co
       packets.emplace_back(bufs[i].data(), b);
     }
     // Server role played by worker 0's object (its server residual).
-    w[0].aggregate(packets, agg, 1.0 / static_cast<double>(p.n));
-    std::size_t const b = w[0].server_compress(gc::tensor_view<float const>(agg), down);
+    std::size_t const b = w[0].server_reduce(packets, p.d, gc::tensor_id{0}, down);
     for (std::size_t i = 0; i < p.n; ++i)
-      w[i].apply(x[i], std::span<std::byte const>(down.data(), b));
+      w[i].apply(x[i], std::span<std::byte const>(down.data(), b), p.n);
   }
   return x;
 }
@@ -81,25 +79,46 @@ TEST_CASE("compressed Adam with the identity codec is bit-identical to Adam", "[
 
 TEST_CASE("learning-rate corrected error feedback rescales the residual by lr_prev / lr",
           "[optim]") {
-  gc::lr_corrected_compressor<gc::topk_codec> c(gc::topk_codec::count(1));
+  gc::compressed_adam<gc::topk_codec> c(gc::topk_codec::count(1));
   std::vector<std::byte> out(c.max_compressed_bytes(2));
+  gc::tensor_id const id{0};
   std::vector<float> const g1 = {1.0f, 0.5f};
-  std::size_t b = c.compress(gc::tensor_view<float const>(g1), out, 1.0);
-  auto const r1 = c.residual(gc::tensor_id{0});
+  c.set_lr(1.0);
+  std::size_t b = c.worker_compress(gc::tensor_view<float const>(g1, id), out);
+  auto const r1 = c.worker_residual(id);
   REQUIRE(std::vector<float>(r1.begin(), r1.end()) == std::vector<float>{0.0f, 0.5f});
   // lr halves: the residual doubles before it is added, p = 0 + 2 * 0.5.
   std::vector<float> const zero = {0.0f, 0.0f};
-  b = c.compress(gc::tensor_view<float const>(zero), out, 0.5);
+  c.set_lr(0.5);
+  b = c.worker_compress(gc::tensor_view<float const>(zero, id), out);
   std::vector<float> dec(2);
-  c.codec().decompress(std::span<std::byte const>(out.data(), b), std::span<float>(dec));
+  gc::topk_codec::count(1).decompress(std::span<std::byte const>(out.data(), b), std::span<float>(dec));
   REQUIRE(dec == std::vector<float>{0.0f, 1.0f});
+  // The server side is corrected the same way: a residual of 0.5 under lr 0.5 becomes 0.25
+  // under lr 1 (packets {1, 0.5} -> top-1 sends 1, keeps 0.5). The worker packets come from a
+  // lossless top-2 of 2 (the server decodes with its worker codec, top-k).
+  std::vector<std::byte> up(c.max_compressed_bytes(2)), down(c.max_compressed_bytes(2));
+  gc::compressed_adam<gc::topk_codec> lossless(gc::topk_codec::count(2));
+  lossless.set_lr(0.5);
+  up.resize(lossless.worker_compress(gc::tensor_view<float const>(g1, gc::tensor_id{1}), up));
+  std::vector<std::span<std::byte const>> packets{std::span<std::byte const>(up)};
+  c.server_reduce(packets, 2, gc::tensor_id{1}, down);
+  REQUIRE(c.server_residual(gc::tensor_id{1})[1] == 0.5f);  // recorded under lr 0.5
+  c.set_lr(1.0);
+  std::vector<float> const none = {0.0f, 0.0f};
+  up.resize(lossless.max_compressed_bytes(2));
+  up.resize(lossless.worker_compress(gc::tensor_view<float const>(none, gc::tensor_id{1}), up));
+  packets = {std::span<std::byte const>(up)};
+  b = c.server_reduce(packets, 2, gc::tensor_id{1}, down);
+  gc::topk_codec::count(1).decompress(std::span<std::byte const>(down.data(), b), std::span<float>(dec));
+  REQUIRE(dec == std::vector<float>{0.0f, 0.25f});
   // lr = 0 (warm-up start) neither rescales nor becomes lr_prev.
   std::vector<float> const g3 = {0.25f, 0.0f};
-  c.compress(gc::tensor_view<float const>(g3), out, 0.0);
-  REQUIRE(c.residual(gc::tensor_id{0})[0] == 0.0f);
+  c.set_lr(0.0);
+  c.worker_compress(gc::tensor_view<float const>(g3, id), out);
+  REQUIRE(c.worker_residual(id)[0] == 0.0f);
   REQUIRE(gc::lr_correction(0.2, 0.1) == Approx(2.0));
   REQUIRE_THROWS_AS(gc::lr_correction(0.0, 0.1), gc::config_error);
-  REQUIRE_THROWS_AS(c.compress(gc::tensor_view<float const>(g3), out, -1.0), gc::config_error);
 }
 
 TEST_CASE("Nesterov momentum before compression", "[optim]") {
@@ -135,4 +154,27 @@ TEST_CASE("two-way compressed Adam with onebit and top-k reaches the optimum", "
     REQUIRE(gradcomp_test::max_abs_error(x3[i], opt) < 3e-2);
     REQUIRE(x1[i] == x1[0]);  // every worker applies the same aggregate
   }
+}
+
+TEST_CASE("compressed Adam keeps one Nesterov momentum per tensor id", "[optim][regression]") {
+  // Regression: one momentum served every tensor id, so a second shard mixed its momentum with
+  // the first one's, and a shard of another size threw.
+  gc::compressed_adam_options o;
+  o.nesterov = 0.5;
+  gc::compressed_adam<gc::identity_codec> a(gc::identity_codec{}, o);
+  gc::compressed_adam<gc::identity_codec> fresh(gc::identity_codec{}, o);
+  std::vector<float> const g0 = {1.0f, 2.0f, 3.0f, 4.0f};
+  std::vector<float> const g1 = {1.0f, -1.0f};
+  std::vector<std::byte> out(a.max_compressed_bytes(4));
+  a.worker_compress(gc::tensor_view<float const>(g0, gc::tensor_id{0}), out);
+  std::size_t b = 0;
+  REQUIRE_NOTHROW(b = a.worker_compress(gc::tensor_view<float const>(g1, gc::tensor_id{1}), out));
+  std::vector<float> got(2), want(2);
+  gc::identity_codec{}.decompress(std::span<std::byte const>(out.data(), b), std::span<float>(got));
+  // Tensor 1's first step: m = g, g + 0.5 m = 1.5 g, as for an object that never saw tensor 0.
+  std::vector<std::byte> ref(fresh.max_compressed_bytes(2));
+  b = fresh.worker_compress(gc::tensor_view<float const>(g1, gc::tensor_id{1}), ref);
+  gc::identity_codec{}.decompress(std::span<std::byte const>(ref.data(), b), std::span<float>(want));
+  CHECK(got == want);
+  CHECK(got == std::vector<float>{1.5f, -1.5f});
 }

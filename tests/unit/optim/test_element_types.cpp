@@ -220,21 +220,21 @@ TEST_CASE("compressed_adam with 16-bit gradients gives the packets and steps of 
     // Server (rank 0's object) aggregates the float32 packets and answers; every worker applies.
     std::vector<std::span<std::byte const>> views;
     for (auto const& pk : p32) views.emplace_back(pk);
-    std::vector<float> agg(p.d);
-    w32[0].aggregate(views, std::span<float>(agg), 1.0 / static_cast<double>(p.n));
     std::vector<std::byte> reply(w32[0].max_compressed_bytes(p.d));
-    reply.resize(w32[0].server_compress(gc::tensor_view<float const>(std::span<float const>(agg), gc::tensor_id{1}),
-                                        std::span<std::byte>(reply)));
+    reply.resize(w32[0].server_reduce(std::span<std::span<std::byte const> const>(views), p.d, gc::tensor_id{1},
+                                      std::span<std::byte>(reply)));
     std::vector<float> decoded(p.d);
     codec.decompress(std::span<std::byte const>(reply), std::span<float>(decoded));
+    float const inv = 1.0f / static_cast<float>(p.n);  // the mean, as apply takes it
+    for (float& v : decoded) v = v * inv;
     for (std::size_t i = 0; i < p.n; ++i) {
       // The 16-bit parameters take the float32 Adam step of their widening, rounded once.
       std::vector<float> x = widen_vec(x16[i]);
       gc::adam ref = w16[i].optimizer();
       ref.step(std::span<float>(x), std::span<float const>(decoded));
-      w16[i].apply(std::span<gc::bfloat16>(x16[i]), std::span<std::byte const>(reply));
+      w16[i].apply(std::span<gc::bfloat16>(x16[i]), std::span<std::byte const>(reply), p.n);
       REQUIRE(same_bits(x16[i], round_vec<gc::bfloat16>(x)));
-      w32[i].apply(std::span<float>(x32[i]), std::span<std::byte const>(reply));
+      w32[i].apply(std::span<float>(x32[i]), std::span<std::byte const>(reply), p.n);
     }
   }
   // The Adam moments are identical between the two runs (same decoded aggregate).

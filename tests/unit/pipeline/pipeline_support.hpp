@@ -123,7 +123,7 @@ class reference {
           std::vector<std::byte> sum = packets[0];
           gc::value_section const sec = gc::detail::section_of(codec, std::span<std::byte const>(sum));
           for (int r = 1; r < world_; ++r) {
-            gc::reduce_into(sec.type, gc::reduce_op::sum, sum.data() + sec.offset,
+            gc::reduce_into(gc::detail::comm_type_of_dtype(sec.type), gc::reduce_op::sum, sum.data() + sec.offset,
                                     packets[static_cast<std::size_t>(r)].data() + sec.offset, sec.bytes);
           }
           if (alpha != 1.0f) codec.decompress_add(std::span<std::byte const>(sum), std::span<float>(acc), alpha, dctx);
