@@ -5,9 +5,9 @@
 /// Compression controllers for the training example: who picks the compression factor of each
 /// step.
 ///
-/// The pipeline (exchange.hpp) speaks gradcomp's controller protocol: before a step it asks
-/// `ctrl.plan()` which factors to compress at (`step_plan::measure`, multi-level), after
-/// compressing it reports `step_stats` (‖g_ef‖², ‖C(g_ef)‖² per measured factor, per-layer
+/// The pipeline (gradcomp's `gradient_pipeline`, behind exchange.hpp) speaks gradcomp's
+/// controller protocol: before a step it asks `ctrl.plan()` which factors to compress at
+/// (`step_plan::measure`, multi-level), after compressing it reports `step_stats` (‖g_ef‖², ‖C(g_ef)‖² per measured factor, per-layer
 /// norms, the last step's compute / compress / sync times), made identical on every rank, and
 /// `ctrl.decide(stats)` answers what to send and how to update the residual (`decision`).
 ///

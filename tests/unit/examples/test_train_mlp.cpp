@@ -379,6 +379,32 @@ TEST_CASE("gradient_exchange follows the controller's factor and conserves error
   CHECK(bytes[0] < 1500);
 }
 
+TEST_CASE("training with random-k on 2 and 3 ranks completes (issue 11 defect 6)", "[train]") {
+  // The exchange used to decode with a context whose step was never set: random-k packets,
+  // whose coordinates (and check word) depend on the step, failed their check word from step 1
+  // on (`--codec randomk:ratio=0.01`). Now every step runs, and the ranks stay identical.
+  train::data_split const d = tiny_data();
+  for (char const* spec : {"randomk:ratio=0.01", "randomk:ratio=0.25"}) {
+    for (bool ef : {true, false}) {
+      for (int world : {2, 3}) {
+        INFO(spec << (ef ? " +EF" : "") << ", " << world << " ranks");
+        train::train_options o = tiny_options();
+        o.exchange.codec = spec;
+        o.exchange.error_feedback = ef;
+        std::vector<train::run_result> res;
+        std::vector<std::vector<std::vector<float>>> params;
+        REQUIRE_NOTHROW(params = train_ranks(world, d, o, &res));
+        CHECK(res[0].curve.size() == 3);
+        CHECK(res[0].factors.size() == o.steps);
+        CHECK(res[0].bytes_per_worker > 0.0);
+        CHECK(res[0].bytes_per_worker < res[0].dense_bytes_per_worker);
+        for (int r = 1; r < world; ++r)
+          CHECK(max_abs_diff(params[static_cast<std::size_t>(r)], params[0]) == 0.0);
+      }
+    }
+  }
+}
+
 TEST_CASE("controller specs: static, schedule and the adaptive ones", "[train]") {
   CHECK_THROWS_AS(train::make_controller("static:factor=0.5"), gradcomp::config_error);
   CHECK_THROWS_AS(train::make_controller("schedule:5=10"), gradcomp::config_error);
@@ -422,10 +448,13 @@ TEST_CASE("compressed Adam with the identity codec equals All-Reduce Adam bit fo
       CHECK(max_abs_diff(cadam[i], adam[0]) == 0.0);
     }
     CHECK(rc[0].test_loss == ra[0].test_loss);
-    // Wire bytes of the dense ring all-reduce: 2(n-1)/n of the gradient per step.
+    // Wire bytes of the dense ring all-reduce: 2(n-1)/n of the gradient per step, plus the
+    // gradient pipeline's agreement round (a ring all-gather of one rank_report per rank).
     double const grad_bytes = static_cast<double>(ra[0].parameters * sizeof(float));
     CHECK(ra[0].wire_bytes_per_worker ==
-          static_cast<double>(o.steps) * 2.0 * (world - 1) / world * grad_bytes);
+          static_cast<double>(o.steps) *
+              (2.0 * (world - 1) / world * grad_bytes +
+               static_cast<double>((world - 1) * gradcomp::rank_report_bytes)));
     // Adam really moved the model, and a lossy codec gives other parameters: the equality
     // above is not vacuous.
     train::mlp const init(train::model_sizes(o, d), o.seed);
