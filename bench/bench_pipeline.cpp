@@ -16,6 +16,8 @@
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/gradcomp.hpp>
 
+#include "harness.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,25 +29,9 @@
 #include <vector>
 
 namespace gc = gradcomp;
+using gradcomp_bench::take_list;
 
 namespace {
-
-std::vector<std::string> take_list(int argc, char** argv, std::string_view name, std::vector<std::string> fallback) {
-  std::string const prefix = "--" + std::string(name) + "=";
-  for (int i = 1; i < argc; ++i) {
-    std::string_view const a = argv[i];
-    if (a.substr(0, prefix.size()) != prefix) continue;
-    std::vector<std::string> items;
-    std::string_view rest = a.substr(prefix.size());
-    while (!rest.empty()) {
-      std::size_t const comma = rest.find(',');
-      items.emplace_back(rest.substr(0, comma));
-      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    }
-    return items;
-  }
-  return fallback;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

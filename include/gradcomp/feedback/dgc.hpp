@@ -38,6 +38,7 @@
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/cpu/parallel.hpp>
+#include <gradcomp/feedback/policies.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -187,10 +188,7 @@ class dgc_feedback {
   template <codec_operations C, element T>
   std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
                        codec_context const& ctx) const {
-    std::span<float const> const v = stage(s, g, ctx);
-    std::size_t const bytes = c.compress(tensor_view<float const>(v, g.id()), out, ctx);
-    commit(c, s, std::span<std::byte const>(out.first(bytes)), ctx);
-    return bytes;
+    return detail::stage_compress_commit(*this, c, s, g, out, ctx);
   }
 
  private:

@@ -106,6 +106,17 @@ void combine_checked(float_state& s, tensor_view<T const> g, float sign, char co
   }
 }
 
+/// The one-phase step of a two-phase policy: stage, compress the staged input, commit the
+/// packet. Returns the packet size.
+template <class F, class C, element T>
+std::size_t stage_compress_commit(F const& f, C const& c, typename F::state& s, tensor_view<T const> g,
+                                  std::span<std::byte> out, codec_context const& ctx) {
+  std::span<float const> const p = f.stage(s, g, ctx);
+  std::size_t const bytes = c.compress(tensor_view<float const>(p, g.id()), out, ctx);
+  f.commit(c, s, std::span<std::byte const>(out.first(bytes)), ctx);
+  return bytes;
+}
+
 }  // namespace detail
 
 /// No error feedback: the gradient is compressed as it is.
@@ -187,10 +198,7 @@ struct residual_feedback {
   template <codec_operations C, element T>
   std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
                        codec_context const& ctx) const {
-    std::span<float const> const p = stage(s, g, ctx);
-    std::size_t const bytes = c.compress(tensor_view<float const>(p, g.id()), out, ctx);
-    commit(c, s, std::span<std::byte const>(out.first(bytes)), ctx);
-    return bytes;
+    return detail::stage_compress_commit(*this, c, s, g, out, ctx);
   }
 };
 
@@ -266,10 +274,7 @@ struct ef21_feedback {
   template <codec_operations C, element T>
   std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
                        codec_context const& ctx) const {
-    std::span<float const> const p = stage(s, g, ctx);
-    std::size_t const bytes = c.compress(tensor_view<float const>(p, g.id()), out, ctx);
-    commit(c, s, std::span<std::byte const>(out.first(bytes)), ctx);
-    return bytes;
+    return detail::stage_compress_commit(*this, c, s, g, out, ctx);
   }
 };
 

@@ -679,12 +679,10 @@ class gradient_pipeline {
     // The exchange.
     double decode = 0.0;
     auto const t_send = clock::now();
-    if (low_rank_) {
-      send_low_rank(comm, br, decode);
+    if (low_rank_ || two_way_) {
+      send_per_tensor(comm, br, decode);
     } else if (k == decision::npos) {
       send_dense(comm, items, rule, br, decode);
-    } else if (two_way_) {
-      send_two_way(comm, plan, br, decode);
     } else {
       send_packets(comm, plan, k, br, decode);
     }
@@ -825,10 +823,12 @@ class gradient_pipeline {
     decode += engine.decode_s;
   }
 
-  // PowerSGD: one session per tensor (its own error feedback and warm start); small tensors
-  // dense in one bucketed call.
+  // Per-tensor collectives for the large tensors — PowerSGD: one `powersgd_session` each (its
+  // own error feedback and warm start), `all_reduce_low_rank`; two-way: `all_reduce_two_way`
+  // with the two-way compressor's worker and server feedback — and the small ones dense in
+  // bucketed calls.
   template <communicator Comm>
-  void send_low_rank(Comm& comm, bucket_result& br, double& decode) {
+  void send_per_tensor(Comm& comm, bucket_result& br, double& decode) {
     collective_options const copt{opt_.buckets.op};
     std::vector<bucket_item> dense;
     for (auto const& e : pending_) {
@@ -836,32 +836,18 @@ class gradient_pipeline {
         dense.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
         continue;
       }
-      auto it = sessions_.find(e.id);
-      if (it == sessions_.end()) {
-        auto const [rows, cols] = shape_of(e.id, e.n);
-        it = sessions_.emplace(e.id, powersgd_session(rows, cols, *low_rank_, e.id)).first;
+      tensor_view<float const> const g(e.raw32, e.id);
+      collective_result r;
+      if (low_rank_) {
+        auto it = sessions_.find(e.id);
+        if (it == sessions_.end()) {
+          auto const [rows, cols] = shape_of(e.id, e.n);
+          it = sessions_.emplace(e.id, powersgd_session(rows, cols, *low_rank_, e.id)).first;
+        }
+        r = all_reduce_low_rank(comm, it->second, g, e.out32, ctx_, copt);
+      } else {
+        r = std::visit([&](auto& tw) { return all_reduce_two_way(comm, tw, g, e.out32, ctx_, copt); }, *two_way_);
       }
-      collective_result const r = all_reduce_low_rank(comm, it->second, tensor_view<float const>(e.raw32, e.id), e.out32, ctx_, copt);
-      br.packet_bytes += r.packet_bytes;
-      br.wire_bytes += r.wire_bytes;
-      ++br.buckets;
-    }
-    if (!dense.empty()) send_plain_dense(comm, dense, br, decode);
-  }
-
-  // Two-way: each compressed tensor through `all_reduce_two_way`; small tensors dense.
-  template <communicator Comm>
-  void send_two_way(Comm& comm, std::vector<detail::bucket_plan> const& /*plan*/, bucket_result& br, double& decode) {
-    collective_options const copt{opt_.buckets.op};
-    std::vector<bucket_item> dense;
-    for (auto const& e : pending_) {
-      if (!e.large) {
-        dense.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
-        continue;
-      }
-      collective_result const r = std::visit(
-          [&](auto& tw) { return all_reduce_two_way(comm, tw, tensor_view<float const>(e.raw32, e.id), e.out32, ctx_, copt); },
-          *two_way_);
       br.packet_bytes += r.packet_bytes;
       br.wire_bytes += r.wire_bytes;
       ++br.buckets;
