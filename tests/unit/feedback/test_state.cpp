@@ -280,11 +280,11 @@ TEST_CASE("feedback state: save layout and round trip", "[feedback][state][save]
   SECTION("bytes as documented (docs/wire-format.md, Error-feedback state)") {
     REQUIRE(saved.size() == 16 + 3 * (12 + 4 * 50));
     CHECK(std::memcmp(saved.data(), "GCEF", 4) == 0);
-    CHECK(static_cast<unsigned>(saved[4]) == 1);  // version
+    CHECK(static_cast<unsigned>(saved[4]) == 2);  // version
     CHECK(static_cast<unsigned>(saved[5]) == 1);  // residual
     CHECK(gc::detail::load_le<std::uint16_t>(saved.data() + 6) == 0);
     CHECK(gc::detail::load_le<std::uint32_t>(saved.data() + 8) == 3);
-    CHECK(gc::detail::load_le<std::uint32_t>(saved.data() + 12) == 0);
+    CHECK(gc::detail::load_le<std::uint32_t>(saved.data() + 12) == 0);  // no receiver records
     std::size_t at = 16;
     for (std::uint32_t id : {2u, 9u, 0x01020304u}) {  // ascending ids
       CHECK(gc::detail::load_le<std::uint32_t>(saved.data() + at) == id);
@@ -382,7 +382,7 @@ TEST_CASE("feedback state: load rejects malformed input and keeps the previous s
     }
   }
   SECTION("unsupported version") {
-    for (unsigned v : {0u, 2u, 255u}) {
+    for (unsigned v : {0u, 3u, 255u}) {
       auto bad = good;
       bad[4] = static_cast<std::byte>(v);
       rejects(bad, ("version " + std::to_string(v)).c_str());
