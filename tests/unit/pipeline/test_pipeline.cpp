@@ -398,3 +398,34 @@ TEST_CASE("pipeline: mismatched layouts and bad options are clear errors", "[pip
   }));
   CHECK(kinds == std::vector<std::string>{"config", "comm"});
 }
+
+TEST_CASE("pipeline: statistics per step and the logging hook", "[pipeline][stats]") {
+  gc::pipeline_options opt;
+  opt.codec = "topk:ratio=0.01";
+  opt.buckets.min_compress_elements = 1000;
+  opt.measure_gain = true;
+  std::vector<std::size_t> const sizes = model_sizes();
+  std::mutex mu;
+  std::vector<gc::pipeline_stats> logged;
+  REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
+    gc::gradient_pipeline p(opt);
+    std::vector<gc::pipeline_stats> mine;
+    p.on_step([&](gc::pipeline_stats const& s) { mine.push_back(s); });
+    for (std::uint64_t s = 0; s < 3; ++s) {
+      auto g = make_grads<float>(comm.rank(), s, sizes);
+      gc::pipeline_stats const st = p.step(comm, views(g));
+      RANK_REQUIRE(mine.size() == s + 1 && mine.back().step == st.step && mine.back().bytes_sent == st.bytes_sent);
+      RANK_REQUIRE(p.last_stats().step == s);
+      RANK_REQUIRE(st.tensors == 3 && st.compressed_tensors == 2);
+      // gain = ||C(g_ef)||^2 / ||g_ef||^2 of top-k 1 %: within (0, 1)
+      RANK_REQUIRE(st.gain > 0.0 && st.gain < 1.0);
+      // payload: the two top-k packets plus the small tensor as float32
+      RANK_REQUIRE(st.bytes_sent > 700 * 4 && st.bytes_sent < 700 * 4 + 2 * (gc::header_bytes + 8 * 300));
+      RANK_REQUIRE(st.wire_bytes > 0 && st.compress_s >= 0.0 && st.communicate_s >= 0.0 && st.decode_s >= 0.0);
+      RANK_REQUIRE(st.total_s >= st.compress_s);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (comm.rank() == 0) logged = mine;
+  }));
+  CHECK(logged.size() == 3);
+}
