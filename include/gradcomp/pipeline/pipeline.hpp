@@ -105,7 +105,8 @@ struct pipeline_options {
   /// Not with a controller or PowerSGD.
   bool two_way = false;
   /// Seed of the codecs' random streams. Each rank adds its rank, except for shared-support
-  /// codecs (random-k), whose ranks must draw the same coordinates.
+  /// codecs (random-k), whose ranks must draw the same coordinates, and PowerSGD, whose ranks
+  /// start from the same Q.
   std::uint64_t seed = 0;
   /// Bucketing: bucket size, the size below which tensors go dense (no error feedback for
   /// them), their dense format, pipelined compression. The pipeline compresses per tensor
@@ -303,7 +304,9 @@ class gradient_pipeline {
     compress_s_ = 0.0;
     ctx_ = opt_.context;
     ctx_.step = static_cast<std::uint32_t>(step_);
-    bool const shared = !low_rank_ && base_.aggregation() == aggregation_kind::shared_support;
+    // Shared-support codecs draw the same coordinates on every rank, and PowerSGD starts every
+    // rank from the same Q: their seed is shared; the others add the rank (independent noise).
+    bool const shared = low_rank_ || base_.aggregation() == aggregation_kind::shared_support;
     ctx_.seed = opt_.seed + (shared ? 0u : static_cast<std::uint64_t>(rank_));
   }
 

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -428,4 +429,58 @@ TEST_CASE("pipeline: statistics per step and the logging hook", "[pipeline][stat
     if (comm.rank() == 0) logged = mine;
   }));
   CHECK(logged.size() == 3);
+}
+
+TEST_CASE("pipeline: PowerSGD and two-way agree with their collectives run by hand", "[pipeline][low_rank][two_way]") {
+  // The reference: the library's per-tensor collectives with state of their own (one
+  // powersgd_session per tensor with the same shape and seed; one two_way_compressor), small
+  // tensors through all_reduce_dense, averaged. Bit for bit, every step.
+  std::vector<std::size_t> const sizes = model_sizes();
+  auto square = [](std::size_t n) {
+    std::size_t c = 1;
+    for (std::size_t d = 1; d * d <= n; ++d) {
+      if (n % d == 0) c = d;
+    }
+    return std::pair<std::size_t, std::size_t>{n / c, c};
+  };
+  for (bool two_way : {false, true}) {
+    INFO((two_way ? "two-way top-k" : "PowerSGD rank 2"));
+    gc::pipeline_options opt;
+    opt.codec = two_way ? "topk:ratio=0.05" : "powersgd:rank=2";
+    opt.two_way = two_way;
+    opt.seed = 9;
+    opt.buckets.min_compress_elements = 1000;
+    REQUIRE_NOTHROW(gc::run_in_process(3, [&](gc::in_process_communicator& comm) {
+      gc::gradient_pipeline pipe(opt);
+      std::map<gc::tensor_id, gc::powersgd_session> sessions;
+      gc::two_way_compressor<gc::any_codec> tw(gc::make_codec("topk:ratio=0.05"));
+      gc::collective_options const avg{gc::reduction::average};
+      for (std::uint64_t s = 0; s < 4; ++s) {
+        auto g = make_grads<float>(comm.rank(), s, sizes);
+        auto const in = g;
+        pipe.step(comm, views(g));
+        gc::codec_context ctx;
+        ctx.step = static_cast<std::uint32_t>(s);
+        ctx.seed = two_way ? 9 + static_cast<std::uint64_t>(comm.rank()) : 9;
+        for (std::size_t t = 0; t < sizes.size(); ++t) {
+          auto const id = static_cast<gc::tensor_id>(t);
+          std::vector<float> out(sizes[t]);
+          gc::tensor_view<float const> const gv{std::span<float const>(in[t]), id};
+          if (sizes[t] < 1000) {
+            gc::all_reduce_dense(comm, std::span<float const>(in[t]), std::span<float>(out), gc::dense_format::f32, avg);
+          } else if (two_way) {
+            gc::all_reduce_two_way(comm, tw, gv, std::span<float>(out), ctx, avg);
+          } else {
+            auto it = sessions.find(id);
+            if (it == sessions.end()) {
+              auto const [rows, cols] = square(sizes[t]);
+              it = sessions.emplace(id, gc::powersgd_session(rows, cols, gc::make_powersgd("powersgd:rank=2").options(), id)).first;
+            }
+            gc::all_reduce_low_rank(comm, it->second, gv, std::span<float>(out), ctx, avg);
+          }
+          RANK_REQUIRE(same_bits(g[t], out));
+        }
+      }
+    }));
+  }
 }
