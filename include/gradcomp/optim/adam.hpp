@@ -241,12 +241,8 @@ class accum_adam {
   /// One update of `x` with gradient `g`.
   void step(std::span<float> x, std::span<float const> g) { step_impl(x, g); }
 
-  /// The same update for 16-bit parameters and/or gradients (`half`, `bfloat16`; mixed
-  /// precision): each element is widened to float32 (exact), updated in float32 exactly as the
-  /// float32 overload does, with float32 moments, and a 16-bit parameter is rounded once per
-  /// step (nearest even). Keep float32 master parameters where updates may be smaller than half
-  /// a 16-bit ulp; a float32 `x` with a 16-bit `g` is bit-identical to the float32 step on the
-  /// widened gradient.
+  /// The same update for 16-bit parameters and/or gradients, with float32 moments (as
+  /// `adam::step`'s 16-bit overload: widened exactly, a 16-bit parameter rounded once per step).
   template <element P, element G>
     requires(!(std::same_as<P, float> && std::same_as<G, float>))
   void step(std::span<P> x, std::span<G const> g) {

@@ -33,20 +33,6 @@ using gc::run_in_process;
 namespace {
 
 template <class T>
-std::vector<T> round_vec(std::vector<float> const& v) {
-  std::vector<T> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = gc::from_float<T>(v[i]);
-  return out;
-}
-
-template <class T>
-std::vector<float> widen_vec(std::vector<T> const& v) {
-  std::vector<float> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = gc::to_float(v[i]);
-  return out;
-}
-
-template <class T>
 bool same_bits(std::vector<T> const& a, std::vector<T> const& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }

@@ -23,22 +23,10 @@
 
 namespace gc = gradcomp;
 using gradcomp_test::quadratic_problem;
+using gradcomp_test::round_vec;
+using gradcomp_test::widen_vec;
 
 namespace {
-
-template <class T>
-std::vector<T> round_vec(std::vector<float> const& v) {
-  std::vector<T> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = gc::from_float<T>(v[i]);
-  return out;
-}
-
-template <class T>
-std::vector<float> widen_vec(std::vector<T> const& v) {
-  std::vector<float> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = gc::to_float(v[i]);
-  return out;
-}
 
 template <class T>
 bool same_bits(std::span<T const> a, std::span<T const> b) {

@@ -357,4 +357,24 @@ inline std::vector<variant> all_variants(std::uint32_t bucket = 16) {
   return v;
 }
 
+// ---------------------------------------------------------------------------------------------
+// 16-bit element types
+// ---------------------------------------------------------------------------------------------
+
+/// Each value rounded to T (float16 / bfloat16: nearest even).
+template <class T>
+std::vector<T> round_vec(std::vector<float> const& v) {
+  std::vector<T> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = gc::from_float<T>(v[i]);
+  return out;
+}
+
+/// Each value widened to float32 (exact).
+template <class T>
+std::vector<float> widen_vec(std::vector<T> const& v) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = gc::to_float(v[i]);
+  return out;
+}
+
 }  // namespace gradcomp_test
