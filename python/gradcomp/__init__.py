@@ -1,0 +1,42 @@
+# SPDX-FileCopyrightText: 2026 The gradcomp authors
+# SPDX-License-Identifier: Apache-2.0
+"""gradcomp: gradient compression for distributed training, from PyTorch.
+
+Two lines make a DistributedDataParallel model send compressed gradients::
+
+    state = gradcomp.GradcompState(codec="topk:ratio=0.01", feedback="residual")
+    ddp_model.register_comm_hook(state, gradcomp.hook)
+
+The codec API (``Codec``, ``decompress``, ``inspect``) compresses CPU tensors into uint8
+packets and back, for people who write their own exchange. Errors are ``gradcomp.Error`` and its
+kinds (``ConfigError``, ``FormatError``, ``NumericError``, ``CommError``), with the C++ library's
+messages. See docs/pytorch.md.
+"""
+
+from ._C import (  # noqa: F401
+    Codec,
+    CommError,
+    Communicator,
+    ConfigError,
+    Error,
+    FormatError,
+    NumericError,
+    __version__,
+    decompress,
+    inspect,
+)
+from .ddp import GradcompState, hook  # noqa: F401
+
+__all__ = [
+    "Codec",
+    "CommError",
+    "Communicator",
+    "ConfigError",
+    "Error",
+    "FormatError",
+    "GradcompState",
+    "NumericError",
+    "decompress",
+    "hook",
+    "inspect",
+]

@@ -1,0 +1,170 @@
+# SPDX-FileCopyrightText: 2026 The gradcomp authors
+# SPDX-License-Identifier: Apache-2.0
+"""gradcomp's DistributedDataParallel communication hook.
+
+``GradcompState`` holds the configuration and the C++ engine (a ``gradient_pipeline`` over the
+process group, on a worker thread); ``hook`` hands each DDP bucket to it and returns the future
+DDP waits for. One DDP iteration is one pipeline step: buckets are compressed as they arrive
+(overlapping the backward pass); the last bucket of the iteration starts the exchange, and every
+bucket's future then completes with its average (the hook divides by the world size, as DDP's
+contract asks), or fails on every rank with the step's error.
+"""
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+# The options a state takes, with their defaults (docs/pytorch.md describes each).
+_DEFAULTS = {
+    "codec": "topk:ratio=0.01",
+    "feedback": "residual",
+    "controller": "",
+    "two_way": False,
+    "seed": 0,
+    "start_iter": 1,
+    "batch_size": 0,
+    "measure_gain": False,
+    "measured_timing": True,
+    "min_compress_elements": 4096,
+    "log_every": 0,
+    "timeout_s": 300.0,
+}
+
+
+class GradcompState:
+    """State of the gradcomp DDP hook: pass it with ``gradcomp.hook`` to
+    ``DistributedDataParallel.register_comm_hook``.
+
+    Arguments (the C++ ``pipeline_options``, docs/pipeline.md, with the same specs):
+      process_group: the process group to exchange over (default: the default group).
+      codec: codec spec, e.g. "fp16", "topk:ratio=0.01", "onebit", "qsgd:levels=15",
+        "randomk:ratio=0.01", "powersgd:rank=4".
+      feedback: "none", "residual", "ef21" or "dgc[:momentum=0.9,...]".
+      controller: "" (the codec as given), "gravac:...", "accordion:...", "static:factor=100",
+        "schedule:...".
+      two_way: BytePS-Compress two-way compression (shard owners re-compress).
+      seed: seed of the codecs' random streams.
+      start_iter: iterations of plain all-reduce before compression starts (DDP rebuilds its
+        buckets after the first iteration; >= 1 keeps error feedback clear of that).
+      batch_size: samples per worker per step (GraVAC's throughput).
+      measure_gain: compute the compression gain every step.
+      measured_timing: give the controller measured times (off: runs reproducible bit for bit).
+      min_compress_elements: smaller tensors go dense.
+      log_every: print a statistics line on rank 0 every this many iterations (0: never).
+      timeout_s: the longest wait for one exchange before it fails with CommError.
+    """
+
+    def __init__(self, process_group=None, **options):
+        unknown = set(options) - set(_DEFAULTS)
+        if unknown:
+            raise _C.ConfigError(
+                "gradcomp: GradcompState got unknown options: " + ", ".join(sorted(unknown)))
+        self._options = dict(_DEFAULTS)
+        self._options.update(options)
+        self.process_group = process_group
+        self._engine = None
+        self._make_engine()
+
+    # -- configuration -----------------------------------------------------------------------
+
+    @property
+    def options(self):
+        """The options (a copy)."""
+        return dict(self._options)
+
+    @property
+    def low_rank(self):
+        return self._options["codec"].split(":", 1)[0] == "powersgd"
+
+    def _group(self):
+        pg = self.process_group
+        if pg is None:
+            pg = dist.distributed_c10d._get_default_group()
+        return pg
+
+    def _make_engine(self):
+        self._engine = _C.Engine(self._group(), dict(self._options))
+
+    # -- statistics ---------------------------------------------------------------------------
+
+    @property
+    def iteration(self):
+        """DDP iterations handled so far (plain all-reduce ones included)."""
+        return self._engine.iteration
+
+    @property
+    def last_stats(self):
+        """Statistics of the last iteration: bytes_sent, wire_bytes, factor, gain, tensors,
+        compressed_tensors, messages, compress_s, communicate_s, decode_s, total_s, sent."""
+        return self._engine.last_stats()
+
+    @property
+    def totals(self):
+        """Totals since the start: iterations, bytes_sent, hook_s (first bucket in to last
+        future done, summed), layout_changes."""
+        return self._engine.totals()
+
+    def wait(self):
+        """Blocks until every bucket handed to the hook has been exchanged."""
+        self._engine.wait_idle()
+
+    # -- checkpointing ------------------------------------------------------------------------
+
+    def state_dict(self):
+        """Everything needed to resume: options, iteration, residuals, controller, PowerSGD
+        factors (bytes in the library's checkpoint format, docs/wire-format.md)."""
+        return {"version": 1, "options": dict(self._options), "engine": self._engine.save()}
+
+    def load_state_dict(self, state):
+        """Restores a ``state_dict``; the options must match. A malformed or mismatched state
+        raises FormatError and changes nothing."""
+        if not isinstance(state, dict) or state.get("version") != 1 or "engine" not in state:
+            raise _C.FormatError("gradcomp: not a GradcompState state_dict (version 1)")
+        if state.get("options") != self._options:
+            raise _C.FormatError(
+                "gradcomp: the state_dict was saved with options %r, this state has %r"
+                % (state.get("options"), self._options))
+        self._engine.load(state["engine"])
+
+    def __getstate__(self):
+        # Like PyTorch's PowerSGDState: the process group is not pickled; the unpickled state
+        # runs on the default group (or set process_group and call load_state_dict).
+        return self.state_dict()
+
+    def __setstate__(self, state):
+        self._options = dict(state["options"])
+        self.process_group = None
+        self._engine = None
+        self._make_engine()
+        self._engine.load(state["engine"])
+
+
+def _pieces(state, bucket):
+    """What the engine compresses: the bucket's flat buffer, or (PowerSGD) each parameter's
+    gradient as a matrix: its first dimension by the rest."""
+    if not state.low_rank:
+        return [], []
+    views, shapes = [], []
+    buffer = bucket.buffer()
+    offset = 0
+    for p in bucket.parameters():
+        n = p.numel()
+        views.append(buffer.narrow(0, offset, n))
+        if p.dim() >= 2:
+            shapes.append((p.shape[0], n // p.shape[0]))
+        else:
+            shapes.append((1, n))
+        offset += n
+    return views, shapes
+
+
+def hook(state, bucket):
+    """The DDP communication hook: ``ddp_model.register_comm_hook(state, gradcomp.hook)``.
+
+    Returns a ``torch.futures.Future`` that completes with the bucket averaged over the ranks
+    (in place). The exchange runs on gradcomp's worker thread; autograd goes on meanwhile."""
+    views, shapes = _pieces(state, bucket)
+    return state._engine.submit(bucket.index(), bucket.buffer(), views, shapes, bucket.is_last())

@@ -1,0 +1,451 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+//
+// gradcomp._C: the C++ half of the Python package (python/gradcomp/). What it binds:
+//   - the errors, as Python exceptions with the library's messages;
+//   - `Codec`: compress a CPU tensor into a uint8 tensor, decompress (or add) a packet into a
+//     tensor, for every codec spec of `make_codec` and for PowerSGD (`make_powersgd`);
+//   - `decompress`, `inspect`: any packet, stateless;
+//   - `Engine`: the DDP hook's engine (ddp_engine.hpp) over a torch.distributed process group;
+//   - `Communicator`: the library's collectives over a process group, for tests and for users
+//     who exchange tensors themselves.
+
+#include "ddp_engine.hpp"
+
+#include <gradcomp/codec/any_codec.hpp>
+#include <gradcomp/codec/powersgd.hpp>
+#include <gradcomp/collective/all_reduce.hpp>
+#include <gradcomp/comm/c10d.hpp>
+#include <gradcomp/core/wire.hpp>
+#include <gradcomp/pipeline/pipeline.hpp>
+#include <gradcomp/version.hpp>
+
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/jit/python/python_ivalue.h>
+#include <torch/extension.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+
+namespace py = pybind11;
+namespace gc = gradcomp;
+using namespace gradcomp_python;
+
+namespace {
+
+// A contiguous CPU tensor of float32 / float16 / bfloat16 (checked), for the codec API.
+void check_values(at::Tensor const& t, char const* what) {
+  if (!t.device().is_cpu()) {
+    throw gc::config_error(std::string("gradcomp: ") + what + " must be a CPU tensor, got one on " + t.device().str());
+  }
+  if (!t.is_contiguous()) throw gc::config_error(std::string("gradcomp: ") + what + " must be contiguous");
+  auto const st = t.scalar_type();
+  if (st != at::kFloat && st != at::kHalf && st != at::kBFloat16) {
+    throw gc::config_error(std::string("gradcomp: ") + what + " must be float32, float16 or bfloat16, got " +
+                           std::string(c10::toString(st)));
+  }
+}
+
+std::span<std::byte const> packet_bytes(at::Tensor const& p) {
+  if (!p.device().is_cpu() || !p.is_contiguous() || p.scalar_type() != at::kByte || p.dim() != 1) {
+    throw gc::config_error("gradcomp: a packet must be a contiguous 1-D uint8 CPU tensor");
+  }
+  return {reinterpret_cast<std::byte const*>(p.data_ptr()), static_cast<std::size_t>(p.numel())};
+}
+
+template <class F>
+decltype(auto) with_span(at::Tensor const& t, F&& f) {
+  auto const n = static_cast<std::size_t>(t.numel());
+  switch (t.scalar_type()) {
+    case at::kHalf: return f(std::span<gc::half>(reinterpret_cast<gc::half*>(t.data_ptr()), n));
+    case at::kBFloat16: return f(std::span<gc::bfloat16>(reinterpret_cast<gc::bfloat16*>(t.data_ptr()), n));
+    default: return f(std::span<float>(reinterpret_cast<float*>(t.data_ptr()), n));
+  }
+}
+
+gc::codec_context context(std::uint64_t seed, std::uint32_t step) {
+  gc::codec_context ctx;
+  ctx.seed = seed;
+  ctx.step = step;
+  return ctx;
+}
+
+// The Python `Codec`: a stateless codec, or PowerSGD (stateful per tensor id, shaped).
+class py_codec {
+ public:
+  explicit py_codec(std::string spec) : spec_(std::move(spec)) {
+    std::string_view const family = std::string_view(spec_).substr(0, spec_.find(':'));
+    if (family == "powersgd") psgd_.emplace(gc::make_powersgd(spec_));
+    else codec_.emplace(gc::make_codec(spec_));
+  }
+
+  [[nodiscard]] std::string const& spec() const noexcept { return spec_; }
+  [[nodiscard]] std::string name() const { return psgd_ ? "powersgd" : codec_->name(); }
+  [[nodiscard]] std::string aggregation() const {
+    return psgd_ ? "low_rank" : gc::aggregation_name(codec_->aggregation());
+  }
+
+  // Rows × cols PowerSGD gives `t`: its first dimension by the rest (a 1-D tensor: 1 × n).
+  static std::pair<std::size_t, std::size_t> matrix_shape(at::Tensor const& t) {
+    if (t.dim() <= 1) return {1, static_cast<std::size_t>(t.numel())};
+    auto const rows = static_cast<std::size_t>(t.size(0));
+    return {rows, rows == 0 ? 0 : static_cast<std::size_t>(t.numel()) / rows};
+  }
+
+  [[nodiscard]] std::size_t max_compressed_bytes(at::Tensor const& t) const {
+    if (psgd_) {
+      auto [r, c] = matrix_shape(t);
+      return psgd_->max_compressed_bytes(r, c);
+    }
+    return codec_->max_compressed_bytes(static_cast<std::size_t>(t.numel()));
+  }
+
+  at::Tensor compress(at::Tensor const& t, std::optional<at::Tensor> out, std::uint64_t seed, std::uint32_t step,
+                      std::uint32_t id) {
+    check_values(t, "the tensor to compress");
+    std::size_t const cap = max_compressed_bytes(t);
+    at::Tensor buf;
+    if (out) {
+      buf = *out;
+      if (!buf.device().is_cpu() || !buf.is_contiguous() || buf.scalar_type() != at::kByte) {
+        throw gc::config_error("gradcomp: out must be a contiguous uint8 CPU tensor");
+      }
+      if (static_cast<std::size_t>(buf.numel()) < cap) {
+        throw gc::config_error("gradcomp: out has " + std::to_string(buf.numel()) + " bytes, the packet may need " +
+                               std::to_string(cap));
+      }
+    } else {
+      buf = at::empty({static_cast<std::int64_t>(cap)}, at::TensorOptions().dtype(at::kByte));
+    }
+    std::span<std::byte> dst(reinterpret_cast<std::byte*>(buf.data_ptr()), static_cast<std::size_t>(buf.numel()));
+    auto const ctx = context(seed, step);
+    std::size_t n = 0;
+    {
+      py::gil_scoped_release nogil;
+      with_span(t, [&](auto s) {
+        using T = typename decltype(s)::element_type;
+        gc::tensor_view<T const> v(std::span<T const>(s), static_cast<gc::tensor_id>(id));
+        if (psgd_) {
+          auto [r, c] = matrix_shape(t);
+          n = psgd_->compress(v, r, c, dst, ctx);
+        } else {
+          n = codec_->compress(v, dst, ctx);
+        }
+        return 0;
+      });
+    }
+    return buf.narrow(0, 0, static_cast<std::int64_t>(n));
+  }
+
+  void decompress(at::Tensor const& packet, at::Tensor& out, bool add, float alpha, std::uint64_t seed,
+                  std::uint32_t step) const {
+    check_values(out, "the output tensor");
+    auto const p = packet_bytes(packet);
+    auto const ctx = context(seed, step);
+    py::gil_scoped_release nogil;
+    with_span(out, [&](auto s) {
+      if (psgd_) {
+        if (add) gc::powersgd::decompress_add(p, s, alpha, ctx);
+        else gc::powersgd::decompress(p, s, ctx);
+      } else if (add) {
+        codec_->decompress_add(p, s, alpha, ctx);
+      } else {
+        codec_->decompress(p, s, ctx);
+      }
+      return 0;
+    });
+  }
+
+ private:
+  std::string spec_;
+  std::optional<gc::any_codec> codec_;
+  std::optional<gc::powersgd> psgd_;
+};
+
+py::dict stats_dict(gc::pipeline_stats const& s) {
+  py::dict d;
+  d["step"] = s.step;
+  d["sent"] = s.sent == gc::send_kind::dense ? "dense" : (s.sent == gc::send_kind::candidate ? "candidate" : "minimum");
+  d["factor"] = s.factor;
+  d["gain"] = s.gain;
+  d["bytes_sent"] = s.bytes_sent;
+  d["wire_bytes"] = s.wire_bytes;
+  d["tensors"] = s.tensors;
+  d["compressed_tensors"] = s.compressed_tensors;
+  d["messages"] = s.buckets;
+  d["compress_s"] = s.compress_s;
+  d["communicate_s"] = s.communicate_s;
+  d["decode_s"] = s.decode_s;
+  d["total_s"] = s.total_s;
+  return d;
+}
+
+gc::pipeline_options pipeline_options_from(py::dict const& o) {
+  gc::pipeline_options p;
+  auto str = [&](char const* k, std::string& dst) {
+    if (o.contains(k)) dst = py::cast<std::string>(o[k]);
+  };
+  str("codec", p.codec);
+  str("feedback", p.feedback);
+  str("controller", p.controller);
+  if (o.contains("two_way")) p.two_way = py::cast<bool>(o["two_way"]);
+  if (o.contains("seed")) p.seed = py::cast<std::uint64_t>(o["seed"]);
+  if (o.contains("measure_gain")) p.measure_gain = py::cast<bool>(o["measure_gain"]);
+  if (o.contains("measured_timing")) p.measured_timing = py::cast<bool>(o["measured_timing"]);
+  if (o.contains("min_compress_elements")) {
+    p.buckets.min_compress_elements = py::cast<std::size_t>(o["min_compress_elements"]);
+  }
+  // DDP has bucketed already: each DDP bucket (or, for PowerSGD, each parameter) is one
+  // message of the pipeline, so the exchange follows DDP's bucket order and sizes.
+  p.buckets.bucket_bytes = 1;
+  if (o.contains("bucket_bytes")) p.buckets.bucket_bytes = py::cast<std::size_t>(o["bucket_bytes"]);
+  return p;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "gradcomp: gradient compression for distributed training (C++ core)";
+  m.attr("__version__") = std::to_string(GRADCOMP_VERSION_MAJOR) + "." + std::to_string(GRADCOMP_VERSION_MINOR) + "." +
+                          std::to_string(GRADCOMP_VERSION_PATCH);
+
+  // Exceptions: gradcomp.Error (a RuntimeError) and its kinds, with the library's messages.
+  static py::exception<gc::error> error(m, "Error", PyExc_RuntimeError);
+  static py::exception<gc::config_error> config(m, "ConfigError", error.ptr());
+  static py::exception<gc::format_error> format(m, "FormatError", error.ptr());
+  static py::exception<gc::numeric_error> numeric(m, "NumericError", error.ptr());
+  static py::exception<gc::comm_error> comm(m, "CommError", error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (gc::config_error const& e) {
+      PyErr_SetString(config.ptr(), e.what());
+    } catch (gc::format_error const& e) {
+      PyErr_SetString(format.ptr(), e.what());
+    } catch (gc::numeric_error const& e) {
+      PyErr_SetString(numeric.ptr(), e.what());
+    } catch (gc::comm_error const& e) {
+      PyErr_SetString(comm.ptr(), e.what());
+    } catch (gc::error const& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+
+  py::class_<py_codec>(m, "Codec", "A codec from a spec (see docs/pytorch.md): compress / decompress CPU tensors.")
+      .def(py::init<std::string>(), py::arg("spec"))
+      .def_property_readonly("spec", &py_codec::spec)
+      .def_property_readonly("name", &py_codec::name)
+      .def_property_readonly("aggregation", &py_codec::aggregation)
+      .def("max_compressed_bytes", &py_codec::max_compressed_bytes, py::arg("tensor"))
+      .def("compress", &py_codec::compress, py::arg("tensor"), py::arg("out") = py::none(), py::arg("seed") = 0,
+           py::arg("step") = 0, py::arg("id") = 0,
+           "Compresses a contiguous CPU tensor (float32/float16/bfloat16) into a uint8 tensor (a view of `out` when given).")
+      .def(
+          "decompress",
+          [](py_codec const& c, at::Tensor const& packet, at::Tensor out, std::uint64_t seed, std::uint32_t step) {
+            c.decompress(packet, out, false, 1.0f, seed, step);
+            return out;
+          },
+          py::arg("packet"), py::arg("out"), py::arg("seed") = 0, py::arg("step") = 0,
+          "Decodes a packet into `out` (overwritten) and returns it.")
+      .def(
+          "decompress_add",
+          [](py_codec const& c, at::Tensor const& packet, at::Tensor out, float alpha, std::uint64_t seed,
+             std::uint32_t step) {
+            c.decompress(packet, out, true, alpha, seed, step);
+            return out;
+          },
+          py::arg("packet"), py::arg("out"), py::arg("alpha") = 1.0f, py::arg("seed") = 0, py::arg("step") = 0,
+          "Adds alpha times the decoded packet to `out` and returns it.")
+      .def("__repr__", [](py_codec const& c) { return "gradcomp.Codec('" + c.spec() + "')"; });
+
+  m.def(
+      "decompress",
+      [](at::Tensor const& packet, at::Tensor out, bool add, float alpha, std::uint64_t seed, std::uint32_t step) {
+        check_values(out, "the output tensor");
+        auto const p = packet_bytes(packet);
+        auto const ctx = context(seed, step);
+        py::gil_scoped_release nogil;
+        with_span(out, [&](auto s) {
+          gc::decompress_any(p, s, alpha, add, ctx);
+          return 0;
+        });
+        return out;
+      },
+      py::arg("packet"), py::arg("out"), py::arg("add") = false, py::arg("alpha") = 1.0f, py::arg("seed") = 0,
+      py::arg("step") = 0, "Decodes a packet of any codec into `out` (or adds it, with add=True).");
+
+  m.def(
+      "inspect",
+      [](at::Tensor const& packet) {
+        auto const h = gc::read_header(packet_bytes(packet));
+        py::dict d;
+        d["codec"] = gc::codec_name(h.codec);
+        d["dtype"] = std::string(gc::dtype_name(h.type));
+        d["variant"] = h.variant;
+        d["count"] = h.count;
+        d["payload_bytes"] = h.payload_bytes;
+        d["packet_bytes"] = h.packet_bytes();
+        return d;
+      },
+      py::arg("packet"), "The header of a packet (validated).");
+
+  py::class_<ddp_engine>(m, "Engine")
+      .def(py::init([](c10::intrusive_ptr<::c10d::ProcessGroup> pg, py::dict o) {
+             engine_options e;
+             e.pipeline = pipeline_options_from(o);
+             if (o.contains("start_iter")) e.start_iter = py::cast<std::int64_t>(o["start_iter"]);
+             if (o.contains("batch_size")) e.batch_size = py::cast<std::uint64_t>(o["batch_size"]);
+             if (o.contains("log_every")) e.log_every = py::cast<std::int64_t>(o["log_every"]);
+             if (o.contains("timeout_s")) {
+               double const s = py::cast<double>(o["timeout_s"]);
+               if (!(s > 0)) throw gc::config_error("gradcomp: timeout_s must be positive");
+               e.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0));
+             }
+             e.value_type = c10::PyObjectType::get();
+             e.complete = [](future_ptr const& f, at::Tensor const& t) {
+               c10::IValue v;
+               {
+                 py::gil_scoped_acquire gil;
+                 v = c10::IValue(c10::ivalue::ConcretePyObjectHolder::create(py::cast(t)));
+               }
+               f->markCompleted(std::move(v));
+             };
+             return std::make_unique<ddp_engine>(std::move(pg), std::move(e));
+           }),
+           py::arg("process_group"), py::arg("options"))
+      .def(
+          "submit",
+          [](ddp_engine& e, std::int64_t index, at::Tensor buffer, py::list views, py::list shapes, bool is_last) {
+            if (!buffer.device().is_cpu()) {
+              throw gc::config_error("gradcomp: the DDP hook runs on CPU tensors (the CUDA path is docs/cuda.md's)");
+            }
+            std::vector<piece> pieces;
+            if (views.empty()) {
+              pieces.push_back(piece{buffer, 0, 0});
+            } else {
+              for (std::size_t i = 0; i < views.size(); ++i) {
+                piece p;
+                p.view = py::cast<at::Tensor>(views[i]);
+                if (i < shapes.size()) {
+                  auto rc = py::cast<std::pair<std::int64_t, std::int64_t>>(shapes[i]);
+                  p.rows = rc.first;
+                  p.cols = rc.second;
+                }
+                pieces.push_back(std::move(p));
+              }
+            }
+            future_ptr f;
+            {
+              py::gil_scoped_release nogil;
+              f = e.submit(index, std::move(buffer), std::move(pieces), is_last);
+            }
+            return std::make_shared<torch::jit::PythonFutureWrapper>(f);
+          },
+          py::arg("index"), py::arg("buffer"), py::arg("views"), py::arg("shapes"), py::arg("is_last"))
+      .def("wait_idle", &ddp_engine::wait_idle, py::call_guard<py::gil_scoped_release>())
+      .def("save",
+           [](ddp_engine& e) {
+             std::vector<std::byte> b;
+             {
+               py::gil_scoped_release nogil;
+               b = e.save();
+             }
+             return py::bytes(reinterpret_cast<char const*>(b.data()), b.size());
+           })
+      .def("load",
+           [](ddp_engine& e, py::bytes const& b) {
+             std::string const s = b;
+             py::gil_scoped_release nogil;
+             e.load(std::span<std::byte const>(reinterpret_cast<std::byte const*>(s.data()), s.size()));
+           })
+      .def("last_stats", [](ddp_engine& e) { return stats_dict(e.last_stats()); })
+      .def("totals",
+           [](ddp_engine& e) {
+             auto const t = e.totals();
+             py::dict d;
+             d["iterations"] = t.iterations;
+             d["bytes_sent"] = t.bytes_sent;
+             d["hook_s"] = t.hook_s;
+             d["layout_changes"] = t.layout_changes;
+             return d;
+           })
+      .def_property_readonly("iteration", &ddp_engine::iteration)
+      .def_property_readonly("rank", &ddp_engine::rank)
+      .def_property_readonly("size", &ddp_engine::size)
+      .def("tensor_ids", &ddp_engine::tensor_ids, py::call_guard<py::gil_scoped_release>())
+      .def("feedback_state", &ddp_engine::feedback_state, py::call_guard<py::gil_scoped_release>());
+
+  // The library's collectives over a process group (tests; users who exchange themselves).
+  py::class_<gc::c10d_communicator>(m, "Communicator")
+      .def(py::init([](c10::intrusive_ptr<::c10d::ProcessGroup> pg, double timeout_s) {
+             return gc::c10d_communicator(std::move(pg),
+                                          gc::c10d_options{std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000))});
+           }),
+           py::arg("process_group"), py::arg("timeout_s") = 300.0)
+      .def_property_readonly("rank", &gc::c10d_communicator::rank)
+      .def_property_readonly("size", &gc::c10d_communicator::size)
+      .def(
+          "all_reduce_compressed",
+          [](gc::c10d_communicator& c, std::string const& spec, at::Tensor t, std::uint64_t seed) {
+            check_values(t, "the tensor");
+            gc::any_codec const codec = gc::make_codec(spec);
+            py::gil_scoped_release nogil;
+            with_span(t, [&](auto s) {
+              using T = typename decltype(s)::element_type;
+              if constexpr (std::same_as<T, float>) {
+                gc::codec_context ctx;
+                ctx.seed = seed;
+                gc::all_reduce_compressed(c, codec, gc::tensor_view<float const>(std::span<float const>(s)), s, ctx);
+              } else {
+                throw gc::config_error("gradcomp: Communicator.all_reduce_compressed takes float32");
+              }
+              return 0;
+            });
+            return t;
+          },
+          py::arg("codec"), py::arg("tensor"), py::arg("seed") = 0,
+          "all_reduce_compressed (sum) of a float32 tensor in place, over the process group.")
+      .def(
+          "all_reduce",
+          [](gc::c10d_communicator& c, at::Tensor t, std::string const& op) {
+            if (!t.is_contiguous() || !t.device().is_cpu()) throw gc::config_error("gradcomp: a contiguous CPU tensor");
+            gc::comm_type ct{};
+            switch (t.scalar_type()) {
+              case at::kFloat: ct = gc::comm_type::f32; break;
+              case at::kDouble: ct = gc::comm_type::f64; break;
+              case at::kHalf: ct = gc::comm_type::f16; break;
+              case at::kBFloat16: ct = gc::comm_type::bf16; break;
+              case at::kInt: ct = gc::comm_type::i32; break;
+              case at::kLong: ct = gc::comm_type::i64; break;
+              case at::kByte: ct = gc::comm_type::u8; break;
+              default: throw gc::config_error("gradcomp: unsupported dtype");
+            }
+            gc::reduce_op rop = op == "sum" ? gc::reduce_op::sum
+                                : op == "max" ? gc::reduce_op::max
+                                : op == "min" ? gc::reduce_op::min
+                                              : throw gc::config_error("gradcomp: op must be sum, max or min");
+            py::gil_scoped_release nogil;
+            c.all_reduce(std::span<std::byte>(reinterpret_cast<std::byte*>(t.data_ptr()),
+                                              static_cast<std::size_t>(t.numel() * t.element_size())),
+                         ct, rop);
+            return t;
+          },
+          py::arg("tensor"), py::arg("op") = "sum", "The communicator's all_reduce, in place.")
+      .def(
+          "all_gather_v",
+          [](gc::c10d_communicator& c, at::Tensor in, std::vector<std::size_t> counts) {
+            if (!in.is_contiguous() || in.scalar_type() != at::kByte) throw gc::config_error("gradcomp: a uint8 tensor");
+            std::size_t total = 0;
+            for (auto x : counts) total += x;
+            at::Tensor out = at::empty({static_cast<std::int64_t>(total)}, at::TensorOptions().dtype(at::kByte));
+            py::gil_scoped_release nogil;
+            c.all_gather_v(packet_bytes(in),
+                           std::span<std::byte>(reinterpret_cast<std::byte*>(out.data_ptr()), total), counts);
+            return out;
+          },
+          py::arg("tensor"), py::arg("counts"), "The communicator's all_gather_v of uint8 tensors.");
+}
