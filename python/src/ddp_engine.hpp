@@ -81,6 +81,8 @@ class ddp_engine {
   ddp_engine(ddp_engine const&) = delete;
   ddp_engine& operator=(ddp_engine const&) = delete;
 
+  // Stops the worker. The caller must not hold the Python GIL (the binding releases it): the
+  // worker may need it to let go of the futures' Python values.
   ~ddp_engine() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -209,7 +211,16 @@ class ddp_engine {
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping
+        if (stop_) {
+          // Destroyed with buckets still queued (or a step open): they fail, nothing is sent.
+          auto const gone = std::make_exception_ptr(
+              gradcomp::config_error("gradcomp: the DDP hook state was destroyed before this bucket was exchanged"));
+          for (auto& q : queue_) q.fut->setError(gone);
+          for (auto& q : step_) q.fut->setError(gone);
+          queue_.clear();
+          step_.clear();
+          return;
+        }
         t = std::move(queue_.front());
         queue_.pop_front();
         if (!open_) {

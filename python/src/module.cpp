@@ -205,6 +205,19 @@ gc::pipeline_options pipeline_options_from(py::dict const& o) {
   return p;
 }
 
+// Destroys an engine without the GIL: its worker thread may be waiting for the GIL to drop the
+// last reference to a future's Python value, and joining it while holding the GIL deadlocks.
+struct engine_deleter {
+  void operator()(ddp_engine* e) const {
+    if (PyGILState_Check() != 0) {
+      py::gil_scoped_release nogil;
+      delete e;
+    } else {
+      delete e;
+    }
+  }
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -293,7 +306,7 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("packet"), "The header of a packet (validated).");
 
-  py::class_<ddp_engine>(m, "Engine")
+  py::class_<ddp_engine, std::unique_ptr<ddp_engine, engine_deleter>>(m, "Engine")
       .def(py::init([](c10::intrusive_ptr<::c10d::ProcessGroup> pg, py::dict o) {
              engine_options e;
              e.pipeline = pipeline_options_from(o);
@@ -314,7 +327,7 @@ PYBIND11_MODULE(_C, m) {
                }
                f->markCompleted(std::move(v));
              };
-             return std::make_unique<ddp_engine>(std::move(pg), std::move(e));
+             return std::unique_ptr<ddp_engine, engine_deleter>(new ddp_engine(std::move(pg), std::move(e)));
            }),
            py::arg("process_group"), py::arg("options"))
       .def(

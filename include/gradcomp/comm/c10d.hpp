@@ -31,7 +31,10 @@
 /// MPI: recover by making a new process group.
 ///
 /// Threads: operations may be posted from any one thread at a time; every rank must post its
-/// collectives in the same order (the process group matches them by order).
+/// collectives in the same order (the process group matches them by order). Each non-blocking
+/// operation is one process-group call posted at once, except the library's reductions, which
+/// take two calls and therefore complete before `iall_reduce` returns (a later call could
+/// otherwise come between them on one rank and not on another).
 
 #include <gradcomp/comm/blocking.hpp>
 #include <gradcomp/comm/detail/checks.hpp>
@@ -254,7 +257,9 @@ class c10d_communicator : public blocking_operations<c10d_communicator> {
     std::vector<detail::c10d_comm::pending::stage> stages = reduce_stages(std::span<std::byte const>(buf), plan, t, op, mine);
     auto g = std::make_shared<gather_buffers>();
     stages.push_back([pg = s_->pg, g, plan, mine, buf]() { return gather_v_stage(*pg, *g, std::span<std::byte const>(*mine), buf, plan->counts); });
-    return post(std::move(what), std::move(stages), [g, plan, buf] { compact_padded(*g, buf, plan->counts); });
+    // Two process-group calls: run at once, so that no operation posted later can slip
+    // between them on one rank and not on another (the group matches calls by order).
+    return post(std::move(what), std::move(stages), [g, plan, buf] { compact_padded(*g, buf, plan->counts); }, true);
   }
 
   request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t, reduce_op op) {
@@ -405,12 +410,21 @@ class c10d_communicator : public blocking_operations<c10d_communicator> {
     }
   }
 
-  request post(std::string what, std::vector<detail::c10d_comm::pending::stage> stages, std::function<void()> then = {}) {
+  // Posts an operation. `complete_now`: wait for it before returning (its failure is kept for
+  // the request's wait()).
+  request post(std::string what, std::vector<detail::c10d_comm::pending::stage> stages, std::function<void()> then = {},
+               bool complete_now = false) {
     if (s_->broken.load()) {
       throw comm_error("gradcomp: c10d " + what + ": the communicator is broken by an earlier failure");
     }
     auto p = std::make_unique<detail::c10d_comm::pending>(s_, std::move(what));
     p->run(std::move(stages), std::move(then));
+    if (complete_now) {
+      try {
+        p->wait();
+      } catch (...) {  // kept in the request: its wait() rethrows it
+      }
+    }
     return request(std::move(p));
   }
 
