@@ -24,11 +24,12 @@ _DEFAULTS = {
     "controller": "",
     "two_way": False,
     "seed": 0,
-    "start_iter": 1,
+    "start_iter": 0,
     "batch_size": 0,
     "measure_gain": False,
     "measured_timing": True,
     "min_compress_elements": 4096,
+    "bucket_mb": 25.0,
     "log_every": 0,
     "timeout_s": 300.0,
 }
@@ -47,12 +48,15 @@ class GradcompState:
         "schedule:...".
       two_way: BytePS-Compress two-way compression (shard owners re-compress).
       seed: seed of the codecs' random streams.
-      start_iter: iterations of plain all-reduce before compression starts (DDP rebuilds its
-        buckets after the first iteration; >= 1 keeps error feedback clear of that).
+      start_iter: iterations of plain all-reduce (DDP's own arithmetic) before compression
+        starts (a warm-up; state is kept per parameter, so DDP's bucket rebuild after the first
+        iteration needs none).
       batch_size: samples per worker per step (GraVAC's throughput).
       measure_gain: compute the compression gain every step.
       measured_timing: give the controller measured times (off: runs reproducible bit for bit).
-      min_compress_elements: smaller tensors go dense.
+      min_compress_elements: smaller tensors (biases, norms) go dense.
+      bucket_mb: the pipeline groups the parameters' packets into messages of up to this many
+        MiB of gradient.
       log_every: print a statistics line on rank 0 every this many iterations (0: never).
       timeout_s: the longest wait for one exchange before it fails with CommError.
     """
@@ -66,6 +70,7 @@ class GradcompState:
         self._options.update(options)
         self.process_group = process_group
         self._engine = None
+        self._param_index = {}
         self._make_engine()
 
     # -- configuration -----------------------------------------------------------------------
@@ -138,27 +143,30 @@ class GradcompState:
         self._options = dict(state["options"])
         self.process_group = None
         self._engine = None
+        self._param_index = {}
         self._make_engine()
         self._engine.load(state["engine"])
 
 
 def _pieces(state, bucket):
-    """What the engine compresses: the bucket's flat buffer, or (PowerSGD) each parameter's
-    gradient as a matrix: its first dimension by the rest."""
-    if not state.low_rank:
-        return [], []
-    views, shapes = [], []
+    """What the engine compresses: each parameter's gradient, a view of the bucket's buffer,
+    keyed by the parameter's index in order of first appearance (the same in every run of the
+    model, whatever DDP's bucketing), with its matrix shape for PowerSGD (first dimension by
+    the rest; 1-D tensors 1 × n)."""
+    views, shapes, keys = [], [], []
     buffer = bucket.buffer()
     offset = 0
+    index = state._param_index
     for p in bucket.parameters():
         n = p.numel()
         views.append(buffer.narrow(0, offset, n))
-        if p.dim() >= 2:
-            shapes.append((p.shape[0], n // p.shape[0]))
-        else:
-            shapes.append((1, n))
+        shapes.append((p.shape[0], n // p.shape[0]) if p.dim() >= 2 and p.shape[0] > 0 else (1, n))
+        keys.append(index.setdefault(id(p), len(index)))
         offset += n
-    return views, shapes
+    if offset != buffer.numel():
+        raise _C.ConfigError("gradcomp: DDP bucket %d holds %d elements, its parameters %d"
+                             % (bucket.index(), buffer.numel(), offset))
+    return views, shapes, keys
 
 
 def hook(state, bucket):
@@ -166,5 +174,5 @@ def hook(state, bucket):
 
     Returns a ``torch.futures.Future`` that completes with the bucket averaged over the ranks
     (in place). The exchange runs on gradcomp's worker thread; autograd goes on meanwhile."""
-    views, shapes = _pieces(state, bucket)
-    return state._engine.submit(bucket.index(), bucket.buffer(), views, shapes, bucket.is_last())
+    views, shapes, keys = _pieces(state, bucket)
+    return state._engine.submit(bucket.index(), bucket.buffer(), views, shapes, keys, bucket.is_last())

@@ -13,10 +13,14 @@
 //     commit, and the average written into every bucket; then every bucket's future completes
 //     with its bucket (or fails, on every rank, with the step's error; the pipeline's state is
 //     then as before the step).
-// The first `start_iter` iterations are plain all-reduces (DDP's own arithmetic: sum, then
-// divide by the world size), because DDP rebuilds its buckets after the first iteration.
-// Pipeline tensors are keyed by (bucket index, position in the bucket, size, dtype): a bucket
-// whose layout changes later gets fresh ids (and fresh error feedback).
+// The first `start_iter` iterations (a warm-up), and every iteration of the identity codec
+// without feedback, controller or two-way compression (no compression at all), are plain
+// all-reduces of DDP's bucket: DDP's own arithmetic, sum then divide by the world size.
+// Pipeline tensors are keyed by the caller's key for each piece (the Python hook passes every
+// parameter's gradient as a piece, keyed by the parameter's index in order of first
+// appearance, which is the same in every run of a model), so DDP's bucket rebuild, and a resumed
+// run's first iteration on DDP's initial buckets, find their state. Pieces without a key are
+// keyed by (bucket index, position); a key whose size or dtype changes gets a fresh id.
 
 #include <gradcomp/comm/c10d.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
@@ -66,6 +70,7 @@ struct piece {
   at::Tensor view;        // 1-D, contiguous, a view of the bucket buffer
   std::int64_t rows = 0;  // matrix shape for low-rank codecs (0: the pipeline's default)
   std::int64_t cols = 0;
+  std::int64_t key = -1;  // the caller's stable key (a parameter's index); -1: by position
 };
 
 class ddp_engine {
@@ -75,6 +80,10 @@ class ddp_engine {
         comm_(std::move(pg), gradcomp::c10d_options{opt_.timeout}),
         pipe_(opt_.pipeline) {
     if (opt_.start_iter < 0) throw gradcomp::config_error("gradcomp: start_iter must be >= 0");
+    // The identity codec without feedback, controller or two-way compression is no compression:
+    // the bucket is all-reduced as DDP itself does (bit-identical to DDP's default).
+    auto const& po = opt_.pipeline;
+    plain_ = po.codec == "identity" && po.feedback == "none" && po.controller.empty() && !po.two_way;
     worker_ = std::thread([this] { loop(); });
   }
 
@@ -233,7 +242,7 @@ class ddp_engine {
   }
 
   void handle(task t) {
-    bool const warm_up = iteration_ < opt_.start_iter;
+    bool const warm_up = iteration_ < opt_.start_iter || plain_;
     if (warm_up) {
       // DDP's default: sum, then divide by the world size.
       try {
@@ -316,14 +325,15 @@ class ddp_engine {
 
   void add_piece(std::int64_t index, std::int64_t pos, piece const& p) {
     at::Tensor const& v = p.view;
-    key_t const key{index, pos, v.numel(), static_cast<int>(v.scalar_type())};
+    key_t const key = p.key >= 0 ? key_t{p.key, -1, v.numel(), static_cast<int>(v.scalar_type())}
+                                 : key_t{index, pos, v.numel(), static_cast<int>(v.scalar_type())};
     std::uint64_t id = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = ids_.find(key);
       if (it == ids_.end()) {
         bool const relayout = std::any_of(ids_.begin(), ids_.end(), [&](auto const& kv) {
-          return std::get<0>(kv.first) == index && std::get<1>(kv.first) == pos;
+          return std::get<0>(kv.first) == std::get<0>(key) && std::get<1>(kv.first) == std::get<1>(key);
         });
         if (relayout) ++totals_.layout_changes;
         id = next_id_++;
@@ -380,6 +390,7 @@ class ddp_engine {
   }
 
   engine_options opt_;
+  bool plain_ = false;
   gradcomp::c10d_communicator comm_;
   gradcomp::gradient_pipeline pipe_;
 

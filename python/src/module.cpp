@@ -198,10 +198,13 @@ gc::pipeline_options pipeline_options_from(py::dict const& o) {
   if (o.contains("min_compress_elements")) {
     p.buckets.min_compress_elements = py::cast<std::size_t>(o["min_compress_elements"]);
   }
-  // DDP has bucketed already: each DDP bucket (or, for PowerSGD, each parameter) is one
-  // message of the pipeline, so the exchange follows DDP's bucket order and sizes.
-  p.buckets.bucket_bytes = 1;
-  if (o.contains("bucket_bytes")) p.buckets.bucket_bytes = py::cast<std::size_t>(o["bucket_bytes"]);
+  // The hook hands the pipeline every parameter's gradient; the pipeline groups their packets
+  // into messages of up to bucket_mb MiB of gradient (DDP's default bucket size by default).
+  if (o.contains("bucket_mb")) {
+    double const mb = py::cast<double>(o["bucket_mb"]);
+    if (!(mb > 0)) throw gc::config_error("gradcomp: bucket_mb must be positive");
+    p.buckets.bucket_bytes = static_cast<std::size_t>(mb * 1024.0 * 1024.0);
+  }
   return p;
 }
 
@@ -332,7 +335,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("process_group"), py::arg("options"))
       .def(
           "submit",
-          [](ddp_engine& e, std::int64_t index, at::Tensor buffer, py::list views, py::list shapes, bool is_last) {
+          [](ddp_engine& e, std::int64_t index, at::Tensor buffer, py::list views, py::list shapes, py::list keys,
+             bool is_last) {
             if (!buffer.device().is_cpu()) {
               throw gc::config_error("gradcomp: the DDP hook runs on CPU tensors (the CUDA path is docs/cuda.md's)");
             }
@@ -343,6 +347,10 @@ PYBIND11_MODULE(_C, m) {
               for (std::size_t i = 0; i < views.size(); ++i) {
                 piece p;
                 p.view = py::cast<at::Tensor>(views[i]);
+                if (i < keys.size()) p.key = py::cast<std::int64_t>(keys[i]);
+                if (p.view.scalar_type() != buffer.scalar_type() || !p.view.is_contiguous() || p.view.dim() != 1) {
+                  throw gc::config_error("gradcomp: a bucket piece must be a contiguous 1-D view of the bucket's dtype");
+                }
                 if (i < shapes.size()) {
                   auto rc = py::cast<std::pair<std::int64_t, std::int64_t>>(shapes[i]);
                   p.rows = rc.first;
@@ -358,7 +366,7 @@ PYBIND11_MODULE(_C, m) {
             }
             return std::make_shared<torch::jit::PythonFutureWrapper>(f);
           },
-          py::arg("index"), py::arg("buffer"), py::arg("views"), py::arg("shapes"), py::arg("is_last"))
+          py::arg("index"), py::arg("buffer"), py::arg("views"), py::arg("shapes"), py::arg("keys"), py::arg("is_last"))
       .def("wait_idle", &ddp_engine::wait_idle, py::call_guard<py::gil_scoped_release>())
       .def("save",
            [](ddp_engine& e) {

@@ -46,11 +46,11 @@ def params(model):
 # ---------------------------------------------------------------------------------------------
 # identity codec == DDP's default all-reduce, bit for bit
 
-def _identity_vs_default(rank, world):
+def _identity_vs_default(rank, world, feedback):
     ref = DDP(make_model(), bucket_cap_mb=0.05)
     train(ref, 6, rank)
     mine = DDP(make_model(), bucket_cap_mb=0.05)
-    state = gradcomp.GradcompState(codec="identity", feedback="none")
+    state = gradcomp.GradcompState(codec="identity", feedback=feedback)
     mine.register_comm_hook(state, gradcomp.hook)
     train(mine, 6, rank)
     return torch.equal(params(ref), params(mine)), state.totals["iterations"], state.last_stats["bytes_sent"]
@@ -58,10 +58,20 @@ def _identity_vs_default(rank, world):
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_identity_bit_identical_to_ddp_allreduce(world):
-    for same, iterations, sent in run_ranks(_identity_vs_default, world):
+    # identity without feedback is no compression: DDP's bucket all-reduced as DDP does
+    for same, iterations, sent in run_ranks(_identity_vs_default, world, "none"):
         assert same
         assert iterations == 6
         assert sent > 0
+
+
+def test_identity_through_the_pipeline_bit_identical_on_two_ranks():
+    # with (zero) error feedback the identity codec goes through the whole pipeline: packets,
+    # messages, average. Two ranks' sums do not depend on order and halving is exact, so the
+    # result is still DDP's, bit for bit.
+    for same, iterations, sent in run_ranks(_identity_vs_default, 2, "residual"):
+        assert same
+        assert iterations == 6
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,7 +91,7 @@ def run_steps(state, rank, steps, n=N, shape=None):
     for s in range(steps):
         buf = grad(rank, s, n)
         views, shapes = ([], []) if shape is None else ([buf], [shape])
-        fut = state._engine.submit(0, buf, views, shapes, True)
+        fut = state._engine.submit(0, buf, views, shapes, [], True)
         outs.append(fut.wait().clone())
     return outs
 
@@ -96,7 +106,7 @@ KINDS = [
     ("fp16", "none", False),            # summable
     ("randomk:ratio=0.02", "none", False),  # shared support
     ("topk:ratio=0.02", "none", False),     # gather
-    ("powersgd:rank=3", "none", False),     # low rank
+    ("powersgd:rank=3", "residual", False),  # low rank
     ("fp16", "none", True),             # two-way
     ("topk:ratio=0.05", "none", True),  # two-way, sparse
 ]
@@ -107,6 +117,13 @@ KINDS = [
 def test_codec_kinds_against_reference(world, spec, feedback, two_way):
     results = run_ranks(_codec_kind, world, spec, feedback, two_way)
     outs0 = results[0][0]
+    if spec.startswith("powersgd"):
+        codec = gradcomp.Codec(spec)
+        psgd_ref = []
+        for s in range(len(outs0)):
+            ms = (sum(grad(r, s) for r in range(world)) / world).reshape(100, 60)
+            packet = codec.compress(ms, seed=11, step=s)
+            psgd_ref.append(codec.decompress(packet, torch.empty(100, 60)).reshape(-1))
     for outs, _ in results[1:]:  # every rank ends with the same average
         for a, b in zip(outs0, outs):
             assert torch.equal(a, b)
@@ -137,17 +154,10 @@ def test_codec_kinds_against_reference(world, spec, feedback, two_way):
                 codec.decompress_add(codec.compress(grads[r], seed=11 + r, step=step), ref, alpha=1.0 / world)
             assert torch.allclose(out, ref, rtol=1e-6, atol=1e-7)
         elif spec.startswith("powersgd"):
-            # without error feedback PowerSGD is linear in the matrix given Q: the distributed
-            # result is single-process PowerSGD of the mean gradient (same seed, same Q)
-            codec = gradcomp.Codec(spec + ",feedback=0" if "feedback" not in spec else spec)
-            m = mean.reshape(100, 60)
-            # replay the warm-started Q: steps 0..step on the mean gradients
-            for s in range(step + 1):
-                ms = (sum(grad(r, s) for r in range(world)) / world).reshape(100, 60)
-                packet = codec.compress(ms, seed=11, step=s)
-            ref = codec.decompress(packet, torch.empty(100, 60)).reshape(-1)
-            assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5)
-            del m
+            # PowerSGD is linear in the matrix given Q, and its error feedback is too: the
+            # distributed result is single-process PowerSGD (with its error feedback) of the
+            # mean gradient, started from the same Q (shared seed)
+            assert torch.allclose(out, psgd_ref[step], rtol=1e-4, atol=2e-5)
         elif two_way and spec == "fp16":
             # workers send f16 shards, the owner sums and sends f16 back: two roundings
             bound = 4 * 2.0 ** -11 * (sum(g.abs() for g in grads) / world) + 1e-6
@@ -291,28 +301,26 @@ def test_bucket_rebuild(start_iter):
     for same, totals in run_ranks(_rebuild, 2, start_iter):
         assert same  # replicas stay identical
         assert totals["iterations"] == 5
-        # compressing from iteration 0 meets the rebuilt buckets as new tensors
-        assert (totals["layout_changes"] > 0) == (start_iter == 0) or totals["layout_changes"] == 0
+        # state is per parameter: DDP's rebuilt buckets find it
+        assert totals["layout_changes"] == 0
 
 
-def _half(rank, world, dtype):
-    model = DDP(make_model().to(dtype), bucket_cap_mb=0.05)
+def _16bit_buckets(rank, world, dtype):
+    # (a 16-bit model cannot run DDP on CPU with PyTorch 1.13: no half matmul on CPU, no
+    # bfloat16 broadcast in gloo; the engine takes such buckets all the same)
     state = gradcomp.GradcompState(codec="topk:ratio=0.05", feedback="residual")
-    model.register_comm_hook(state, gradcomp.hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    outs = []
     for s in range(3):
-        x, y = batch(rank, s)
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x.to(dtype)).float(), y).backward()
-        opt.step()
-    p = params(model).float()
-    gathered = [torch.empty_like(p) for _ in range(world)]
-    dist.all_gather(gathered, p)
-    return all(torch.equal(gathered[0], g) for g in gathered) and bool(torch.isfinite(p).all())
+        buf = grad(rank, s).to(dtype)
+        outs.append(state._engine.submit(0, buf, [], [], [], True).wait().clone())
+    return outs
 
 
-def test_bfloat16_gradients():
-    assert all(run_ranks(_half, 2, torch.bfloat16))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16bit_buckets(dtype):
+    a, b = run_ranks(_16bit_buckets, 2, dtype)
+    for x, y in zip(a, b):
+        assert x.dtype == dtype and torch.equal(x, y) and bool((x != 0).any())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,13 +358,13 @@ def _nan_step(rank, world):
     bad = grad(rank, 1)
     if rank == 1:
         bad[5] = float("nan")
-    state._engine.submit(0, good, [], [], True).wait()
+    state._engine.submit(0, good, [], [], [], True).wait()
     before = list(state._engine.feedback_state(state._engine.tensor_ids()[0]))
     with pytest.raises(RuntimeError, match="gradcomp"):
-        state._engine.submit(0, bad, [], [], True).wait()
+        state._engine.submit(0, bad, [], [], [], True).wait()
     after = list(state._engine.feedback_state(state._engine.tensor_ids()[0]))
     # the failed step left the state as it was, and the next step works on every rank
-    state._engine.submit(0, grad(rank, 2), [], [], True).wait()
+    state._engine.submit(0, grad(rank, 2), [], [], [], True).wait()
     return before == after
 
 
