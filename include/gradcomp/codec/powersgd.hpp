@@ -779,8 +779,9 @@ class powersgd {
       if (h.count > UINT64_MAX / 4) fail("element count overflows");
       expect(h, 4 * h.count);
     } else {
-      std::uint64_t const rows = h.count / cols;
+      // (checked before the division: an empty matrix may come with 0 columns)
       if (h.count == 0) fail("low-rank packet of an empty matrix");
+      std::uint64_t const rows = h.count / cols;
       if (h.param1 == 0) fail("low-rank packet with rank 0");
       std::uint64_t const per = rows + cols;
       if (per > UINT64_MAX / 4 / h.param1) fail("factor sizes overflow");

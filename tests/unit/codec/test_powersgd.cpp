@@ -520,6 +520,15 @@ TEST_CASE("powersgd rejects malformed packets with format_error", "[codec][power
     expect_format(p, "rank 0");
   }
   {
+    // Regression (issue 15): a bare 32-byte low-rank header with 0 elements, 0 columns and rank
+    // 3 divided by zero in inspect (rows = count / cols ran before the empty-matrix check).
+    std::vector<std::byte> p(gc::header_bytes);
+    gc::write_header(p, {gc::codec_id::powersgd, gc::dtype::f32, 0, 0, 0, 0, 3});
+    expect_format(p, "empty low-rank header with 0 columns");
+    std::vector<float> none;
+    CHECK_THROWS_AS(gc::decompress_any(std::span<std::byte const>(p), std::span<float>(none)), gc::format_error);
+  }
+  {
     auto p = good;
     put_u32(p, field::param1, 3);
     expect_format(p, "rank vs payload");
