@@ -334,7 +334,7 @@ ROWS = {
     "gradcomp-powersgd-r4": ("gradcomp PowerSGD r4", "gradcomp",
                              {"codec": "powersgd:rank=4", "feedback": "residual", "start_iter": 2}),
     "gradcomp-gravac": ("gradcomp GraVAC topk", "gradcomp",
-                        {"codec": "topk", "feedback": "residual", "controller": "gravac"}),
+                        {"codec": "topk:ratio=0.01", "feedback": "residual", "controller": "gravac"}),
 }
 DEFAULT_ROWS = ["torch-allreduce", "torch-fp16", "torch-powersgd-r1", "torch-powersgd-r4",
                 "gradcomp-fp16", "gradcomp-topk-ef", "gradcomp-onebit-ef",
@@ -466,6 +466,21 @@ def evaluate(model, task, rank, world, batch=256):
     return float(counts[0] / counts[1])
 
 
+def make_ddp(model, one_bucket, bucket_view=False):
+    """DDP over the default group; `one_bucket`: every gradient in one bucket, also after DDP
+    rebuilds its buckets at the end of the first iteration (it then keeps a first bucket of
+    dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB, apart, unless that is raised)."""
+    if not one_bucket:
+        return DistributedDataParallel(model, gradient_as_bucket_view=bucket_view)
+    saved = dist._DEFAULT_FIRST_BUCKET_BYTES
+    dist._DEFAULT_FIRST_BUCKET_BYTES = ONE_BUCKET_MB * 1024 * 1024
+    try:
+        return DistributedDataParallel(model, bucket_cap_mb=ONE_BUCKET_MB,
+                                       gradient_as_bucket_view=bucket_view)
+    finally:
+        dist._DEFAULT_FIRST_BUCKET_BYTES = saved
+
+
 class Trainer:
     """One model under DDP with one hook (or DDP's own all-reduce: hook None), stepping on the
     shared batch sequence."""
@@ -484,8 +499,7 @@ class Trainer:
         # op.nbytes"). With one bucket per iteration that cannot happen; both PowerSGD hooks get
         # the same bucketing, so that they are compared alike.
         one_bucket = name is not None and "powersgd" in name
-        self.ddp = DistributedDataParallel(self.model,
-                                           bucket_cap_mb=ONE_BUCKET_MB if one_bucket else 25)
+        self.ddp = make_ddp(self.model, one_bucket, cfg.get("bucket_view", False))
         per_worker = cfg["batch"] // world
         self.timer = None
         self.state = None
@@ -497,7 +511,7 @@ class Trainer:
                 self.ddp.register_comm_hook(self.timer, timed_hook)
             else:
                 self.ddp.register_comm_hook(state, hook)
-        self.opt = torch.optim.SGD(self.ddp.parameters(), lr=cfg["lr"], momentum=0.9,
+        self.opt = torch.optim.SGD(self.ddp.parameters(), lr=cfg["lr"], momentum=cfg.get("momentum", 0.9),
                                    weight_decay=cfg["weight_decay"])
         self.batches = Batches(len(task["train"][1]), cfg["batch"], cfg["seed"])
         self.step_no = 0
@@ -541,7 +555,6 @@ def run_table_row(name, cfg, task, rank, world):
     trainer = Trainer(name, cfg, task, rank, world)
     steps, evals = [], []
     profile = []
-    evals.append((0, trainer.accuracy(), 0))
     for s in range(cfg["steps"]):
         dt, hook_s, loss, acc = trainer.step()
         sent = sent_bytes(trainer.timer)
@@ -715,9 +728,11 @@ def print_table(rows, cfg, task, workers, params):
     print("PyTorch DDP on %d gloo processes: %s, %.2f M parameters, input %s; %s;" % (
         workers, cfg["model_name"], params / 1e6, "x".join(map(str, task["train"][0].shape[1:])),
         task["name"]))
-    print("%d steps of %d samples (%d per worker), SGD lr %g momentum 0.9; times are means "
-          "over steps %d-%d" % (cfg["steps"], cfg["batch"], cfg["batch"] // workers, cfg["lr"],
-                                cfg["warmup"] + 1, cfg["steps"]))
+    print("%d steps of %d samples (%d per worker), SGD lr %g (x0.1 from step %d), momentum %g, "
+          "weight decay %g; times are means over steps %d-%d" % (
+              cfg["steps"], cfg["batch"], cfg["batch"] // workers, cfg["lr"],
+              int(0.7 * cfg["steps"]) + 1, cfg["momentum"], cfg["weight_decay"],
+              cfg["warmup"] + 1, cfg["steps"]))
     dense = 4 * params * cfg["steps"]
     head = "%-26s %9s %12s %9s %9s %13s" % (
         "row", "test acc", "MB/worker", "vs fp32", "ms/step", "hook ms/step")
@@ -859,8 +874,13 @@ def parse_args(argv):
                    help="training steps per row (default 200; --demo 60; --bench 120; "
                         "--netlab 16)")
     p.add_argument("--batch", type=int, default=32, help="global batch (split over the workers)")
-    p.add_argument("--lr", type=float, default=0.02, help="SGD learning rate (x0.1 after 70%%)")
-    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--lr", type=float, default=0.03, help="SGD learning rate (x0.1 after 70%%)")
+    p.add_argument("--momentum", type=float, default=None,
+                   help="SGD momentum (default 0.9; --netlab: 0)")
+    p.add_argument("--weight-decay", type=float, default=None,
+                   help="SGD weight decay (default 5e-4; --netlab: 0)")
+    p.add_argument("--bucket-view", action=argparse.BooleanOptionalAction, default=None,
+                   help="DDP's gradient_as_bucket_view (default off; --netlab: on)")
     p.add_argument("--size", type=int, default=16, help="input images are SIZE x SIZE")
     p.add_argument("--rows", default=None,
                    help="comma-separated rows (default: all of them but gradcomp-powersgd-r1): "
@@ -873,7 +893,7 @@ def parse_args(argv):
     p.add_argument("--max-test", type=int, default=2000, help="... and test images (0: all)")
     p.add_argument("--train-size", type=int, default=4096, help="synthetic training samples")
     p.add_argument("--test-size", type=int, default=512, help="synthetic test samples")
-    p.add_argument("--noise", type=float, default=0.7, help="synthetic task's noise level")
+    p.add_argument("--noise", type=float, default=0.6, help="synthetic task's noise level")
     p.add_argument("--eval-every", type=int, default=None,
                    help="evaluate every this many steps (default: steps / 4)")
     p.add_argument("--warmup", type=int, default=5,
@@ -903,7 +923,9 @@ def base_cfg(args, steps, workers):
         "steps": steps,
         "batch": args.batch,
         "lr": args.lr,
-        "weight_decay": args.weight_decay,
+        "weight_decay": 5e-4 if args.weight_decay is None else args.weight_decay,
+        "momentum": 0.9 if args.momentum is None else args.momentum,
+        "bucket_view": bool(args.bucket_view),
         "seed": args.seed,
         "warmup": min(args.warmup, max(0, steps - 1)),
         "eval_every": args.eval_every or max(1, steps // 4),
@@ -986,12 +1008,20 @@ def main_netlab(args):
     cfg.update(mode="bench", block=args.block or 2, bench_accuracy=True, model="mlp",
                model_name="MLP", width=args.width, pairs=[["ddp", "gradcomp-topk-ef"]])
     cfg["warmup"] = 0
+    # The lab's model is there to be communication-bound: plain SGD (no momentum or weight-decay
+    # passes over 100 MB each step) and gradients that are views into DDP's buckets (no copy in
+    # and out of them); both rows run with the same settings.
+    cfg["momentum"] = 0.0 if args.momentum is None else args.momentum
+    cfg["weight_decay"] = 0.0 if args.weight_decay is None else args.weight_decay
+    cfg["bucket_view"] = True if args.bucket_view is None else args.bucket_view
     task = vector_task(4096, 1024, 1024, 10, args.seed)
     params = sum(p.numel() for p in make_model(cfg, task).parameters())
     print("train_ddp.py --netlab: %d gloo processes over a loopback shaped to %s; MLP "
-          "1024-%d-%d-1024-10 (%.1f M parameters), %d samples per worker; %d steps per model "
-          "in alternating blocks of %d" % (workers, rate, args.width, args.width, params / 1e6,
-                                           args.batch // workers, steps, cfg["block"]),
+          "1024-%d-%d-1024-10 (%.1f M parameters), %d samples per worker, SGD momentum %g, "
+          "weight decay %g, gradient_as_bucket_view %s; %d steps per model in alternating "
+          "blocks of %d (the first block of each is warm-up)" % (
+              workers, rate, args.width, args.width, params / 1e6, args.batch // workers,
+              cfg["momentum"], cfg["weight_decay"], cfg["bucket_view"], steps, cfg["block"]),
           file=sys.stderr, flush=True)
     result = launch(cfg, task, workers)
     pair = result["pairs"][0]
