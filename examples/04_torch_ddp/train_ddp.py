@@ -334,7 +334,8 @@ ROWS = {
     "gradcomp-powersgd-r4": ("gradcomp PowerSGD r4", "gradcomp",
                              {"codec": "powersgd:rank=4", "feedback": "residual", "start_iter": 2}),
     "gradcomp-gravac": ("gradcomp GraVAC topk", "gradcomp",
-                        {"codec": "topk:ratio=0.01", "feedback": "residual", "controller": "gravac"}),
+                        {"codec": "topk:ratio=0.01", "feedback": "residual",
+                         "controller": "gravac"}),
 }
 DEFAULT_ROWS = ["torch-allreduce", "torch-fp16", "torch-powersgd-r1", "torch-powersgd-r4",
                 "gradcomp-fp16", "gradcomp-topk-ef", "gradcomp-onebit-ef",
@@ -511,7 +512,8 @@ class Trainer:
                 self.ddp.register_comm_hook(self.timer, timed_hook)
             else:
                 self.ddp.register_comm_hook(state, hook)
-        self.opt = torch.optim.SGD(self.ddp.parameters(), lr=cfg["lr"], momentum=cfg.get("momentum", 0.9),
+        self.opt = torch.optim.SGD(self.ddp.parameters(), lr=cfg["lr"],
+                                   momentum=cfg.get("momentum", 0.9),
                                    weight_decay=cfg["weight_decay"])
         self.batches = Batches(len(task["train"][1]), cfg["batch"], cfg["seed"])
         self.step_no = 0
@@ -848,15 +850,17 @@ def bench_report(pairs, cfg, tolerance):
         if prof:
             detail += "; gradcomp compress %.1f, communicate %.1f, decode %.1f ms" % (
                 1e3 * prof["compress_s"], 1e3 * prof["communicate_s"], 1e3 * prof["decode_s"])
-        lines.append(target_line("%s vs %s, time per step (gradcomp / torch)" % (g_name, torch_name),
-                                 "%.3f" % ratio, "<= 1.000", ratio <= 1.0, detail))
+        lines.append(target_line(
+            "%s vs %s, time per step (gradcomp / torch)" % (g_name, torch_name),
+            "%.3f" % ratio, "<= 1.000", ratio <= 1.0, detail))
         if pair[g_name]["accuracy"] is not None and "powersgd" in g_name:
             ga, ta = pair[g_name]["accuracy"], pair[torch_name]["accuracy"]
             lines.append(target_line(
                 "%s vs %s, test accuracy after %d steps" % (g_name, torch_name, cfg["steps"]),
                 "%.1f %%" % (100 * ga), ">= %.1f %% (torch's %.1f %% - %g points)" % (
                     100 * (ta - tolerance), 100 * ta, 100 * tolerance),
-                ga >= ta - tolerance - 1e-12, "torch %.1f %%, gradcomp %.1f %%" % (100 * ta, 100 * ga)))
+                ga >= ta - tolerance - 1e-12,
+                "torch %.1f %%, gradcomp %.1f %%" % (100 * ta, 100 * ga)))
     return lines
 
 
