@@ -198,9 +198,12 @@ gc::pipeline_options pipeline_options_from(py::dict const& o) {
   if (o.contains("min_compress_elements")) {
     p.buckets.min_compress_elements = py::cast<std::size_t>(o["min_compress_elements"]);
   }
-  // DDP has bucketed already: each DDP bucket (or, for PowerSGD, each parameter) is one
-  // message of the pipeline, so the exchange follows DDP's bucket order and sizes.
-  p.buckets.bucket_bytes = 1;
+  // DDP has bucketed already: each DDP bucket is one message of the pipeline, so the exchange
+  // follows DDP's bucket order and sizes. PowerSGD gets each parameter instead: its large ones
+  // go through one low-rank session each whatever the bucket size, and its small ones (biases,
+  // norms: dozens per model) share the library's default dense buckets rather than costing one
+  // all-reduce each.
+  if (p.codec.rfind("powersgd", 0) != 0) p.buckets.bucket_bytes = 1;
   if (o.contains("bucket_bytes")) p.buckets.bucket_bytes = py::cast<std::size_t>(o["bucket_bytes"]);
   return p;
 }
