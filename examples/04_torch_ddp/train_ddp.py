@@ -791,7 +791,7 @@ def write_outputs(out, rows, cfg, params):
              "set terminal pngcairo size 1800,560 noenhanced font ',10'",
              "set output '%s'" % (out / "plot.png"),
              "set multiplot layout 1,3",
-             "set key bottom right",
+             "set key top left",
              "set grid",
              "evals = '%s'" % (out / "evals.csv"),
              "curves = '%s'" % (out / "curves.csv"),
@@ -806,12 +806,13 @@ def write_outputs(out, rows, cfg, params):
         return "plot " + ", \\\n     ".join(parts)
 
     lines.append(plot("evals", "$3", "100*$4", "linespoints"))
-    lines += ["set title 'test accuracy vs bytes sent per worker'",
+    # One key, in the first panel: the rows keep their colours in the others.
+    lines += ["unset key", "set title 'test accuracy vs bytes sent per worker'",
               "set xlabel 'MB sent per worker (log scale)'", "set logscale x"]
     # Step 0 has sent nothing: start the bytes axis at the first evaluation after it.
     lines.append(plot("evals", "($5 > 0 ? $5/1e6 : NaN)", "100*$4", "linespoints"))
     lines += ["unset logscale x", "set title 'training loss (mean of the last 10 steps)'",
-              "set xlabel 'step'", "set ylabel 'loss'", "set yrange [0:*]", "set key top right"]
+              "set xlabel 'step'", "set ylabel 'loss'", "set yrange [0:*]"]
     lines.append(plot("curves", "$3", "$5", "lines"))
     lines.append("unset multiplot")
     (out / "plot.gp").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -878,7 +879,7 @@ def parse_args(argv):
                    help="training steps per row (default 200; --demo 60; --bench 120; "
                         "--netlab 16)")
     p.add_argument("--batch", type=int, default=32, help="global batch (split over the workers)")
-    p.add_argument("--lr", type=float, default=0.03, help="SGD learning rate (x0.1 after 70%%)")
+    p.add_argument("--lr", type=float, default=0.02, help="SGD learning rate (x0.1 after 70%%)")
     p.add_argument("--momentum", type=float, default=None,
                    help="SGD momentum (default 0.9; --netlab: 0)")
     p.add_argument("--weight-decay", type=float, default=None,
