@@ -60,6 +60,7 @@ class GradcompConan(ConanFile):
         tc.cache_variables["GRADCOMP_BUILD_TESTS"] = False
         tc.cache_variables["GRADCOMP_BUILD_BENCH"] = False
         tc.cache_variables["GRADCOMP_BUILD_EXAMPLES"] = False
+        tc.cache_variables["GRADCOMP_BUILD_PYTHON"] = False
         tc.cache_variables["GRADCOMP_WITH_BLAS"] = False
         tc.cache_variables["GRADCOMP_ENABLE_CUDA"] = False
         tc.cache_variables["GRADCOMP_INSTALL"] = True

@@ -132,7 +132,8 @@ def main():
 
     recipe.generate()
     cache = getattr(recipe, "_toolchain_cache", {})
-    for option in ("GRADCOMP_BUILD_TESTS", "GRADCOMP_BUILD_BENCH", "GRADCOMP_BUILD_EXAMPLES"):
+    for option in ("GRADCOMP_BUILD_TESTS", "GRADCOMP_BUILD_BENCH", "GRADCOMP_BUILD_EXAMPLES",
+                   "GRADCOMP_BUILD_PYTHON"):
         if cache.get(option) is not False:
             fail("generate() should turn %s off" % option)
     recipe.build()
