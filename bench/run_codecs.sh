@@ -53,4 +53,5 @@ python3 "$root/bench/summarize.py" "$json" | tee "$build/codecs.md"
 
 # PyTorch reference points (prints one "skipped" line when PyTorch is not installed).
 echo
-python3 "$root/bench/torch_baseline.py" "$json" | tee -a "$build/codecs.md"
+# Debian's interpreter has torch; the python3 first on PATH may not (docs/pytorch.md).
+/usr/bin/python3 "$root/bench/torch_baseline.py" "$json" | tee -a "$build/codecs.md"
