@@ -15,12 +15,28 @@ namespace gradcomp_fuzz {
 /// Codec specs covering every codec and packet variant (small buckets, so packets of a few
 /// elements have several).
 inline constexpr std::string_view codec_specs[] = {
-    "identity", "fp16", "bf16", "int8:bucket=4", "int8:bucket=0,rounding=stochastic", "onebit",
-    "onebit:scaling=none", "qsgd:levels=3,bucket=4", "qsgd:levels=127,bucket=0", "terngrad:bucket=4",
-    "natural:bucket=4", "dithering:levels=3,partition=natural,norm=l2,bucket=4", "dithering:levels=5",
-    "topk:k=3", "topk:k=3,values=f16", "topk:ratio=0.5,values=bf16", "threshold:value=0.5",
-    "threshold:value=1,values=f16", "randomk:k=3", "randomk:k=3,scale=true,values=bf16",
-    "approx_topk:k=3,tolerance=0", "approx_topk:ratio=0.3,values=f16"};
+    "identity",
+    "fp16",
+    "bf16",
+    "int8:bucket=4",
+    "int8:bucket=0,rounding=stochastic",
+    "onebit",
+    "onebit:scaling=none",
+    "qsgd:levels=3,bucket=4",
+    "qsgd:levels=127,bucket=0",
+    "terngrad:bucket=4",
+    "natural:bucket=4",
+    "dithering:levels=3,partition=natural,norm=l2,bucket=4",
+    "dithering:levels=5",
+    "topk:k=3",
+    "topk:k=3,values=f16",
+    "topk:ratio=0.5,values=bf16",
+    "threshold:value=0.5",
+    "threshold:value=1,values=f16",
+    "randomk:k=3",
+    "randomk:k=3,scale=true,values=bf16",
+    "approx_topk:k=3,tolerance=0",
+    "approx_topk:ratio=0.3,values=f16"};
 
 /// Controller specs covering every kind and option value.
 inline constexpr std::string_view controller_specs[] = {
@@ -29,7 +45,8 @@ inline constexpr std::string_view controller_specs[] = {
     "schedule:0=4,3=16,6=1",
     "dgc_warmup:stage_steps=2,final=100,stages=3,base=4",
     "gravac:theta_min=2,theta_max=64,window=2",
-    "gravac:theta_min=2,theta_max=64,window=3,policy=geometric,gain=separate,throughput=last,base=current,"
+    "gravac:theta_min=2,theta_max=64,window=3,policy=geometric,gain=separate,throughput=last,base="
+    "current,"
     "dense=keep,smoothing=0.5",
     "accordion:interval=2,accumulation=1",
     "accordion:interval=3,accumulation=2,scope=whole_model"};

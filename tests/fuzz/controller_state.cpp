@@ -11,8 +11,8 @@
 // (three steps) with nothing worse than a gradcomp error.
 
 #include "configs.hpp"
-#include "fuzz.hpp"
 #include "controller_steps.hpp"
+#include "fuzz.hpp"
 #include "state_oracle.hpp"
 
 #include <gradcomp/adapt/any_controller.hpp>

@@ -36,8 +36,8 @@ namespace {
 namespace gc = gradcomp;
 using namespace gradcomp_fuzz;
 
-constexpr float alphas[8] = {1.0f, -1.0f, 0.5f, 0.0f, 3.0f, -0.25f, 1e30f,
-                             std::numeric_limits<float>::quiet_NaN()};
+constexpr float alphas[8] = {1.0f, -1.0f,  0.5f,  0.0f,
+                             3.0f, -0.25f, 1e30f, std::numeric_limits<float>::quiet_NaN()};
 
 template <class T>
 std::vector<T> filled(std::size_t n, float v) {
@@ -68,10 +68,13 @@ std::vector<double> gemm_slack(std::span<std::byte const> packet) {
 }
 
 template <class T>
-bool decode(std::span<std::byte const> packet, std::vector<T>& out, float alpha, bool add, bool match) {
+bool decode(std::span<std::byte const> packet, std::vector<T>& out, float alpha, bool add,
+            bool match) {
   auto const ctx = context();
   auto const run = [&] { gc::decompress_any(packet, std::span<T>(out), alpha, add, ctx); };
-  if (match) return accepted_only<gc::format_error>(run, "decoder raised a non-format error on a right-sized output");
+  if (match)
+    return accepted_only<gc::format_error>(
+        run, "decoder raised a non-format error on a right-sized output");
   return accepted(run);
 }
 
@@ -80,38 +83,46 @@ void check(std::span<std::byte const> packet, std::size_t n, bool match, float a
   std::vector<T> a = filled<T>(n, 0.0f);
   std::vector<T> b = filled<T>(n, -7.5f);
   bool const ok = decode(packet, a, 1.0f, false, match);
-  GRADCOMP_FUZZ_CHECK(ok == decode(packet, b, 1.0f, false, match), "acceptance depends on the output's prior contents");
+  GRADCOMP_FUZZ_CHECK(ok == decode(packet, b, 1.0f, false, match),
+                      "acceptance depends on the output's prior contents");
   std::vector<float> base = sample_tensor(n);
   std::vector<T> acc(n);
   for (std::size_t i = 0; i < n; ++i) acc[i] = gc::from_float<T>(base[i]);
   std::vector<T> scaled = acc;
   bool const add_ok = decode(packet, acc, 1.0f, true, match);
   GRADCOMP_FUZZ_CHECK(ok == add_ok, "overwriting and accumulating decodes disagree on acceptance");
-  GRADCOMP_FUZZ_CHECK(ok == decode(packet, scaled, alpha, true, match), "acceptance depends on alpha");
+  GRADCOMP_FUZZ_CHECK(ok == decode(packet, scaled, alpha, true, match),
+                      "acceptance depends on alpha");
   if (!ok) return;
-  GRADCOMP_FUZZ_CHECK(match, "decoded into an output whose size differs from the header's element count");
+  GRADCOMP_FUZZ_CHECK(match,
+                      "decoded into an output whose size differs from the header's element count");
   for (std::size_t i = 0; i < n; ++i) {
-    GRADCOMP_FUZZ_CHECK(bits_of(a[i]) == bits_of(b[i]), "an element was left unwritten (or the decode is not deterministic)");
+    GRADCOMP_FUZZ_CHECK(bits_of(a[i]) == bits_of(b[i]),
+                        "an element was left unwritten (or the decode is not deterministic)");
   }
   std::vector<float> f(n);
   if constexpr (std::is_same_v<T, float>) {
     f = a;
   } else {
-    GRADCOMP_FUZZ_CHECK(decode(packet, f, 1.0f, false, match), "decodes into f16/bf16 but not into f32");
+    GRADCOMP_FUZZ_CHECK(decode(packet, f, 1.0f, false, match),
+                        "decodes into f16/bf16 but not into f32");
     for (std::size_t i = 0; i < n; ++i) {
       GRADCOMP_FUZZ_CHECK(same_value(gc::to_float(a[i]), gc::to_float(gc::from_float<T>(f[i]))),
                           "a 16-bit decode differs from the f32 decode rounded once");
     }
   }
-  std::vector<double> const slack = std::is_same_v<T, float> ? gemm_slack(packet) : std::vector<double>{};
+  std::vector<double> const slack =
+      std::is_same_v<T, float> ? gemm_slack(packet) : std::vector<double>{};
   for (std::size_t i = 0; i < n; ++i) {
-    float const want = gc::to_float(gc::from_float<T>(gc::to_float(gc::from_float<T>(base[i])) + f[i]));
+    float const want =
+        gc::to_float(gc::from_float<T>(gc::to_float(gc::from_float<T>(base[i])) + f[i]));
     float const got = gc::to_float(acc[i]);
     if (slack.empty()) {
       GRADCOMP_FUZZ_CHECK(same_value(got, want), "accumulating decode differs from prior + decode");
     } else if (std::isfinite(slack[i])) {
       double const tol = 0x1p-21 * (std::fabs(base[i]) + slack[i]) + 0x1p-140;
-      GRADCOMP_FUZZ_CHECK(std::fabs(static_cast<double>(got) - want) <= tol, "accumulating PowerSGD decode is off by more than GEMM rounding");
+      GRADCOMP_FUZZ_CHECK(std::fabs(static_cast<double>(got) - want) <= tol,
+                          "accumulating PowerSGD decode is off by more than GEMM rounding");
     }
   }
 }
@@ -133,7 +144,8 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   } else if (count >= max_elements) {
     n = 3;
   } else {
-    n = sizing == 2 ? static_cast<std::size_t>(count) + 1 : (count == 0 ? 1 : static_cast<std::size_t>(count) - 1);
+    n = sizing == 2 ? static_cast<std::size_t>(count) + 1
+                    : (count == 0 ? 1 : static_cast<std::size_t>(count) - 1);
   }
   float const alpha = alphas[(control >> 4) & 7u];
   switch (control & 3u) {

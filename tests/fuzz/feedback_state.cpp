@@ -36,19 +36,37 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   std::uint8_t const which = in.u8();
   std::span<std::byte const> const state = in.rest();
   switch (which % 6) {
-    case 0: check_reload([] { return gc::compressor<gc::any_codec, gc::no_feedback>(codec()); }, state); break;
-    case 1: check_reload([] { return gc::compressor<gc::any_codec, gc::residual_feedback>(codec()); }, state); break;
-    case 2: check_reload([] { return gc::compressor<gc::any_codec, gc::ef21_feedback>(codec()); }, state); break;
-    case 3:
-      check_reload([] { return gc::compressor<gc::any_codec, gc::dgc_feedback>(codec(), gc::dgc_feedback(0.9f, 0.0)); },
+    case 0:
+      check_reload([] { return gc::compressor<gc::any_codec, gc::no_feedback>(codec()); }, state);
+      break;
+    case 1:
+      check_reload([] { return gc::compressor<gc::any_codec, gc::residual_feedback>(codec()); },
                    state);
       break;
+    case 2:
+      check_reload([] { return gc::compressor<gc::any_codec, gc::ef21_feedback>(codec()); }, state);
+      break;
+    case 3:
+      check_reload(
+          [] {
+            return gc::compressor<gc::any_codec, gc::dgc_feedback>(codec(),
+                                                                   gc::dgc_feedback(0.9f, 0.0));
+          },
+          state);
+      break;
     case 4:
-      check_reload([] { return gc::two_way_compressor<gc::any_codec, gc::no_feedback, gc::no_feedback>(codec()); }, state);
+      check_reload(
+          [] {
+            return gc::two_way_compressor<gc::any_codec, gc::no_feedback, gc::no_feedback>(codec());
+          },
+          state);
       break;
     default:
       check_reload(
-          [] { return gc::two_way_compressor<gc::any_codec, gc::residual_feedback, gc::residual_feedback>(codec()); },
+          [] {
+            return gc::two_way_compressor<gc::any_codec, gc::residual_feedback,
+                                          gc::residual_feedback>(codec());
+          },
           state);
       break;
   }

@@ -49,7 +49,9 @@ class input {
   [[nodiscard]] std::size_t left() const noexcept { return bytes_.size() - at_; }
   [[nodiscard]] bool empty() const noexcept { return left() == 0; }
 
-  std::uint8_t u8() noexcept { return at_ < bytes_.size() ? static_cast<std::uint8_t>(bytes_[at_++]) : 0; }
+  std::uint8_t u8() noexcept {
+    return at_ < bytes_.size() ? static_cast<std::uint8_t>(bytes_[at_++]) : 0;
+  }
   std::uint16_t u16() noexcept { return static_cast<std::uint16_t>(u8() | (u8() << 8)); }
   std::uint32_t u32() noexcept { return u16() | (static_cast<std::uint32_t>(u16()) << 16); }
 
@@ -79,7 +81,8 @@ class input {
 #define GRADCOMP_FUZZ_STR(x) GRADCOMP_FUZZ_STR2(x)
 /// Aborts with `what` unless `cond` holds.
 #define GRADCOMP_FUZZ_CHECK(cond, what) \
-  ((cond) ? void(0) : ::gradcomp_fuzz::oracle_failed(__FILE__ ":" GRADCOMP_FUZZ_STR(__LINE__), what))
+  ((cond) ? void(0)                     \
+          : ::gradcomp_fuzz::oracle_failed(__FILE__ ":" GRADCOMP_FUZZ_STR(__LINE__), what))
 
 /// Runs `f`: true when it returns, false when it throws a gradcomp error (an accepted answer
 /// to malformed input). Any other exception propagates, and libFuzzer reports it.

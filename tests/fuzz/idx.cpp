@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   auto const labels = as_u8(in.rest());
   train::dataset d;
   if (!accepted([&] { d = train::idx_dataset(images, "images", labels, "labels", 10); })) return 0;
-  GRADCOMP_FUZZ_CHECK(d.x.size() == d.size() * d.dim, "a dataset whose pixels are not images × rows × columns");
+  GRADCOMP_FUZZ_CHECK(d.x.size() == d.size() * d.dim,
+                      "a dataset whose pixels are not images × rows × columns");
   for (auto y : d.y) GRADCOMP_FUZZ_CHECK(y < d.classes, "a label beyond the class count");
   for (float v : d.x) GRADCOMP_FUZZ_CHECK(v >= 0.0f && v <= 1.0f, "a pixel outside [0, 1]");
   return 0;

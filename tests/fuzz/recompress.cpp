@@ -53,38 +53,50 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   std::size_t bound = 0;
   if (!accepted([&] { bound = gc::max_recompressed_bytes(packet, k); })) {
     std::vector<std::byte> out(64);
-    GRADCOMP_FUZZ_CHECK(!accepted([&] { (void)gc::recompress_sparse(packet, k, std::span<std::byte>(out), ctx); }),
-                        "recompress_sparse accepts a packet max_recompressed_bytes rejects");
+    GRADCOMP_FUZZ_CHECK(
+        !accepted([&] { (void)gc::recompress_sparse(packet, k, std::span<std::byte>(out), ctx); }),
+        "recompress_sparse accepts a packet max_recompressed_bytes rejects");
     return 0;
   }
   GRADCOMP_FUZZ_CHECK(bound <= gc::header_bytes + 4 + std::max<std::uint64_t>(packet.size(), k * 8),
                       "max_recompressed_bytes is larger than the request can need");
-  std::size_t const cap = (control & 3u) == 2 ? (bound == 0 ? 0 : bound - 1) : (control & 3u) == 3 ? 16 : bound;
+  std::size_t const cap = (control & 3u) == 2   ? (bound == 0 ? 0 : bound - 1)
+                          : (control & 3u) == 3 ? 16
+                                                : bound;
   std::vector<std::byte> out(cap);
   std::size_t written = 0;
-  if (!accepted([&] { written = gc::recompress_sparse(packet, k, std::span<std::byte>(out), ctx); })) return 0;
+  if (!accepted(
+          [&] { written = gc::recompress_sparse(packet, k, std::span<std::byte>(out), ctx); }))
+    return 0;
   GRADCOMP_FUZZ_CHECK(written <= out.size() && written <= bound, "the result overruns its bound");
   std::span<std::byte const> const result(out.data(), written);
 
   gc::packet_header const h = gc::read_header(packet);
   gc::packet_header r{};
-  GRADCOMP_FUZZ_CHECK(accepted([&] { r = gc::read_header(result); }), "the result's header does not read back");
-  GRADCOMP_FUZZ_CHECK(r.codec == h.codec && r.count == h.count && r.type == h.type &&
-                          (r.variant & 3u) == (h.variant & 3u) && r.param0 == std::min<std::uint64_t>(k, h.param0),
-                      "the result changed codec, count or value type, or keeps the wrong number of elements");
+  GRADCOMP_FUZZ_CHECK(accepted([&] { r = gc::read_header(result); }),
+                      "the result's header does not read back");
+  GRADCOMP_FUZZ_CHECK(
+      r.codec == h.codec && r.count == h.count && r.type == h.type &&
+          (r.variant & 3u) == (h.variant & 3u) && r.param0 == std::min<std::uint64_t>(k, h.param0),
+      "the result changed codec, count or value type, or keeps the wrong number of elements");
 
   std::optional<std::vector<std::uint32_t>> kept;
-  GRADCOMP_FUZZ_CHECK(accepted([&] { kept = gc::sparse_packet_support(result, ctx); }) && kept && support,
-                      "the support of the packet or of the result does not read");
+  GRADCOMP_FUZZ_CHECK(
+      accepted([&] { kept = gc::sparse_packet_support(result, ctx); }) && kept && support,
+      "the support of the packet or of the result does not read");
   GRADCOMP_FUZZ_CHECK(std::includes(support->begin(), support->end(), kept->begin(), kept->end()),
                       "the result keeps a coordinate the packet does not have");
 
   std::vector<std::byte> again(written);
   std::size_t again_bytes = 0;
-  GRADCOMP_FUZZ_CHECK(accepted([&] { again_bytes = gc::recompress_sparse(result, k, std::span<std::byte>(again), ctx); }),
+  GRADCOMP_FUZZ_CHECK(accepted([&] {
+                        again_bytes =
+                            gc::recompress_sparse(result, k, std::span<std::byte>(again), ctx);
+                      }),
                       "re-compressing the result fails");
-  GRADCOMP_FUZZ_CHECK(again_bytes == written && std::equal(again.begin(), again.end(), result.begin()),
-                      "re-compressing the result to the same k changes it");
+  GRADCOMP_FUZZ_CHECK(
+      again_bytes == written && std::equal(again.begin(), again.end(), result.begin()),
+      "re-compressing the result to the same k changes it");
 
   if (h.count > max_elements) return 0;
   auto const n = static_cast<std::size_t>(h.count);

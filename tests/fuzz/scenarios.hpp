@@ -52,10 +52,11 @@ inline gc::pipeline_options pipeline_options_of(pipeline_setup const& s) {
 
 /// The pipeline's model: three tensors (48, 5 and 20 elements; the 5 go dense).
 struct pipeline_model {
-  std::vector<std::vector<float>> data{sample_tensor(48, 1), sample_tensor(5, 2), sample_tensor(20, 3)};
+  std::vector<std::vector<float>> data{sample_tensor(48, 1), sample_tensor(5, 2),
+                                       sample_tensor(20, 3)};
   /// What a training loop reports with each step.
-  static constexpr gc::pipeline_step_info info{.backprop_s = 0.01, .batch_size = 32, .learning_rate = 0.1,
-                                               .next_learning_rate = 0.1};
+  static constexpr gc::pipeline_step_info info{
+      .backprop_s = 0.01, .batch_size = 32, .learning_rate = 0.1, .next_learning_rate = 0.1};
   std::vector<gc::tensor_view<float>> views() {
     std::vector<gc::tensor_view<float>> v;
     for (std::size_t i = 0; i < data.size(); ++i) {
@@ -72,8 +73,9 @@ inline constexpr unsigned peer_scenarios = 10;
 /// configuration `variant` and size parameter `size`:
 /// 0 agreement and agree_on_value; 1 all_reduce_compressed of a codec; 2, 3 the same through
 /// error feedback (residual, EF21), two steps; 4 PowerSGD (all_reduce_low_rank), two steps;
-/// 5 two-way; 6 parameter server (rank 0 a worker, rank 1 the server); 7 bucketed all-reduce of three tensors; 8 the gradient
-/// pipeline, two steps; 9 dense all-reduce and a 16-bit all_reduce_compressed.
+/// 5 two-way; 6 parameter server (rank 0 a worker, rank 1 the server); 7 bucketed all-reduce of
+/// three tensors; 8 the gradient pipeline, two steps; 9 dense all-reduce and a 16-bit
+/// all_reduce_compressed.
 inline void run_peer(scripted_peer& comm, unsigned scenario, unsigned variant, unsigned size) {
   gc::codec_context const ctx = context();
   std::size_t const n = 1 + size % 64;
@@ -91,12 +93,14 @@ inline void run_peer(scripted_peer& comm, unsigned scenario, unsigned variant, u
     case 1: gc::all_reduce_compressed(comm, codec(), grad, std::span<float>(out), ctx, avg); break;
     case 2: {
       gc::compressor<gc::any_codec, gc::residual_feedback> c(codec());
-      for (int s = 0; s < 2; ++s) gc::all_reduce_compressed(comm, c, grad, std::span<float>(out), ctx, avg);
+      for (int s = 0; s < 2; ++s)
+        gc::all_reduce_compressed(comm, c, grad, std::span<float>(out), ctx, avg);
       break;
     }
     case 3: {
       gc::compressor<gc::any_codec, gc::ef21_feedback> c(codec());
-      for (int s = 0; s < 2; ++s) gc::all_reduce_compressed(comm, c, grad, std::span<float>(out), ctx, avg);
+      for (int s = 0; s < 2; ++s)
+        gc::all_reduce_compressed(comm, c, grad, std::span<float>(out), ctx, avg);
       break;
     }
     case 4: {
@@ -108,18 +112,21 @@ inline void run_peer(scripted_peer& comm, unsigned scenario, unsigned variant, u
       o.min_elements = variant % 2 == 0 ? 4 : 64;
       gc::powersgd_session s(rows, cols, o, gc::tensor_id{2});
       for (int st = 0; st < 2; ++st) {
-        gc::all_reduce_low_rank(comm, s, gc::tensor_view<float const>(std::span<float const>(m), gc::tensor_id{2}),
-                                std::span<float>(mo), ctx, avg);
+        gc::all_reduce_low_rank(
+            comm, s, gc::tensor_view<float const>(std::span<float const>(m), gc::tensor_id{2}),
+            std::span<float>(mo), ctx, avg);
       }
       break;
     }
     case 5: {
-      gc::two_way_compressor<gc::any_codec, gc::residual_feedback, gc::residual_feedback> tw(codec());
+      gc::two_way_compressor<gc::any_codec, gc::residual_feedback, gc::residual_feedback> tw(
+          codec());
       gc::all_reduce_two_way(comm, tw, grad, std::span<float>(out), ctx, avg);
       break;
     }
     case 6: {
-      gc::two_way_compressor<gc::any_codec, gc::residual_feedback, gc::residual_feedback> tw(codec());
+      gc::two_way_compressor<gc::any_codec, gc::residual_feedback, gc::residual_feedback> tw(
+          codec());
       if (me == 0) {
         gc::ps_push_pull(comm, tw, grad, std::span<float>(out), ctx);
       } else {
@@ -131,15 +138,18 @@ inline void run_peer(scripted_peer& comm, unsigned scenario, unsigned variant, u
       gc::bucket_options o;
       o.bucket_bytes = 64;
       o.min_compress_elements = 8;
-      o.mode = variant % 2 == 0 ? gc::bucket_compression::per_tensor : gc::bucket_compression::per_bucket;
+      o.mode = variant % 2 == 0 ? gc::bucket_compression::per_tensor
+                                : gc::bucket_compression::per_bucket;
       o.small_format = static_cast<gc::dense_format>(variant % 3);
       gc::bucketed_all_reduce<gc::any_codec> b(codec(), o);
       std::vector<float> const y = sample_tensor(5, 7), z = sample_tensor(n + 8, 8);
       std::vector<float> yo(y.size()), zo(z.size());
       std::vector<gc::bucket_item> const items{
           {grad, std::span<float>(out)},
-          {gc::tensor_view<float const>(std::span<float const>(y), gc::tensor_id{3}), std::span<float>(yo)},
-          {gc::tensor_view<float const>(std::span<float const>(z), gc::tensor_id{4}), std::span<float>(zo)}};
+          {gc::tensor_view<float const>(std::span<float const>(y), gc::tensor_id{3}),
+           std::span<float>(yo)},
+          {gc::tensor_view<float const>(std::span<float const>(z), gc::tensor_id{4}),
+           std::span<float>(zo)}};
       (void)b.run(comm, std::span<gc::bucket_item const>(items), ctx);
       break;
     }
@@ -150,12 +160,14 @@ inline void run_peer(scripted_peer& comm, unsigned scenario, unsigned variant, u
       break;
     }
     default: {
-      gc::all_reduce_dense(comm, std::span<float const>(x), std::span<float>(out), static_cast<gc::dense_format>(variant % 3),
-                           avg, ctx);
+      gc::all_reduce_dense(comm, std::span<float const>(x), std::span<float>(out),
+                           static_cast<gc::dense_format>(variant % 3), avg, ctx);
       std::vector<gc::half> h(n), ho(n);
       for (std::size_t i = 0; i < n; ++i) h[i] = gc::half(x[i]);
-      gc::all_reduce_compressed(comm, codec(), gc::tensor_view<gc::half const>(std::span<gc::half const>(h), gc::tensor_id{5}),
-                                std::span<gc::half>(ho), ctx, avg);
+      gc::all_reduce_compressed(
+          comm, codec(),
+          gc::tensor_view<gc::half const>(std::span<gc::half const>(h), gc::tensor_id{5}),
+          std::span<gc::half>(ho), ctx, avg);
       break;
     }
   }

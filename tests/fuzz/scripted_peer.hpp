@@ -84,7 +84,8 @@ class scripted_peer : public gradcomp::blocking_operations<scripted_peer> {
     gradcomp::reduce_into(t, op, buf.data(), theirs.data(), buf.size());
     return {};
   }
-  request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t, reduce_op op) {
+  request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, comm_type t,
+                          reduce_op op) {
     gradcomp::detail::comm_checks::reduce_scatter(in.size(), out.size(), t, op, 2);
     std::size_t const b = out.size();
     auto const mine = in.subspan(static_cast<std::size_t>(rank()) * b, b);
@@ -93,7 +94,9 @@ class scripted_peer : public gradcomp::blocking_operations<scripted_peer> {
     if (real_ != nullptr) {
       std::vector<std::byte> both(2 * in.size());
       real_->all_gather(in, both);
-      auto const at = both.begin() + static_cast<std::ptrdiff_t>(other() * in.size() + static_cast<std::size_t>(rank()) * b);
+      auto const at =
+          both.begin() +
+          static_cast<std::ptrdiff_t>(other() * in.size() + static_cast<std::size_t>(rank()) * b);
       theirs.assign(at, at + static_cast<std::ptrdiff_t>(b));
       record(theirs);
     } else if (request r = receive(theirs); r.pending()) {
@@ -112,7 +115,8 @@ class scripted_peer : public gradcomp::blocking_operations<scripted_peer> {
     std::copy(in.begin(), in.end(), out.begin());
     return receive(out.subspan(in.size()));
   }
-  request iall_gather_v(std::span<std::byte const> in, std::span<std::byte> out, std::span<std::size_t const> counts) {
+  request iall_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
+                        std::span<std::size_t const> counts) {
     gradcomp::detail::comm_checks::all_gather_v(in.size(), out.size(), counts, rank(), 2);
     GRADCOMP_FUZZ_CHECK(counts[1] <= out.size() && counts[0] == out.size() - counts[1],
                         "all_gather_v counts that wrap around (a peer's size summed unchecked)");
@@ -124,18 +128,19 @@ class scripted_peer : public gradcomp::blocking_operations<scripted_peer> {
     std::copy(in.begin(), in.end(), out.begin());
     return receive(out.subspan(counts[0], counts[1]));
   }
-  request iall_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> sc, std::span<std::byte> out,
-                        std::span<std::size_t const> rc) {
+  request iall_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> sc,
+                        std::span<std::byte> out, std::span<std::size_t const> rc) {
     gradcomp::detail::comm_checks::all_to_all_v(in.size(), sc, out.size(), rc, 2);
-    GRADCOMP_FUZZ_CHECK(sc[0] <= in.size() && rc[0] <= out.size(), "all_to_all_v counts that wrap around");
+    GRADCOMP_FUZZ_CHECK(sc[0] <= in.size() && rc[0] <= out.size(),
+                        "all_to_all_v counts that wrap around");
     if (real_ != nullptr) {
       real_->all_to_all_v(in, sc, out, rc);
       record(out.subspan(other() == 0 ? 0 : rc[0], rc[other()]));
       return {};
     }
     if (sc[0] != rc[0]) {
-      return failed("all_to_all_v: rank 0 sends itself " + std::to_string(sc[0]) + " bytes but expects " +
-                    std::to_string(rc[0]));
+      return failed("all_to_all_v: rank 0 sends itself " + std::to_string(sc[0]) +
+                    " bytes but expects " + std::to_string(rc[0]));
     }
     std::copy(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(sc[0]), out.begin());
     return receive(out.subspan(rc[0]));
@@ -162,14 +167,17 @@ class scripted_peer : public gradcomp::blocking_operations<scripted_peer> {
     void wait() override { throw gradcomp::comm_error("gradcomp: scripted peer: " + what); }
     std::string what;
   };
-  static request failed(std::string what) { return request(std::make_unique<failed_state>(std::move(what))); }
+  static request failed(std::string what) {
+    return request(std::make_unique<failed_state>(std::move(what)));
+  }
 
   [[nodiscard]] std::size_t other() const { return rank() == 0 ? 1 : 0; }
 
   void check_p2p(int peer, int tag) const {
     gradcomp::detail::comm_checks::peer(peer, 2, "peer");
     gradcomp::detail::comm_checks::tag(tag);
-    if (peer == rank()) throw gradcomp::config_error("gradcomp: scripted peer: a rank messages itself");
+    if (peer == rank())
+      throw gradcomp::config_error("gradcomp: scripted peer: a rank messages itself");
   }
 
   // Recording mode: rank 0 keeps what rank 1 sent it.

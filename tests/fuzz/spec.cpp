@@ -58,13 +58,19 @@ std::vector<std::byte> compressed(gc::any_codec const& c) {
   std::vector<float> const x = sample_tensor(16, 5);
   std::vector<std::byte> p(c.max_compressed_bytes(x.size()));
   std::size_t bytes = 0;
-  if (!accepted([&] { bytes = c.compress(gc::tensor_view<float const>(std::span<float const>(x)), std::span<std::byte>(p), context()); })) {
+  if (!accepted([&] {
+        bytes = c.compress(gc::tensor_view<float const>(std::span<float const>(x)),
+                           std::span<std::byte>(p), context());
+      })) {
     return {};
   }
   GRADCOMP_FUZZ_CHECK(bytes <= p.size(), "a packet larger than max_compressed_bytes");
   p.resize(bytes);
   std::vector<float> out(x.size());
-  GRADCOMP_FUZZ_CHECK(accepted([&] { gc::decompress_any(std::span<std::byte const>(p), std::span<float>(out), 1.0f, false, context()); }),
+  GRADCOMP_FUZZ_CHECK(accepted([&] {
+                        gc::decompress_any(std::span<std::byte const>(p), std::span<float>(out),
+                                           1.0f, false, context());
+                      }),
                       "decompress_any rejects the packet of a codec make_codec built");
   return p;
 }
@@ -76,11 +82,15 @@ void codec(std::string_view spec) {
   std::optional<std::string> const r = reversed(spec);
   GRADCOMP_FUZZ_CHECK(r.has_value(), "a codec spec that spec_options cannot split");
   std::optional<gc::any_codec> d;
-  GRADCOMP_FUZZ_CHECK(accepted([&] { d = gc::make_codec(*r); }), "the spec with its options reordered does not parse");
-  GRADCOMP_FUZZ_CHECK(d->id() == c->id() && d->max_compressed_bytes(100) == c->max_compressed_bytes(100) &&
-                          same_value(static_cast<float>(d->bits_per_element()), static_cast<float>(c->bits_per_element())),
+  GRADCOMP_FUZZ_CHECK(accepted([&] { d = gc::make_codec(*r); }),
+                      "the spec with its options reordered does not parse");
+  GRADCOMP_FUZZ_CHECK(d->id() == c->id() &&
+                          d->max_compressed_bytes(100) == c->max_compressed_bytes(100) &&
+                          same_value(static_cast<float>(d->bits_per_element()),
+                                     static_cast<float>(c->bits_per_element())),
                       "the spec with its options reordered is another codec");
-  GRADCOMP_FUZZ_CHECK(compressed(*d) == p, "the spec with its options reordered compresses differently");
+  GRADCOMP_FUZZ_CHECK(compressed(*d) == p,
+                      "the spec with its options reordered compresses differently");
 }
 
 void controller(std::string_view spec) {
@@ -88,15 +98,19 @@ void controller(std::string_view spec) {
   if (!accepted([&] { c = gc::make_controller(spec); })) return;
   std::vector<std::byte> const s = c->save();
   std::optional<gc::any_controller> byname;
-  GRADCOMP_FUZZ_CHECK(accepted([&] { byname = gc::make_controller(c->name()); }) && byname->save() == s,
-                      "a controller rebuilt from its name() differs");
+  GRADCOMP_FUZZ_CHECK(
+      accepted([&] { byname = gc::make_controller(c->name()); }) && byname->save() == s,
+      "a controller rebuilt from its name() differs");
   if (c->name().starts_with("schedule")) return;  // its option order is its schedule
   std::optional<std::string> const r = reversed(spec);
   std::optional<gc::any_controller> d;
-  GRADCOMP_FUZZ_CHECK(r && accepted([&] { d = gc::make_controller(*r); }), "the spec with its options reordered does not parse");
-  GRADCOMP_FUZZ_CHECK(d->save() == s && d->plan() == c->plan(), "the spec with its options reordered is another controller");
+  GRADCOMP_FUZZ_CHECK(r && accepted([&] { d = gc::make_controller(*r); }),
+                      "the spec with its options reordered does not parse");
+  GRADCOMP_FUZZ_CHECK(d->save() == s && d->plan() == c->plan(),
+                      "the spec with its options reordered is another controller");
   bool const ok = accepted([&] { drive_controller(*c, 2); });
-  GRADCOMP_FUZZ_CHECK(ok == accepted([&] { drive_controller(*d, 2); }), "reordered controllers disagree on a step");
+  GRADCOMP_FUZZ_CHECK(ok == accepted([&] { drive_controller(*d, 2); }),
+                      "reordered controllers disagree on a step");
   if (ok) GRADCOMP_FUZZ_CHECK(d->save() == c->save(), "reordered controllers diverge");
 }
 
@@ -105,11 +119,13 @@ void powersgd(std::string_view spec) {
   if (!accepted([&] { p = gc::make_powersgd(spec); })) return;
   std::optional<std::string> const r = reversed(spec);
   std::optional<gc::powersgd> q;
-  GRADCOMP_FUZZ_CHECK(r && accepted([&] { q = gc::make_powersgd(*r); }), "the spec with its options reordered does not parse");
+  GRADCOMP_FUZZ_CHECK(r && accepted([&] { q = gc::make_powersgd(*r); }),
+                      "the spec with its options reordered does not parse");
   auto const& a = p->options();
   auto const& b = q->options();
-  GRADCOMP_FUZZ_CHECK(a.rank == b.rank && a.min_elements == b.min_elements && a.backend == b.backend,
-                      "the spec with its options reordered is another PowerSGD");
+  GRADCOMP_FUZZ_CHECK(
+      a.rank == b.rank && a.min_elements == b.min_elements && a.backend == b.backend,
+      "the spec with its options reordered is another PowerSGD");
 }
 
 void pipeline(std::string_view text, bool two_way) {

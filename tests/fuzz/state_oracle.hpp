@@ -26,7 +26,8 @@ void check_reload(Make&& make, std::span<std::byte const> state) {
   }
   std::vector<std::byte> const once = a.save();
   auto b = make();
-  GRADCOMP_FUZZ_CHECK(accepted([&] { b.load(std::span<std::byte const>(once)); }), "a re-saved state does not load");
+  GRADCOMP_FUZZ_CHECK(accepted([&] { b.load(std::span<std::byte const>(once)); }),
+                      "a re-saved state does not load");
   GRADCOMP_FUZZ_CHECK(b.save() == once, "save(load(save(load(x)))) differs from save(load(x))");
 }
 

@@ -124,9 +124,10 @@ inline std::string describe_report(rank_report const& r) {
 inline std::size_t checked_peer_bytes(std::uint64_t reported, std::size_t bound, std::size_t rank,
                                       std::string_view what) {
   if (reported > bound) {
-    throw format_error("gradcomp: " + std::string(what) + ": rank " + std::to_string(rank) + " announces a " +
-                       std::to_string(reported) + "-byte packet, more than the " + std::to_string(bound) +
-                       " bytes its codec can produce for the agreed tensor size; no data was received");
+    throw format_error(
+        "gradcomp: " + std::string(what) + ": rank " + std::to_string(rank) + " announces a " +
+        std::to_string(reported) + "-byte packet, more than the " + std::to_string(bound) +
+        " bytes its codec can produce for the agreed tensor size; no data was received");
   }
   return static_cast<std::size_t>(reported);
 }
@@ -195,12 +196,14 @@ class report_round {
   /// (`checked_peer_bytes`).
   [[nodiscard]] std::vector<std::size_t> bytes(std::size_t bound, std::string_view what) const {
     std::vector<std::size_t> b(reports_.size());
-    for (std::size_t r = 0; r < b.size(); ++r) b[r] = checked_peer_bytes(reports_[r].bytes, bound, r, what);
+    for (std::size_t r = 0; r < b.size(); ++r)
+      b[r] = checked_peer_bytes(reports_[r].bytes, bound, r, what);
     return b;
   }
   /// Extra value `i` of rank `r` (after `finish`) as a packet size of at most `bound`
   /// (`checked_peer_bytes`).
-  [[nodiscard]] std::size_t extra_bytes(std::size_t r, std::size_t i, std::size_t bound, std::string_view what) const {
+  [[nodiscard]] std::size_t extra_bytes(std::size_t r, std::size_t i, std::size_t bound,
+                                        std::string_view what) const {
     return checked_peer_bytes(extra(r, i), bound, r, what);
   }
   /// Ring traffic of the round for this rank.

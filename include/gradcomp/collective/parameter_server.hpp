@@ -149,7 +149,8 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
     auto const [b, e] = shard_range(n, s, k);
     try {
       pkt.resize(detail::checked_peer_bytes(r.bytes, tw.server_codec().max_compressed_bytes(e - b),
-                                            static_cast<std::size_t>(server), "parameter-server step (pull)"));
+                                            static_cast<std::size_t>(server),
+                                            "parameter-server step (pull)"));
     } catch (format_error const&) {
       if (!malformed) malformed = std::current_exception();
       continue;
@@ -218,8 +219,8 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
     comm.recv(std::span<std::byte>(in), w, opt.tag);
     rank_report const r = detail::decode_report(in.data());
     try {
-      got[static_cast<std::size_t>(w)].resize(
-          detail::checked_peer_bytes(r.bytes, bound, static_cast<std::size_t>(w), "parameter-server step (push)"));
+      got[static_cast<std::size_t>(w)].resize(detail::checked_peer_bytes(
+          r.bytes, bound, static_cast<std::size_t>(w), "parameter-server step (push)"));
     } catch (format_error const&) {
       if (!malformed) malformed = std::current_exception();
       status = std::max(status, detail::ps_failed);

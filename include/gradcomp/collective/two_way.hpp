@@ -351,7 +351,8 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
   std::size_t total = 0;
   for (std::size_t s = 0; s < w; ++s) {
     auto const [b, e] = shard_range(n, s, w);
-    sizes[s] = detail::checked_peer_bytes(round2.reports()[s].bytes, tw.server_codec().max_compressed_bytes(e - b), s,
+    sizes[s] = detail::checked_peer_bytes(round2.reports()[s].bytes,
+                                          tw.server_codec().max_compressed_bytes(e - b), s,
                                           "all_reduce_two_way (server phase)");
     total += sizes[s];
   }

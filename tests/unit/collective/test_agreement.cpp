@@ -154,21 +154,25 @@ TEST_CASE("a peer killed mid-collective gives comm_error on the others, not a ha
   }
 }
 
-TEST_CASE("a peer announcing an impossible packet size is a format_error before anything is allocated",
-          "[collective][agreement][regression]") {
+TEST_CASE(
+    "a peer announcing an impossible packet size is a format_error before anything is allocated",
+    "[collective][agreement][regression]") {
   // Regression (fuzz, tests/fuzz/regressions/peer/two-way-unchecked-size): the packet sizes in
   // agreement reports and parameter-server replies came from the peers unchecked, so a peer
   // announcing 2^58 bytes made rank 0 allocate that much (and a sum of such sizes could wrap
   // around). Rank 1 here overwrites the size fields of everything it sends.
   auto forge = [](std::vector<std::byte>& m) {
     if (m.size() < gc::rank_report_bytes || (m.size() - gc::rank_report_bytes) % 8 != 0) return;
-    for (std::size_t at = 24; at + 8 <= m.size(); at += 8) gc::detail::store_le<std::uint64_t>(m.data() + at, std::uint64_t{1} << 58);
+    for (std::size_t at = 24; at + 8 <= m.size(); at += 8)
+      gc::detail::store_le<std::uint64_t>(m.data() + at, std::uint64_t{1} << 58);
   };
   for (int mode = 0; mode < 4; ++mode) {
     CAPTURE(mode);
     std::vector<std::string> errors(2);
     REQUIRE_THROWS(run_in_process(2, [&](in_process_communicator& c) {
-      faulty_communicator comm(c, 1000, c.rank() == 1 ? faulty_communicator::forger(forge) : faulty_communicator::forger{});
+      faulty_communicator comm(
+          c, 1000,
+          c.rank() == 1 ? faulty_communicator::forger(forge) : faulty_communicator::forger{});
       gc::any_codec const codec = gc::make_codec("topk:k=10");
       gc::two_way_compressor<gc::any_codec> tw(codec);
       auto const g = rank_gradient(100, c.rank(), 0);
