@@ -2,7 +2,7 @@
 # SPDX-FileCopyrightText: 2026 The gradcomp authors
 # SPDX-License-Identifier: Apache-2.0
 #
-# Sourced by scripts/test and scripts/demo.
+# Sourced by scripts/test, scripts/fuzz and scripts/demo.
 
 # The repository root, whatever directory the script was started from.
 gradcomp_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -47,4 +47,20 @@ gradcomp_need_packages() {
   fi
   "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# gradcomp_leak_detection: prints 1 when LeakSanitizer works here, else 0 with a note on stderr.
+# LeakSanitizer cannot run under ptrace (some containers and debuggers); the sanitizer builds
+# then go on without leak checks rather than fail every program.
+gradcomp_leak_detection() {
+  local probe works=1
+  probe=$(mktemp -d)
+  if echo 'int main() { return 0; }' >"$probe/probe.cpp" &&
+    c++ -fsanitize=address,undefined "$probe/probe.cpp" -o "$probe/probe" 2>/dev/null &&
+    ! "$probe/probe" >/dev/null 2>&1; then
+    echo "note: LeakSanitizer does not work here; running ASan without leak detection" >&2
+    works=0
+  fi
+  rm -rf "$probe"
+  echo "$works"
 }

@@ -24,8 +24,8 @@
 ///
 /// `sparse_packet_support` reads the coordinates such a packet carries (DGC's momentum masking).
 ///
-/// A request for k ≥ m returns a copy of the packet. Other codecs are a `config_error`;
-/// malformed packets a `format_error`.
+/// A request for k ≥ m returns a copy of the packet, once it is checked like any other. Other
+/// codecs are a `config_error`; malformed packets a `format_error`.
 
 #include <gradcomp/codec/detail/select.hpp>
 #include <gradcomp/codec/detail/sparse.hpp>
@@ -127,9 +127,11 @@ inline std::size_t recompress_sparse(std::span<std::byte const> packet, std::uin
     }
     return total;
   }
-  if (k >= m) return detail::copy_packet(packet, out);
+  // The indices are checked before the copy too: a malformed packet is a format_error
+  // whatever k is, never passed on as a valid one.
   std::vector<std::uint32_t> idx;
   detail::sparse::read_indices(h, payload, idx);
+  if (k >= m) return detail::copy_packet(packet, out);
   bool const delta = (h.variant >> 2) == 1;
   std::byte const* vals = payload + (delta ? detail::sparse::delta_bytes(m, h.param1) : 4 * m);
   std::vector<float> val(static_cast<std::size_t>(m));

@@ -116,6 +116,22 @@ inline std::string describe_report(rank_report const& r) {
   return "codec " + codec + ", " + std::to_string(r.count) + " elements, configuration fingerprint " + hex;
 }
 
+/// A packet size `reported` by rank `rank` for a message this rank is about to receive, checked
+/// against `bound`, the most such a packet can hold (a codec's `max_compressed_bytes` for the
+/// agreed size, which every rank computes alike). A larger one comes from a peer that does not
+/// follow the wire format: `format_error`, before anything is allocated from it. `what` names
+/// the collective.
+inline std::size_t checked_peer_bytes(std::uint64_t reported, std::size_t bound, std::size_t rank,
+                                      std::string_view what) {
+  if (reported > bound) {
+    throw format_error(
+        "gradcomp: " + std::string(what) + ": rank " + std::to_string(rank) + " announces a " +
+        std::to_string(reported) + "-byte packet, more than the " + std::to_string(bound) +
+        " bytes its codec can produce for the agreed tensor size; no data was received");
+  }
+  return static_cast<std::size_t>(reported);
+}
+
 /// One agreement round in flight: each rank's report plus `extra` u64 values per rank.
 class report_round {
  public:
@@ -175,6 +191,20 @@ class report_round {
     std::vector<std::size_t> b(reports_.size());
     for (std::size_t r = 0; r < b.size(); ++r) b[r] = static_cast<std::size_t>(reports_[r].bytes);
     return b;
+  }
+  /// Every rank's `bytes` (after `finish`), each checked to be at most `bound`
+  /// (`checked_peer_bytes`).
+  [[nodiscard]] std::vector<std::size_t> bytes(std::size_t bound, std::string_view what) const {
+    std::vector<std::size_t> b(reports_.size());
+    for (std::size_t r = 0; r < b.size(); ++r)
+      b[r] = checked_peer_bytes(reports_[r].bytes, bound, r, what);
+    return b;
+  }
+  /// Extra value `i` of rank `r` (after `finish`) as a packet size of at most `bound`
+  /// (`checked_peer_bytes`).
+  [[nodiscard]] std::size_t extra_bytes(std::size_t r, std::size_t i, std::size_t bound,
+                                        std::string_view what) const {
+    return checked_peer_bytes(extra(r, i), bound, r, what);
   }
   /// Ring traffic of the round for this rank.
   [[nodiscard]] std::size_t wire_bytes() const noexcept {

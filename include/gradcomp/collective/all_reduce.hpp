@@ -213,7 +213,8 @@ collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<fl
     res.wire_bytes = round.wire_bytes();
     if (kind == aggregation_kind::gather) {
       res.path = collective_path::gather;
-      std::vector<std::size_t> const sizes = round.bytes();
+      std::vector<std::size_t> const sizes =
+          round.bytes(codec.max_compressed_bytes(n), "all_reduce_compressed");
       std::size_t total = 0;
       for (std::size_t s : sizes) total += s;
       detail::raw_buffer all(total);

@@ -313,7 +313,10 @@ class bucket_engine {
       s.counts.assign(w, 0);
       std::size_t total = 0;
       for (std::size_t r = 0; r < w; ++r) {
-        for (std::size_t u = 0; u < s.units.size(); ++u) s.counts[r] += static_cast<std::size_t>(s.round.extra(r, u));
+        for (std::size_t u = 0; u < s.units.size(); ++u) {
+          s.counts[r] += s.round.extra_bytes(
+              r, u, codec_.max_compressed_bytes(s.units[u].out.size()), "bucketed_all_reduce");
+        }
         total += s.counts[r];
       }
       s.gathered.resize(total);

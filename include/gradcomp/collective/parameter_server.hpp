@@ -136,6 +136,7 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
   }
   // Pull: every server's report, then its packet when it has one.
   std::uint32_t worst = detail::ps_ok;
+  std::exception_ptr malformed;  // a server's reply that breaks the wire format
   std::vector<std::byte> in(rank_report_bytes), pkt;
   for (std::size_t s = 0; s < k; ++s) {
     int const server = first_server + static_cast<int>(s);
@@ -145,15 +146,23 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
       worst = std::max(worst, r.status);
       continue;
     }
-    pkt.resize(static_cast<std::size_t>(r.bytes));
+    auto const [b, e] = shard_range(n, s, k);
+    try {
+      pkt.resize(detail::checked_peer_bytes(r.bytes, tw.server_codec().max_compressed_bytes(e - b),
+                                            static_cast<std::size_t>(server),
+                                            "parameter-server step (pull)"));
+    } catch (format_error const&) {
+      if (!malformed) malformed = std::current_exception();
+      continue;
+    }
     comm.recv(std::span<std::byte>(pkt), server, opt.tag + 1);
-    if (worst == detail::ps_ok && !local) {
-      auto const [b, e] = shard_range(n, s, k);
+    if (worst == detail::ps_ok && !local && !malformed) {
       tw.server_codec().decompress(std::span<std::byte const>(pkt), out.subspan(b, e - b), ctx);
     }
   }
   wait_all(pending);
   if (local) std::rethrow_exception(local);
+  if (malformed) std::rethrow_exception(malformed);
   if (worst == detail::ps_mismatch) {
     throw config_error("gradcomp: parameter-server step: the servers found that workers disagree on the codec, its "
                        "parameters or the tensor size (every rank must use the same); no result");
@@ -203,11 +212,20 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
     local = std::current_exception();
     status = detail::ps_failed;
   }
+  std::exception_ptr malformed;  // a worker's push that breaks the wire format
+  std::size_t const bound = tw.worker_codec().max_compressed_bytes(e - b);
   std::vector<std::byte> in(rank_report_bytes);
   for (int w = 0; w < workers; ++w) {
     comm.recv(std::span<std::byte>(in), w, opt.tag);
     rank_report const r = detail::decode_report(in.data());
-    got[static_cast<std::size_t>(w)].resize(static_cast<std::size_t>(r.bytes));
+    try {
+      got[static_cast<std::size_t>(w)].resize(detail::checked_peer_bytes(
+          r.bytes, bound, static_cast<std::size_t>(w), "parameter-server step (push)"));
+    } catch (format_error const&) {
+      if (!malformed) malformed = std::current_exception();
+      status = std::max(status, detail::ps_failed);
+      continue;
+    }
     if (r.bytes != 0) comm.recv(std::span<std::byte>(got[static_cast<std::size_t>(w)]), w, opt.tag + 1);
     if (r.status != detail::ps_ok) status = std::max(status, detail::ps_failed);
     else if (r.fingerprint != fp || r.count != n) status = std::max(status, detail::ps_mismatch);
@@ -243,6 +261,7 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
   wait_all(pending);
   res.packet_bytes = status == detail::ps_ok ? bytes : 0;
   if (local) std::rethrow_exception(local);
+  if (malformed) std::rethrow_exception(malformed);
   if (status == detail::ps_mismatch) {
     throw config_error("gradcomp: parameter-server step: workers disagree with server rank " + std::to_string(comm.rank()) +
                        " on the codec, its parameters or the tensor size; no result");

@@ -302,10 +302,12 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
   detail::report_round round1;
   round1.post(comm, mine, extra);
   round1.finish("all_reduce_two_way (worker phase)", local);
+  auto const [mb, me_end] = shard_range(n, me, w);
+  std::size_t const worker_bound = tw.worker_codec().max_compressed_bytes(me_end - mb);
   std::vector<std::size_t> recv_counts(w);
   std::size_t recv_total = 0;
   for (std::size_t p = 0; p < w; ++p) {
-    recv_counts[p] = static_cast<std::size_t>(round1.extra(p, me));
+    recv_counts[p] = round1.extra_bytes(p, me, worker_bound, "all_reduce_two_way (worker phase)");
     recv_total += recv_counts[p];
   }
   std::size_t send_total = 0;
@@ -320,7 +322,6 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
   res.wire_bytes += round1.wire_bytes();
 
   // Phase 2: this rank serves shard `me`.
-  auto const [mb, me_end] = shard_range(n, me, w);
   std::vector<std::byte> spkt;
   std::size_t sbytes = 0;
   rank_report mine2;
@@ -346,9 +347,15 @@ collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float c
   detail::report_round round2;
   round2.post(comm, mine2, {});
   round2.finish("all_reduce_two_way (server phase)", local2);
-  std::vector<std::size_t> const sizes = round2.bytes();
+  std::vector<std::size_t> sizes(w);
   std::size_t total = 0;
-  for (std::size_t s : sizes) total += s;
+  for (std::size_t s = 0; s < w; ++s) {
+    auto const [b, e] = shard_range(n, s, w);
+    sizes[s] = detail::checked_peer_bytes(round2.reports()[s].bytes,
+                                          tw.server_codec().max_compressed_bytes(e - b), s,
+                                          "all_reduce_two_way (server phase)");
+    total += sizes[s];
+  }
   detail::raw_buffer all(total);
   comm.all_gather_v(std::span<std::byte const>(spkt).first(sbytes), all.span(), std::span<std::size_t const>(sizes));
   res.wire_bytes += round2.wire_bytes() + detail::ring_all_gather_bytes(sizes, comm.rank());

@@ -183,4 +183,16 @@ TEST_CASE("multi-level: copies, bounds and errors", "[codec][multilevel][format]
     put_u32(b, hdr + 8, 9);
     CHECK_THROWS_AS(gc::recompress_sparse(b, 1, out), gc::format_error);
   }
+  {
+    // Regression (fuzz, tests/fuzz/regressions/recompress/copy-unchecked-padding): with k >= m
+    // the packet was copied without reading its indices, so one with non-zero delta padding
+    // (approx_topk, f16 values, m = 2, b = 1, padding byte 0xf6) came back as a valid packet.
+    std::vector<std::byte> b(hdr + 8);
+    gc::write_header(b, {gc::codec_id::approx_topk, gc::dtype::bf16, 5, 8, 8, 2, 1});
+    put_u32(b, hdr, 0x00f60001);
+    put_u32(b, hdr + 4, 0xc2a84180);
+    CHECK_THROWS_WITH(gc::recompress_sparse(b, 2, out), Catch::Contains("padding"));
+    CHECK_THROWS_AS(gc::recompress_sparse(b, 2, out), gc::format_error);
+    CHECK_THROWS_AS(gc::recompress_sparse(b, 1, out), gc::format_error);
+  }
 }

@@ -19,9 +19,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gradcomp_test {
@@ -144,37 +146,50 @@ static_assert(gc::low_rank_session<rank1_session>);
 
 /// Wraps an in-process communicator; the `fail_at`-th blocking or non-blocking operation
 /// (counting from 0) throws `std::runtime_error` instead of communicating (a rank that dies
-/// mid-collective).
+/// mid-collective). `forge`, when set, rewrites a copy of what this rank contributes to every
+/// all-gather and point-to-point send (a rank that lies in its messages).
 class faulty_communicator {
  public:
   using communicator_concept = gc::communicator_tag;
-  faulty_communicator(gc::in_process_communicator c, int fail_at) : c_(c), fail_at_(fail_at) {}
+  using forger = std::function<void(std::vector<std::byte>&)>;
+  faulty_communicator(gc::in_process_communicator c, int fail_at, forger forge = {})
+      : c_(c), fail_at_(fail_at), forge_(std::move(forge)) {}
   [[nodiscard]] int rank() const { return c_.rank(); }
   [[nodiscard]] int size() const { return c_.size(); }
   void barrier() { tick(); c_.barrier(); }
   void broadcast(std::span<std::byte> b, int root) { tick(); c_.broadcast(b, root); }
   void all_reduce(std::span<std::byte> b, gc::comm_type t, gc::reduce_op op) { tick(); c_.all_reduce(b, t, op); }
   void reduce_scatter(std::span<std::byte const> i, std::span<std::byte> o, gc::comm_type t, gc::reduce_op op) { tick(); c_.reduce_scatter(i, o, t, op); }
-  void all_gather(std::span<std::byte const> i, std::span<std::byte> o) { tick(); c_.all_gather(i, o); }
+  void all_gather(std::span<std::byte const> i, std::span<std::byte> o) { tick(); c_.all_gather(forged(i), o); }
   void all_gather_v(std::span<std::byte const> i, std::span<std::byte> o, std::span<std::size_t const> c) { tick(); c_.all_gather_v(i, o, c); }
   void all_to_all_v(std::span<std::byte const> i, std::span<std::size_t const> sc, std::span<std::byte> o, std::span<std::size_t const> rc) { tick(); c_.all_to_all_v(i, sc, o, rc); }
-  void send(std::span<std::byte const> i, int p, int t) { tick(); c_.send(i, p, t); }
+  void send(std::span<std::byte const> i, int p, int t) { tick(); c_.send(forged(i), p, t); }
   void recv(std::span<std::byte> o, int p, int t) { tick(); c_.recv(o, p, t); }
   gc::request ibroadcast(std::span<std::byte> b, int root) { tick(); return c_.ibroadcast(b, root); }
   gc::request iall_reduce(std::span<std::byte> b, gc::comm_type t, gc::reduce_op op) { tick(); return c_.iall_reduce(b, t, op); }
   gc::request ireduce_scatter(std::span<std::byte const> i, std::span<std::byte> o, gc::comm_type t, gc::reduce_op op) { tick(); return c_.ireduce_scatter(i, o, t, op); }
-  gc::request iall_gather(std::span<std::byte const> i, std::span<std::byte> o) { tick(); return c_.iall_gather(i, o); }
+  gc::request iall_gather(std::span<std::byte const> i, std::span<std::byte> o) { tick(); return c_.iall_gather(forged(i), o); }
   gc::request iall_gather_v(std::span<std::byte const> i, std::span<std::byte> o, std::span<std::size_t const> c) { tick(); return c_.iall_gather_v(i, o, c); }
   gc::request iall_to_all_v(std::span<std::byte const> i, std::span<std::size_t const> sc, std::span<std::byte> o, std::span<std::size_t const> rc) { tick(); return c_.iall_to_all_v(i, sc, o, rc); }
-  gc::request isend(std::span<std::byte const> i, int p, int t) { tick(); return c_.isend(i, p, t); }
+  gc::request isend(std::span<std::byte const> i, int p, int t) { tick(); return c_.isend(forged(i), p, t); }
   gc::request irecv(std::span<std::byte> o, int p, int t) { tick(); return c_.irecv(o, p, t); }
 
  private:
   void tick() {
     if (count_++ == fail_at_) throw std::runtime_error("injected failure of rank " + std::to_string(rank()));
   }
+  // The message as sent: `in`, or a forged copy (in-process operations copy what they send
+  // when posted, so the copy need not outlive the call).
+  std::span<std::byte const> forged(std::span<std::byte const> in) {
+    if (!forge_) return in;
+    copy_.assign(in.begin(), in.end());
+    forge_(copy_);
+    return copy_;
+  }
   gc::in_process_communicator c_;
   int fail_at_;
+  forger forge_;
+  std::vector<std::byte> copy_;
   int count_ = 0;
 };
 static_assert(gc::communicator<faulty_communicator>);

@@ -3,14 +3,18 @@
 
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
+#include <gradcomp/collective/bucket.hpp>
+#include <gradcomp/collective/parameter_server.hpp>
 #include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/comm/in_process.hpp>
+#include <gradcomp/core/wire.hpp>
 
 #include <catch2/catch.hpp>
 
 #include "collective_support.hpp"
 
 #include <chrono>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -147,5 +151,53 @@ TEST_CASE("a peer killed mid-collective gives comm_error on the others, not a ha
         REQUIRE(std::chrono::steady_clock::now() - t0 < 15s);
       }
     }
+  }
+}
+
+TEST_CASE(
+    "a peer announcing an impossible packet size is a format_error before anything is allocated",
+    "[collective][agreement][regression]") {
+  // Regression (fuzz, tests/fuzz/regressions/peer/two-way-unchecked-size): the packet sizes in
+  // agreement reports and parameter-server replies came from the peers unchecked, so a peer
+  // announcing 2^58 bytes made rank 0 allocate that much (and a sum of such sizes could wrap
+  // around). Rank 1 here overwrites the size fields of everything it sends.
+  auto forge = [](std::vector<std::byte>& m) {
+    if (m.size() < gc::rank_report_bytes || (m.size() - gc::rank_report_bytes) % 8 != 0) return;
+    for (std::size_t at = 24; at + 8 <= m.size(); at += 8)
+      gc::detail::store_le<std::uint64_t>(m.data() + at, std::uint64_t{1} << 58);
+  };
+  for (int mode = 0; mode < 4; ++mode) {
+    CAPTURE(mode);
+    std::vector<std::string> errors(2);
+    REQUIRE_THROWS(run_in_process(2, [&](in_process_communicator& c) {
+      faulty_communicator comm(
+          c, 1000,
+          c.rank() == 1 ? faulty_communicator::forger(forge) : faulty_communicator::forger{});
+      gc::any_codec const codec = gc::make_codec("topk:k=10");
+      gc::two_way_compressor<gc::any_codec> tw(codec);
+      auto const g = rank_gradient(100, c.rank(), 0);
+      std::vector<float> out(g.size());
+      gc::tensor_view<float const> const v{std::span<float const>(g)};
+      try {
+        if (mode == 0) {
+          gc::all_reduce_compressed(comm, codec, v, std::span<float>(out));
+        } else if (mode == 1) {
+          gc::bucketed_all_reduce<gc::any_codec> b(codec, {.min_compress_elements = 10});
+          std::vector<gc::bucket_item> const items{{v, std::span<float>(out)}};
+          (void)b.run(comm, std::span<gc::bucket_item const>(items));
+        } else if (mode == 2) {
+          gc::all_reduce_two_way(comm, tw, v, std::span<float>(out));
+        } else if (c.rank() == 0) {
+          gc::ps_push_pull(comm, tw, v, std::span<float>(out));
+        } else {
+          gc::ps_serve(comm, tw, v.id(), g.size());
+        }
+      } catch (gc::format_error const& e) {
+        errors[static_cast<std::size_t>(c.rank())] = e.what();
+        throw;
+      }
+    }));
+    INFO(errors[0]);
+    CHECK(errors[0].find("announces a 288230376151711744-byte packet") != std::string::npos);
   }
 }
