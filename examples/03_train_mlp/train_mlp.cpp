@@ -89,6 +89,8 @@ struct outcome {
       "                         accordion:... (the last two need gradcomp's adapt/ headers)\n"
       "                                                                     [static:factor=100]\n"
       "  --no-ef                no error feedback\n"
+      "  --guard SPEC           divergence guard: raise | skip | dense | off, optionally\n"
+      "                         :factor=F,window=W,warmup=N,max_skips=S     [raise]\n"
       "  --workers N            in-process workers (threads)                  [2]\n"
       "  --steps N              training steps                                [600]\n"
       "  --batch N              samples per worker per step                   [32]\n"
@@ -446,6 +448,7 @@ int run(int argc, char** argv) {
        workers_given = false;
   int workers = 2;
   train::exchange_options single;
+  std::string guard = "raise";
   for (int i = 1; i < argc; ++i) {
     std::string_view const a = argv[i];
     auto value = [&]() -> std::string {
@@ -489,6 +492,8 @@ int run(int argc, char** argv) {
       single.controller = value();
     else if (a == "--no-ef")
       single.error_feedback = false;
+    else if (a == "--guard")
+      guard = value();
     else if (a == "--optimizer")
       o.optimizer = train::parse_optimizer(value());
     else if (a == "--topology")
@@ -648,6 +653,7 @@ int run(int argc, char** argv) {
       oc.spec = spec;
       train::train_options opts = base;
       opts.exchange = spec.exchange;
+      opts.exchange.guard = guard;
       opts.optimizer = spec.optimizer;
       opts.topology = spec.topology;
       opts.accum = spec.accum;
@@ -658,7 +664,17 @@ int run(int argc, char** argv) {
       if (root) {
         std::printf("%-20s acc %6.2f%%  loss", spec.label.c_str(), 100.0 * r.test_accuracy);
         for (auto const& p : r.curve) std::printf(" %.2f", p.train_loss);
-        std::printf("  (%.1fs)\n", r.wall_s);
+        std::printf("  (%.1fs)", r.wall_s);
+        gradcomp::guard_counters const& gc = r.guard;
+        if (gc.checked + gc.skipped + gc.dense != 0) {
+          std::printf("  guard: peak/median gradient %.2f residual %.2f loss %.2f", gc.peak_ratio[0],
+                      gc.peak_ratio[1], gc.peak_ratio[2]);
+          if (gc.skipped + gc.dense != 0) {
+            std::printf(", %llu skipped, %llu dense", static_cast<unsigned long long>(gc.skipped),
+                        static_cast<unsigned long long>(gc.dense));
+          }
+        }
+        std::printf("\n");
         std::fflush(stdout);
       }
       oc.result = std::move(r);

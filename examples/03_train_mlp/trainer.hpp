@@ -189,6 +189,9 @@ struct run_result {
   double comm_wait_s = 0.0;  ///< blocked in the exchange (mixer wait for gossip), mean over ranks
   /// Decentralized runs: mean over ranks of ‖x_i − x̄‖² / ‖x̄‖² after the last step (else 0).
   double consensus_distance = 0.0;
+  /// The gradient pipeline's divergence guard at the end (sgd, adam): skipped and dense steps,
+  /// and how close the untripped steps came to its limit (peak value / median per quantity).
+  gradcomp::guard_counters guard{};
 };
 
 /// Learning rate of step `step`.
@@ -474,9 +477,12 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
     info.batch = o.batch;
     info.learning_rate = learning_rate_at(o, step);
     info.next_learning_rate = learning_rate_at(o, step + 1);
+    info.loss = br.loss;
     double factor = 1.0;
+    bool skipped = false;
     if (ex) {  // sgd, adam: the gradient pipeline averages the gradients in place
       exchange_report const rep = ex->exchange(grads, info);
+      skipped = rep.skipped;
       bytes += static_cast<double>(rep.bytes_sent);
       wire += static_cast<double>(rep.wire_bytes);
       compress += rep.compress_s;
@@ -491,7 +497,9 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       gain_sum += 1.0;
     }
 
-    if (kind == optimizer_kind::sgd) {
+    if (skipped) {
+      // the divergence guard skipped the step: no update (the pipeline printed why)
+    } else if (kind == optimizer_kind::sgd) {
       opt.step(net.params(), net.grads(), info.learning_rate);
     } else {
       flatten(net.grads(), g);
@@ -576,6 +584,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
     }
   }
   double const wall = std::chrono::duration<double>(clock::now() - start).count();
+  if (ex) res.guard = ex->pipeline().guard().counters();
   if (final_params != nullptr) *final_params = net.params();  // x^(K), before any drain
   double mixer_wait = 0.0;
   on_gossip([&](auto& d) {
