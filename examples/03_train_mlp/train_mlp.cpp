@@ -76,10 +76,15 @@ struct outcome {
       "  --optimizer NAME       sgd (momentum SGD after the gradient exchange) | adam\n"
       "                         (All-Reduce Adam: exchange, then Adam) | cadam (compressed\n"
       "                         Adam: two-way --codec with worker+server error feedback) |\n"
+      "                         onebitadam (1-bit Adam: --warmup steps of All-Reduce Adam,\n"
+      "                         then v frozen, the momentum two-way --codec with feedback) |\n"
       "                         dadam | accumadam | dpsgd (decentralized: gossip of the\n"
       "                         parameters over --topology, no gradient exchange)   [sgd]\n"
       "  --topology SPEC        exp | ring | complete | static-ring | aer:ranks_per_node=P [exp]\n"
       "  --accum T              accumadam window                              [4]\n"
+      "  --warmup N             onebitadam: dense Adam steps before v freezes [2%% of --steps]\n"
+      "  --variance frozen|refresh  onebitadam: keep v, or refresh it from the ranks' local\n"
+      "                         second moments at steps 2T, 4T, 8T, ...          [frozen]\n"
       "  --global-average-every K  decentralized: exact average every K steps (0 never) [0]\n"
       "  --blocking             decentralized: mix, then step (default: overlapped)\n"
       "  --beta1 X [0.9]  --beta2 X [0.999]  --eps X [1e-8]  --adamw-decay X [0] (Adam family)\n"
@@ -89,6 +94,8 @@ struct outcome {
       "                         accordion:... (the last two need gradcomp's adapt/ headers)\n"
       "                                                                     [static:factor=100]\n"
       "  --no-ef                no error feedback\n"
+      "  --no-lr-cap            onebit + EF with sgd: keep --lr above the safe value lr / A(delta)\n"
+      "                         (by default it is capped there; docs/training.md)\n"
       "  --guard SPEC           divergence guard: raise | skip | dense | off, optionally\n"
       "                         :factor=F,window=W,warmup=N,max_skips=S     [raise]\n"
       "  --workers N            in-process workers (threads)                  [2]\n"
@@ -327,6 +334,8 @@ std::vector<run_spec> decentralized_runs() {
       spec("CAdam identity", k::cadam, "identity"),
       spec("CAdam onebit", k::cadam, "onebit"),
       spec("CAdam topk 1%", k::cadam, "topk:ratio=0.01"),
+      spec("1-bit Adam onebit", k::onebitadam, "onebit"),
+      spec("1-bit Adam topk 1%", k::onebitadam, "topk:ratio=0.01"),
   };
 }
 
@@ -494,10 +503,21 @@ int run(int argc, char** argv) {
       single.error_feedback = false;
     else if (a == "--guard")
       guard = value();
+    else if (a == "--no-lr-cap")
+      o.lr_cap = false;
     else if (a == "--optimizer")
       o.optimizer = train::parse_optimizer(value());
     else if (a == "--topology")
       o.topology = value();
+    else if (a == "--warmup")
+      o.warmup = count();
+    else if (a == "--variance") {
+      std::string const v = value();
+      if (v != "frozen" && v != "refresh") {
+        throw gradcomp::config_error("train: --variance wants frozen or refresh, got '" + v + "'");
+      }
+      o.refresh_variance = v == "refresh";
+    }
     else if (a == "--accum") {
       std::size_t const t = count();
       if (t > 1000000) throw gradcomp::config_error("train: --accum wants at most 1000000");
@@ -618,7 +638,8 @@ int run(int argc, char** argv) {
       if (train::is_decentralized(spec.optimizer)) {
         (void)train::make_topology(spec.topology, list == &dec_specs ? dec_workers : workers);
       } else if (codec.substr(0, codec.find(':')) == "topk" &&
-                 spec.optimizer != train::optimizer_kind::cadam) {
+                 spec.optimizer != train::optimizer_kind::cadam &&
+                 spec.optimizer != train::optimizer_kind::onebitadam) {
         (void)train::make_controller(spec.exchange.controller);
       } else if (codec != "dense") {
         (void)gradcomp::make_codec(codec);
@@ -662,6 +683,7 @@ int run(int argc, char** argv) {
       if (demo && !train::is_decentralized(spec.optimizer)) opts.global_average_every = 0;
       train::run_result r = train_with(opts, n);
       if (root) {
+        if (!r.note.empty()) std::printf("%s: %s\n", spec.label.c_str(), r.note.c_str());
         std::printf("%-20s acc %6.2f%%  loss", spec.label.c_str(), 100.0 * r.test_accuracy);
         for (auto const& p : r.curve) std::printf(" %.2f", p.train_loss);
         std::printf("  (%.1fs)", r.wall_s);

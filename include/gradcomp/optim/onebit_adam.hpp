@@ -34,6 +34,16 @@
 /// 1 / (warmup/S + (1 - warmup/S) / ratio) for a codec of `ratio`: a warm-up is paid for in
 /// bytes, and onebit's 32x leaves no room for one under a 30x target.
 ///
+/// **Variance refresh** (`refresh_variance`). A v frozen after a short warm-up is an estimate
+/// from a handful of gradients: coordinates whose few samples happened to be small get a large
+/// step for the rest of the run. With the refresh, each rank keeps updating a local
+/// v_w <- b2*v_w + (1-b2)*g_w^2 (starting from the warm-up's v, no communication) and at steps
+/// 2T, 4T, 8T, ... the ranks average it (v = sum_w v_w / W, float32 all-reduce, rank order) and
+/// the update uses that v with the bias correction of its step. The estimate then rests on
+/// W local gradients a step over the whole run, for log2(S/T) dense all-reduces. v_w sees a
+/// local batch, so it estimates E[g^2] at 1/W of the global batch (more noise in it, smaller
+/// steps where noise dominates).
+///
 /// Float32 parameters and gradients; one object per parameter span (its Adam state), the
 /// two-way state keyed by the tensor id. `save` / `load` ("GC1A" v1) hold everything.
 
@@ -62,6 +72,11 @@ GRADCOMP_NAMESPACE_BEGIN
 struct onebit_adam_options {
   adam_options adam{};       ///< the Adam / AdamW of both phases
   std::uint64_t warmup = 1;  ///< steps of exact Adam (dense all-reduce) before v freezes, >= 1
+  /// Refresh the frozen v instead of keeping it (file comment, "Variance refresh"): every rank
+  /// goes on updating its own second moment from its local gradient, and the ranks average it
+  /// at steps 2T, 4T, 8T, ... (T = `warmup`) with one float32 all-reduce each. false: v stays
+  /// as the warm-up left it (1-bit Adam).
+  bool refresh_variance = false;
 };
 
 /// 1-bit Adam's scheme with any codec (file comment).
@@ -115,12 +130,37 @@ class onebit_adam {
       float const gi = detail::adam_decay(xi, g.span()[i], c);  // L2: wd*x joins the gradient
       local_[i] = c.b1 * m_[i] + c.c1 * gi;
     }
+    std::vector<float> vloc;  // the local second moment of this step (committed with the step)
+    bool const refresh = opt_.refresh_variance && refresh_at(t);
+    if (opt_.refresh_variance) {
+      vloc.resize(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        float xi = x[i];
+        float const gi = detail::adam_decay(xi, g.span()[i], c);
+        vloc[i] = c.b2 * vloc_[i] + c.c2 * (gi * gi);
+      }
+    }
+    std::vector<float> vnew;
+    if (refresh) {  // the ranks' local second moments, averaged
+      vnew = vloc;
+      comm.all_reduce(std::as_writable_bytes(std::span<float>(vnew)), comm_type::f32, reduce_op::sum);
+      if (w > 1) {
+        for (float& v : vnew) v = v * inv;
+      }
+    }
     next_.resize(x.size());
     collective_options co;
     co.op = reduction::sum;
     r = all_reduce_two_way(comm, tw_, tensor_view<float const>(std::span<float const>(local_), g.id()),
                            std::span<float>(next_), ctx, co);
-    // the collective succeeded: commit the momentum and step (same values on every rank)
+    // the collectives succeeded: commit v, the momentum and step (same values on every rank)
+    if (opt_.refresh_variance) vloc_ = std::move(vloc);
+    if (refresh) {
+      v_ = std::move(vnew);
+      bc2_sqrt_ = c.bc2_sqrt = detail::adam_coefficients_for(opt_.adam, t).bc2_sqrt;
+      r.packet_bytes += x.size() * sizeof(float);
+      r.wire_bytes += detail::ring_all_reduce_bytes(x.size() * sizeof(float), comm.size());
+    }
     for (std::size_t i = 0; i < x.size(); ++i) {
       float const mi = w > 1 ? next_[i] * inv : next_[i];
       m_[i] = mi;
@@ -155,7 +195,8 @@ class onebit_adam {
   [[nodiscard]] std::span<float const> local_momentum() const noexcept { return local_; }
 
   /// Serializes the whole state ("GC1A" v1: warm-up length, phase, step count, the frozen
-  /// bias correction, m, v, then the two-way state "GCTW").
+  /// bias correction, m, v, the refresh flag and the local second moment, then the two-way
+  /// state "GCTW").
   [[nodiscard]] std::vector<std::byte> save() const {
     detail::byte_writer w;
     w.begin("GC1A", 1);
@@ -165,6 +206,8 @@ class onebit_adam {
     w.put_f64(static_cast<double>(bc2_sqrt_));
     w.put_floats(first_moment());
     w.put_floats(second_moment());
+    w.put_bool(opt_.refresh_variance);
+    w.put_floats(vloc_);
     w.put_bytes(tw_.save());
     return w.finish();
   }
@@ -180,6 +223,9 @@ class onebit_adam {
     std::vector<float> m = r.get_floats(), v = r.get_floats();
     if (m.size() != v.size()) r.fail("its moments differ in size");
     if (frozen != (t >= opt_.warmup)) r.fail("its phase does not match its step count");
+    if (r.get_bool() != opt_.refresh_variance) r.fail("saved with another refresh_variance setting");
+    std::vector<float> vloc = r.get_floats();
+    if (vloc.size() != (frozen && opt_.refresh_variance ? m.size() : 0)) r.fail("its local second moment has the wrong size");
     two_way_type tw = tw_;
     std::vector<std::byte> const tstate = r.get_bytes();
     tw.load(tstate);
@@ -192,13 +238,22 @@ class onebit_adam {
     bc2_sqrt_ = bc2;
     m_ = frozen ? std::move(m) : std::vector<float>{};
     v_ = frozen ? std::move(v) : std::vector<float>{};
+    vloc_ = std::move(vloc);
     tw_ = std::move(tw);
   }
 
  private:
+  // A refresh step: 2T, 4T, 8T, ...
+  [[nodiscard]] bool refresh_at(std::uint64_t t) const noexcept {
+    if (t % opt_.warmup != 0) return false;
+    std::uint64_t const k = t / opt_.warmup;
+    return k >= 2 && (k & (k - 1)) == 0;
+  }
+
   void freeze() {
     m_.assign(adam_.first_moment().begin(), adam_.first_moment().end());
     v_.assign(adam_.second_moment().begin(), adam_.second_moment().end());
+    if (opt_.refresh_variance) vloc_ = v_;
     t_ = adam_.steps();
     bc2_sqrt_ = detail::adam_coefficients_for(opt_.adam, t_).bc2_sqrt;
     frozen_ = true;
@@ -211,6 +266,7 @@ class onebit_adam {
   std::uint64_t t_ = 0;  // steps, once frozen
   float bc2_sqrt_ = 1.0f;
   std::vector<float> m_, v_;  // once frozen
+  std::vector<float> vloc_;   // refresh_variance: this rank's own second moment
   std::vector<float> mean_, local_, next_;
 };
 

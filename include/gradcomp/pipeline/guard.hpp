@@ -375,6 +375,7 @@ class divergence_guard {
   }
 
   static std::string num(double x) {
+    if (std::isnan(x)) return "nan";  // never "-nan"
     char b[32];
     std::snprintf(b, sizeof b, "%.4g", x);
     return b;

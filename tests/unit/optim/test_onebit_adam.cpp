@@ -76,6 +76,35 @@ TEST_CASE("onebit_adam: the warm-up is Adam on the mean gradient, bit for bit; t
   }
 }
 
+TEST_CASE("onebit_adam: the variance refresh replaces v at steps 2T, 4T, 8T only, with the ranks' mean",
+          "[optim][onebit_adam]") {
+  quadratic_problem const p(2, 400, true, 0.3, 23);
+  std::mutex mu;
+  std::vector<std::vector<float>> vs(2);
+  REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
+    auto const r = static_cast<std::size_t>(comm.rank());
+    gc::onebit_adam<gc::any_codec> opt(gc::make_codec("onebit"),
+                                       {.adam = {.lr = 0.01}, .warmup = 3, .refresh_variance = true});
+    std::vector<float> x(p.d, 0.2f);
+    std::vector<float> v(p.d, 0.0f);
+    for (std::uint64_t s = 0; s < 26; ++s) {
+      std::vector<float> const g = p.gradient(r, x, s);
+      gc::collective_result const res = opt.step(comm, x, view(g), context(s));
+      std::vector<float> const now(opt.second_moment().begin(), opt.second_moment().end());
+      std::uint64_t const t = s + 1;
+      bool const refresh = t == 6 || t == 12 || t == 24;
+      if (t > 3) {
+        RANK_REQUIRE((now != v) == refresh);
+        RANK_REQUIRE((res.packet_bytes >= p.d * 4) == refresh);  // the refresh's all-reduce
+      }
+      v = now;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    vs[r] = v;
+  }));
+  CHECK(vs[0] == vs[1]);
+}
+
 TEST_CASE("onebit_adam: every rank holds the same parameters and momentum", "[optim][onebit_adam]") {
   quadratic_problem const p(4, 37, true, 0.3, 5);
   std::mutex mu;
@@ -155,7 +184,7 @@ TEST_CASE("onebit_adam: a checkpoint resumes bit-identically, before and after t
     INFO(at);
     REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
       auto const r = static_cast<std::size_t>(comm.rank());
-      gc::onebit_adam_options const o{.adam = {.lr = 0.02}, .warmup = 4};
+      gc::onebit_adam_options const o{.adam = {.lr = 0.02}, .warmup = 4, .refresh_variance = at == 9};
       gc::onebit_adam<gc::any_codec> a(gc::make_codec("topk:ratio=0.2"), o);
       std::vector<float> x(p.d, 0.1f);
       for (std::uint64_t s = 0; s < at; ++s) a.step(comm, x, view(p.gradient(r, x, s)), context(s));
