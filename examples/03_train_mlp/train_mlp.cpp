@@ -83,6 +83,8 @@ struct outcome {
       "  --topology SPEC        exp | ring | complete | static-ring | aer:ranks_per_node=P [exp]\n"
       "  --accum T              accumadam window                              [4]\n"
       "  --warmup N             onebitadam: dense Adam steps before v freezes [2%% of --steps]\n"
+      "  --per-layer            cadam, onebitadam: one optimizer (codec scale) per layer\n"
+      "  --compress momentum|gradient  onebitadam: what the ranks compress      [momentum]\n"
       "  --variance frozen|refresh  onebitadam: keep v, or refresh it from the ranks' local\n"
       "                         second moments at steps 2T, 4T, 8T, ...          [frozen]\n"
       "  --global-average-every K  decentralized: exact average every K steps (0 never) [0]\n"
@@ -517,6 +519,14 @@ int run(int argc, char** argv) {
         throw gradcomp::config_error("train: --variance wants frozen or refresh, got '" + v + "'");
       }
       o.refresh_variance = v == "refresh";
+    } else if (a == "--per-layer") {
+      o.per_layer = true;
+    } else if (a == "--compress") {
+      std::string const v = value();
+      if (v != "momentum" && v != "gradient") {
+        throw gradcomp::config_error("train: --compress wants momentum or gradient, got '" + v + "'");
+      }
+      o.compress_momentum = v == "momentum";
     }
     else if (a == "--accum") {
       std::size_t const t = count();

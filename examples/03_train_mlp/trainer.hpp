@@ -189,6 +189,10 @@ struct train_options {
   std::uint32_t accum = 4;       ///< accumadam: window T
   std::size_t warmup = 0;        ///< onebitadam: steps of exact Adam before v freezes (0: auto)
   bool refresh_variance = false;  ///< onebitadam: refresh v at 2T, 4T, ... (else frozen)
+  bool compress_momentum = true;  ///< onebitadam: compress the momentum (else the gradient)
+  /// cadam, onebitadam: one optimizer per layer tensor (tensor id = its index), so that every
+  /// tensor gets its own codec scale; false: one over the flat parameter vector (tensor id 0).
+  bool per_layer = false;
   std::size_t global_average_every = 0;  ///< decentralized: exact averaging period (0: never)
   /// sgd with scaled sign and error feedback: cap the learning rate by `scaled_sign_lr_cap`
   /// (false: keep it, the cap is only printed).
@@ -424,23 +428,36 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   std::optional<gradcomp::adam> adam_opt;  // adam: the same on every rank
   if (kind == optimizer_kind::adam) adam_opt.emplace(adam_settings(o));
   // cadam: two-way compression with worker and server error feedback, then Adam.
-  std::optional<gradcomp::compressed_adam<gradcomp::any_codec>> cadam;
+  // cadam and onebitadam hold one optimizer per parameter span: the flat vector, or each layer.
+  std::vector<std::pair<std::size_t, std::size_t>> spans;  // (offset, size) in the flat vector
+  if (o.per_layer) {
+    std::size_t at = 0;
+    for (auto const& p : net.params()) {
+      spans.emplace_back(at, p.size());
+      at += p.size();
+    }
+  } else {
+    spans.emplace_back(0, net.parameter_count());
+  }
+  std::vector<gradcomp::compressed_adam<gradcomp::any_codec>> cadam;
   gradcomp::codec_context cctx;
   cctx.parallel_threshold = std::numeric_limits<std::size_t>::max();  // ranks are threads already
   cctx.seed = o.exchange.seed;
-  std::optional<gradcomp::onebit_adam<gradcomp::any_codec>> onebit;
-  if (kind == optimizer_kind::onebitadam) {
-    gradcomp::onebit_adam_options oo;
-    oo.adam = adam_settings(o);
-    oo.warmup = o.warmup != 0 ? o.warmup : default_onebit_warmup(o.steps);
-    oo.refresh_variance = o.refresh_variance;
-    onebit.emplace(gradcomp::make_codec(o.exchange.codec == "dense" ? "identity" : o.exchange.codec), oo);
-  }
-  if (kind == optimizer_kind::cadam) {
-    gradcomp::compressed_adam_options co;
-    co.adam = adam_settings(o);
-    cadam.emplace(gradcomp::make_codec(o.exchange.codec == "dense" ? "identity" : o.exchange.codec),
-                  co);
+  std::vector<gradcomp::onebit_adam<gradcomp::any_codec>> onebit;
+  std::string const two_way_codec = o.exchange.codec == "dense" ? "identity" : o.exchange.codec;
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    if (kind == optimizer_kind::onebitadam) {
+      gradcomp::onebit_adam_options oo;
+      oo.adam = adam_settings(o);
+      oo.warmup = o.warmup != 0 ? o.warmup : default_onebit_warmup(o.steps);
+      oo.refresh_variance = o.refresh_variance;
+      oo.compress_momentum = o.compress_momentum;
+      onebit.emplace_back(gradcomp::make_codec(two_way_codec), oo);
+    } else if (kind == optimizer_kind::cadam) {
+      gradcomp::compressed_adam_options co;
+      co.adam = adam_settings(o);
+      cadam.emplace_back(gradcomp::make_codec(two_way_codec), co);
+    }
   }
   std::variant<std::monostate, gossip_optimizer<gradcomp::adam>,
                gossip_optimizer<gradcomp::accum_adam>, gossip_optimizer<gradcomp::sgd>>
@@ -463,11 +480,12 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       gossip.emplace<3>(gradcomp::sgd(so), std::move(mixer));
     }
   } else if (kind == optimizer_kind::onebitadam) {
-    pipeline = std::to_string(onebit->options().warmup) + " steps of dense all-reduce Adam, then v " +
-               (o.refresh_variance ? "refreshed at 2T, 4T, ..." : "frozen") + " and the momentum through two-way " +
-               std::string(onebit->two_way().worker_codec().name()) + " with worker and server error feedback";
+    pipeline = std::to_string(onebit.front().options().warmup) + " steps of dense all-reduce Adam, then v " +
+               (o.refresh_variance ? "refreshed at 2T, 4T, ..." : "frozen") + " and the " +
+               (o.compress_momentum ? "momentum" : "gradient") + " through two-way " + two_way_codec +
+               " with worker and server error feedback" + (o.per_layer ? ", per layer" : "");
   } else if (kind == optimizer_kind::cadam) {
-    pipeline = "two-way " + std::string(cadam->two_way().worker_codec().name()) +
+    pipeline = "two-way " + std::string(cadam.front().two_way().worker_codec().name()) +
                " all-reduce, worker and server error feedback (lr-corrected)";
   }
   auto on_gossip = [&](auto&& f) {
@@ -606,28 +624,29 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       if (kind == optimizer_kind::adam) {
         adam_opt->set_lr(info.learning_rate);
         adam_opt->step(x, g);
-      } else if (kind == optimizer_kind::onebitadam) {
+      } else if (kind == optimizer_kind::onebitadam || kind == optimizer_kind::cadam) {
         auto t1 = clock::now();
         gradcomp::codec_context ctx = cctx;
         ctx.step = static_cast<std::uint32_t>(step);
-        onebit->set_lr(info.learning_rate);
-        gradcomp::collective_result const r = onebit->step(
-            comm, std::span<float>(x),
-            gradcomp::tensor_view<float const>(std::span<float const>(g), gradcomp::tensor_id{0}), ctx);
+        auto step_spans = [&](auto& opts) {
+          for (std::size_t k = 0; k < spans.size(); ++k) {
+            auto const [at, n] = spans[k];
+            opts[k].set_lr(info.learning_rate);  // cadam: residuals are corrected by lr_prev / lr
+            gradcomp::collective_result const r =
+                opts[k].step(comm, std::span<float>(x).subspan(at, n),
+                             gradcomp::tensor_view<float const>(std::span<float const>(g).subspan(at, n),
+                                                                static_cast<gradcomp::tensor_id>(k)),
+                             ctx);
+            bytes += static_cast<double>(r.packet_bytes);
+            wire += static_cast<double>(r.wire_bytes);
+          }
+        };
+        if (kind == optimizer_kind::onebitadam) {
+          step_spans(onebit);
+        } else {
+          step_spans(cadam);
+        }
         sync += since(t1);
-        bytes += static_cast<double>(r.packet_bytes);
-        wire += static_cast<double>(r.wire_bytes);
-      } else if (kind == optimizer_kind::cadam) {
-        auto t1 = clock::now();
-        gradcomp::codec_context ctx = cctx;
-        ctx.step = static_cast<std::uint32_t>(step);
-        cadam->set_lr(info.learning_rate);  // residuals are corrected by lr_prev / lr
-        gradcomp::collective_result const r = cadam->step(
-            comm, std::span<float>(x),
-            gradcomp::tensor_view<float const>(std::span<float const>(g), gradcomp::tensor_id{0}), ctx);
-        sync += since(t1);
-        bytes += static_cast<double>(r.packet_bytes);
-        wire += static_cast<double>(r.wire_bytes);
       } else {
         on_gossip([&](auto& d) {
           d.set_lr(info.learning_rate);

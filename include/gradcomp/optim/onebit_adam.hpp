@@ -77,6 +77,9 @@ struct onebit_adam_options {
   /// at steps 2T, 4T, 8T, ... (T = `warmup`) with one float32 all-reduce each. false: v stays
   /// as the warm-up left it (1-bit Adam).
   bool refresh_variance = false;
+  /// What the ranks compress after the warm-up: their momentum (1-bit Adam; the decoded mean
+  /// becomes m), or their gradient (m <- b1*m + (1-b1)*decoded mean gradient on every rank).
+  bool compress_momentum = true;
 };
 
 /// 1-bit Adam's scheme with any codec (file comment).
@@ -128,7 +131,7 @@ class onebit_adam {
     for (std::size_t i = 0; i < x.size(); ++i) {
       float xi = x[i];
       float const gi = detail::adam_decay(xi, g.span()[i], c);  // L2: wd*x joins the gradient
-      local_[i] = c.b1 * m_[i] + c.c1 * gi;
+      local_[i] = opt_.compress_momentum ? c.b1 * m_[i] + c.c1 * gi : gi;
     }
     std::vector<float> vloc;  // the local second moment of this step (committed with the step)
     bool const refresh = opt_.refresh_variance && refresh_at(t);
@@ -162,7 +165,8 @@ class onebit_adam {
       r.wire_bytes += detail::ring_all_reduce_bytes(x.size() * sizeof(float), comm.size());
     }
     for (std::size_t i = 0; i < x.size(); ++i) {
-      float const mi = w > 1 ? next_[i] * inv : next_[i];
+      float const di = w > 1 ? next_[i] * inv : next_[i];
+      float const mi = opt_.compress_momentum ? di : c.b1 * m_[i] + c.c1 * di;
       m_[i] = mi;
       float xi = x[i];
       (void)detail::adam_decay(xi, 0.0f, c);  // decoupled decay scales x

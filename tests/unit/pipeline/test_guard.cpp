@@ -67,6 +67,26 @@ void warm(gc::gradient_pipeline& p, gc::in_process_communicator& comm, std::uint
   }
 }
 
+// The numeric_error message each rank got (rank threads record into it).
+struct rank_errors {
+  std::mutex mu;
+  std::vector<std::string> what;
+  explicit rank_errors(int world) : what(static_cast<std::size_t>(world)) {}
+  // Runs `f` on rank `rank`, which must throw numeric_error; keeps its message.
+  template <class F>
+  void expect(int rank, F&& f) {
+    std::string msg;
+    try {
+      f();
+    } catch (gc::numeric_error const& e) {
+      msg = e.what();
+    }
+    RANK_REQUIRE(!msg.empty());
+    std::lock_guard<std::mutex> lock(mu);
+    what[static_cast<std::size_t>(rank)] = msg;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("guard: specs and their defaults", "[pipeline][guard]") {
@@ -96,8 +116,7 @@ TEST_CASE("guard: specs and their defaults", "[pipeline][guard]") {
 TEST_CASE("guard: a NaN or an infinity on one rank raises on every rank, naming the tensor, state untouched",
           "[pipeline][guard]") {
   for (float const bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    std::mutex mu;
-    std::vector<std::string> errors(3);
+    rank_errors errors(3);
     REQUIRE_NOTHROW(gc::run_in_process(3, [&](gc::in_process_communicator& comm) {
       gc::gradient_pipeline p(options("raise"));
       warm(p, comm, 3);
@@ -105,13 +124,7 @@ TEST_CASE("guard: a NaN or an infinity on one rank raises on every rank, naming 
       auto g = grads(comm.rank(), 3, 1.0);
       auto const raw = g;
       if (comm.rank() == 1) g[1][7] = bad;  // the small tensor, sent dense
-      try {
-        p.step(comm, views(g));
-        RANK_REQUIRE(false);
-      } catch (gc::numeric_error const& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors[static_cast<std::size_t>(comm.rank())] = e.what();
-      }
+      errors.expect(comm.rank(), [&] { p.step(comm, views(g)); });
       RANK_REQUIRE(p.save() == before);
       RANK_REQUIRE(p.step_count() == 3);
       if (comm.rank() != 1) RANK_REQUIRE(g == raw);  // nothing was sent
@@ -119,9 +132,9 @@ TEST_CASE("guard: a NaN or an infinity on one rank raises on every rank, naming 
       p.step(comm, views(h));  // the next step works
       RANK_REQUIRE(p.step_count() == 4);
     }));
-    for (auto const& e : errors) {
+    for (auto const& e : errors.what) {
       INFO(e);
-      CHECK(e == errors[0]);  // the same message on every rank
+      CHECK(e == errors.what[0]);  // the same message on every rank
       CHECK(e.find("step 3: the gradient norm is") != std::string::npos);
       CHECK(e.find("(tensor 1: ") != std::string::npos);
       CHECK(e.find("not finite") != std::string::npos);
@@ -155,29 +168,22 @@ TEST_CASE("guard off: a NaN fails as before the guard (the codec's error on its 
 
 TEST_CASE("guard: an explosion after a stable history trips; slow growth does not", "[pipeline][guard]") {
   SECTION("a jump of 40x the median raises on every rank") {
-    std::mutex mu;
-    std::vector<std::string> errors(2);
+    rank_errors errors(2);
     REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
       gc::gradient_pipeline p(options("raise"));
       warm(p, comm, 12);
       std::vector<double> const hist = p.guard().history(gc::guard_quantity::gradient);
       RANK_REQUIRE(hist.size() == 12);
       auto g = grads(comm.rank(), 12, 40.0);
-      try {
-        p.step(comm, views(g));
-        RANK_REQUIRE(false);
-      } catch (gc::numeric_error const& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors[static_cast<std::size_t>(comm.rank())] = e.what();
-      }
+      errors.expect(comm.rank(), [&] { p.step(comm, views(g)); });
       RANK_REQUIRE(p.guard().history(gc::guard_quantity::gradient) == hist);
     }));
-    INFO(errors[0]);
-    CHECK(errors[0] == errors[1]);
-    CHECK(errors[0].find("the gradient norm is") != std::string::npos);
-    CHECK(errors[0].find("x the median") != std::string::npos);
-    CHECK(errors[0].find("of its last 12 steps (limit 10x)") != std::string::npos);
-    CHECK(errors[0].find("(tensor 0: ") != std::string::npos);  // the larger tensor
+    INFO(errors.what[0]);
+    CHECK(errors.what[0] == errors.what[1]);
+    CHECK(errors.what[0].find("the gradient norm is") != std::string::npos);
+    CHECK(errors.what[0].find("x the median") != std::string::npos);
+    CHECK(errors.what[0].find("of its last 12 steps (limit 10x)") != std::string::npos);
+    CHECK(errors.what[0].find("(tensor 0: ") != std::string::npos);  // the larger tensor
   }
   SECTION("within the warm-up nothing but non-finite values trips") {
     REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
@@ -203,8 +209,7 @@ TEST_CASE("guard: an explosion after a stable history trips; slow growth does no
 }
 
 TEST_CASE("guard skip: nothing sent, state untouched, every rank agrees, and a stall raises", "[pipeline][guard]") {
-  std::mutex mu;
-  std::vector<std::string> errors(3);
+  rank_errors errors(3);
   REQUIRE_NOTHROW(gc::run_in_process(3, [&](gc::in_process_communicator& comm) {
     gc::gradient_pipeline p(options("skip:max_skips=2"));
     std::vector<gc::guard_verdict> logged;
@@ -229,13 +234,7 @@ TEST_CASE("guard skip: nothing sent, state untouched, every rank agrees, and a s
         RANK_REQUIRE(logged.size() == k + 1 && logged.back().action == gc::guard_action::skipped);
         RANK_REQUIRE(logged.back().message.find("Step skipped") != std::string::npos);
       } else {
-        try {
-          p.step(comm, views(g));
-          RANK_REQUIRE(false);
-        } catch (gc::numeric_error const& e) {
-          std::lock_guard<std::mutex> lock(mu);
-          errors[static_cast<std::size_t>(comm.rank())] = e.what();
-        }
+        errors.expect(comm.rank(), [&] { p.step(comm, views(g)); });
       }
     }
     // a good step goes through and ends the run of skips
@@ -244,9 +243,9 @@ TEST_CASE("guard skip: nothing sent, state untouched, every rank agrees, and a s
     RANK_REQUIRE(st.guard == gc::guard_action::none && st.step == 12);
     RANK_REQUIRE(p.guard().counters().in_a_row == 0 && p.guard().counters().skipped == 2);
   }));
-  INFO(errors[0]);
-  CHECK(errors[0] == errors[2]);
-  CHECK(errors[0].find("skipped the last 2 steps in a row (max_skips), so it raises") != std::string::npos);
+  INFO(errors.what[0]);
+  CHECK(errors.what[0] == errors.what[2]);
+  CHECK(errors.what[0].find("skipped the last 2 steps in a row (max_skips), so it raises") != std::string::npos);
 }
 
 TEST_CASE("guard skip: a NaN is skipped, with 16-bit gradients too", "[pipeline][guard]") {
@@ -326,8 +325,7 @@ TEST_CASE("guard dense: an exploded residual is reset to zero on every rank", "[
 }
 
 TEST_CASE("guard: the reported loss is watched (non-finite on one rank, explosion)", "[pipeline][guard]") {
-  std::mutex mu;
-  std::vector<std::string> errors(2);
+  rank_errors errors(2);
   REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
     gc::gradient_pipeline p(options("dense"));
     for (std::uint64_t s = 0; s < 12; ++s) {
@@ -350,17 +348,11 @@ TEST_CASE("guard: the reported loss is watched (non-finite on one rank, explosio
       q.step(comm, views(k), {.loss = comm.rank() == 0 ? std::optional<double>(1.0) : std::nullopt});
     }
     auto k = grads(comm.rank(), 12, 1.0);
-    try {
-      q.step(comm, views(k), {.loss = comm.rank() == 0 ? std::optional<double>(30.0) : std::nullopt});
-      RANK_REQUIRE(false);
-    } catch (gc::numeric_error const& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      errors[static_cast<std::size_t>(comm.rank())] = e.what();
-    }
+    errors.expect(comm.rank(), [&] { q.step(comm, views(k), {.loss = comm.rank() == 0 ? std::optional<double>(30.0) : std::nullopt}); });
   }));
-  INFO(errors[0]);
-  CHECK(errors[0] == errors[1]);
-  CHECK(errors[0].find("step 12: the loss is 30, 30x the median 1 of its last 12 steps") != std::string::npos);
+  INFO(errors.what[0]);
+  CHECK(errors.what[0] == errors.what[1]);
+  CHECK(errors.what[0].find("step 12: the loss is 30, 30x the median 1 of its last 12 steps") != std::string::npos);
 }
 
 TEST_CASE("guard: checkpoints keep the history and counters bit for bit", "[pipeline][guard][checkpoint]") {
