@@ -48,7 +48,7 @@ class GradcompState:
       controller: "" (the codec as given), "gravac:...", "accordion:...", "static:factor=100",
         "schedule:...".
       guard: the divergence guard, "raise" (default), "skip", "dense" or "off", optionally with
-        ":factor=F,window=W,warmup=N,max_skips=S" (docs/pipeline.md, "Divergence guard"): a
+        ":factor=F,residual_factor=R,window=W,warmup=N,max_skips=S" (docs/pipeline.md, "Divergence guard"): a
         non-finite or exploding gradient, residual or reported loss raises on every rank,
         skips the iteration (the buckets come back as zeros, ``last_stats["guard"]`` is
         "skipped": skip ``optimizer.step()`` then), or sends it dense.

@@ -11,8 +11,8 @@
 /// - the **loss**, the mean over the ranks that reported one (`pipeline_step_info::loss`).
 ///
 /// The step *trips* the guard when one of them is not finite, or, once the history holds
-/// `warmup` steps, when it exceeds `factor` times the median of its last `window` accepted
-/// values (a median of zero compares with nothing). The history takes a step's values only
+/// `warmup` steps, when it exceeds `factor` (the residual: `residual_factor`) times the median
+/// of its last `window` accepted values (a median of zero compares with nothing). The history takes a step's values only
 /// when the step went through untripped, so one outlier never raises the bar for the next.
 /// What a trip does is the policy:
 ///
@@ -33,8 +33,8 @@
 /// non-finite element anywhere makes the sum non-finite on every rank.
 ///
 /// Spec (`pipeline_options::guard`, Python `GradcompState(guard=...)`): `off`, or a policy with
-/// optional settings, `raise|skip|dense[:factor=F,window=W,warmup=N,max_skips=S]`; defaults in
-/// `guard_options`. State (history and counters) is saved as "GCGD" v1 (`save` / `load`).
+/// optional settings, `raise|skip|dense[:factor=F,residual_factor=R,window=W,warmup=N,max_skips=S]`;
+/// defaults in `guard_options` (the residual has its own, higher limit). State (history and counters) is saved as "GCGD" v1 (`save` / `load`).
 
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/config.hpp>
@@ -84,8 +84,13 @@ enum class guard_quantity : std::uint8_t { gradient, residual, loss };
 /// were checked on).
 struct guard_options {
   guard_policy policy = guard_policy::raise;
-  /// A finite value trips when it exceeds `factor` times the median of the history.
+  /// A finite gradient norm or loss trips when it exceeds `factor` times the median of its
+  /// history.
   double factor = 10.0;
+  /// The same for the residual norm. Higher: a controller that raises the compression factor
+  /// raises the residual's level legitimately (Accordion going from x10 to x1000 took it to
+  /// 5.6x its median in the example).
+  double residual_factor = 100.0;
   /// Accepted steps the history holds (the median's window).
   std::uint64_t window = 50;
   /// Accepted steps before the explosion test starts (non-finite values trip from step 0).
@@ -112,15 +117,18 @@ struct guard_options {
     g.policy = guard_policy::dense;
   } else {
     throw config_error("gradcomp: unknown guard '" + std::string(spec) +
-                       "' (expected off, or raise, skip or dense [:factor=F,window=W,warmup=N,max_skips=S])");
+                       "' (expected off, or raise, skip or dense [:factor=F,residual_factor=R,window=W,warmup=N,max_skips=S])");
   }
   g.factor = o.number("factor", g.factor);
+  g.residual_factor = o.number("residual_factor", g.residual_factor);
   g.window = o.count("window", g.window, 1u << 20);
   g.warmup = o.count("warmup", g.warmup, 1u << 20);
   g.max_skips = o.count("max_skips", g.max_skips, 1u << 20);
-  o.finish({"factor", "window", "warmup", "max_skips"});
-  if (!(std::isfinite(g.factor) && g.factor > 1.0)) {
-    throw config_error("gradcomp: guard factor must be finite and > 1, got " + std::to_string(g.factor));
+  o.finish({"factor", "residual_factor", "window", "warmup", "max_skips"});
+  for (double const f : {g.factor, g.residual_factor}) {
+    if (!(std::isfinite(f) && f > 1.0)) {
+      throw config_error("gradcomp: guard factor and residual_factor must be finite and > 1, got " + std::to_string(f));
+    }
   }
   if (g.window == 0) throw config_error("gradcomp: guard window must be >= 1, got 0");
   if (g.warmup > g.window) {
@@ -296,6 +304,9 @@ class divergence_guard {
   };
 
   static constexpr std::size_t index(guard_quantity q) noexcept { return static_cast<std::size_t>(q); }
+  [[nodiscard]] double limit(guard_quantity q) const noexcept {
+    return q == guard_quantity::residual ? opt_.residual_factor : opt_.factor;
+  }
 
   void push(guard_quantity q, double x) {
     ring& h = hist_[index(q)];
@@ -340,7 +351,7 @@ class divergence_guard {
         ring const& h = hist_[index(c.q)];
         if (h.v.size() < opt_.warmup || h.v.empty()) continue;
         double const m = h.median();
-        if (m > 0.0 && c.value > opt_.factor * m) {
+        if (m > 0.0 && c.value > limit(c.q) * m) {
           hit = &c;
           break;
         }
@@ -407,7 +418,7 @@ class divergence_guard {
       s += ", not finite";
     } else {
       s += ", " + num(v.value / v.median) + "x the median " + num(v.median) + " of its last " +
-           std::to_string(h.v.size()) + " steps (limit " + num(opt_.factor) + "x)";
+           std::to_string(h.v.size()) + " steps (limit " + num(limit(c.q)) + "x)";
     }
     if (!h.v.empty()) {
       auto const [lo, hi] = std::minmax_element(h.v.begin(), h.v.end());

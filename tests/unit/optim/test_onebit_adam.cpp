@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <mutex>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -222,12 +223,16 @@ TEST_CASE("onebit_adam: a checkpoint resumes bit-identically, before and after t
 TEST_CASE("onebit_adam reaches the optimum with onebit and top-k; bad arguments are errors", "[optim][onebit_adam]") {
   quadratic_problem const p(4, 64, true, 0.05, 32);
   std::vector<double> const opt = p.optimum();
-  for (char const* codec : {"onebit", "topk:ratio=0.1", "identity"}) {
+  for (auto const& run : {std::pair{"onebit", true}, std::pair{"topk:ratio=0.1", true}, std::pair{"identity", true},
+                          std::pair{"onebit", false}}) {
+    char const* const codec = run.first;
+    bool const momentum = run.second;
     std::mutex mu;
     double err = 0.0;
     REQUIRE_NOTHROW(gc::run_in_process(4, [&](gc::in_process_communicator& comm) {
       auto const r = static_cast<std::size_t>(comm.rank());
-      gc::onebit_adam<gc::any_codec> a(gc::make_codec(codec), {.adam = {.lr = 0.05}, .warmup = 50});
+      gc::onebit_adam<gc::any_codec> a(gc::make_codec(codec),
+                                       {.adam = {.lr = 0.05}, .warmup = 50, .compress_momentum = momentum});
       std::vector<float> x(p.d, 0.0f);
       for (std::uint64_t s = 0; s < 1500; ++s) {
         a.set_lr(gradcomp_test::cosine_lr(0.05, s, 1500) + 1e-5);
@@ -236,7 +241,7 @@ TEST_CASE("onebit_adam reaches the optimum with onebit and top-k; bad arguments 
       std::lock_guard<std::mutex> lock(mu);
       err = std::max(err, gradcomp_test::max_abs_error(x, opt));
     }));
-    INFO(codec << ": " << err);
+    INFO(codec << (momentum ? " (momentum): " : " (gradient): ") << err);
     CHECK(err < 3e-2);
   }
   CHECK_THROWS_AS(gc::onebit_adam<gc::any_codec>(gc::make_codec("onebit"), {.warmup = 0}), gc::config_error);

@@ -93,11 +93,13 @@ TEST_CASE("guard: specs and their defaults", "[pipeline][guard]") {
   gc::guard_options const d = gc::parse_guard("raise");
   CHECK(d.policy == gc::guard_policy::raise);
   CHECK(d.factor == 10.0);
+  CHECK(d.residual_factor == 100.0);
   CHECK(d.window == 50);
   CHECK(d.warmup == 10);
   CHECK(d.max_skips == 10);
   CHECK(gc::parse_guard("off").policy == gc::guard_policy::off);
-  gc::guard_options const s = gc::parse_guard("skip:factor=4,window=8,warmup=3,max_skips=2");
+  gc::guard_options const s = gc::parse_guard("skip:factor=4,residual_factor=7,window=8,warmup=3,max_skips=2");
+  CHECK(s.residual_factor == 7.0);
   CHECK(s.policy == gc::guard_policy::skip);
   CHECK(s.factor == 4.0);
   CHECK(s.window == 8);
@@ -105,7 +107,7 @@ TEST_CASE("guard: specs and their defaults", "[pipeline][guard]") {
   CHECK(s.max_skips == 2);
   CHECK(gc::parse_guard("dense:factor=20").policy == gc::guard_policy::dense);
   CHECK(gc::pipeline_options{}.guard == "raise");
-  for (char const* bad : {"", "panic", "raise:factor=1", "raise:factor=nan", "raise:window=0", "raise:warmup=9,window=8",
+  for (char const* bad : {"", "panic", "raise:factor=1", "raise:factor=nan", "raise:residual_factor=0.5", "raise:window=0", "raise:warmup=9,window=8",
                           "off:factor=3", "skip:patience=3", "raise:factor="}) {
     INFO(bad);
     CHECK_THROWS_AS(gc::parse_guard(bad), gc::config_error);
