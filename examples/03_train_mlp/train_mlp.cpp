@@ -96,7 +96,8 @@ struct outcome {
       "                         accordion:... (the last two need gradcomp's adapt/ headers)\n"
       "                                                                     [static:factor=100]\n"
       "  --no-ef                no error feedback\n"
-      "  --no-lr-cap            onebit + EF with sgd: keep --lr above the safe value lr / A(delta)\n"
+      "  --no-lr-cap            onebit + EF with sgd: keep --lr above the safe value lr / "
+      "A(delta)\n"
       "                         (by default it is capped there; docs/training.md)\n"
       "  --guard SPEC           divergence guard: raise | skip | dense | off, optionally\n"
       "                         :factor=F,residual_factor=R,window=W,warmup=N,max_skips=S\n"
@@ -525,11 +526,11 @@ int run(int argc, char** argv) {
     } else if (a == "--compress") {
       std::string const v = value();
       if (v != "momentum" && v != "gradient") {
-        throw gradcomp::config_error("train: --compress wants momentum or gradient, got '" + v + "'");
+        throw gradcomp::config_error("train: --compress wants momentum or gradient, got '" + v +
+                                     "'");
       }
       o.compress_momentum = v == "momentum";
-    }
-    else if (a == "--accum") {
+    } else if (a == "--accum") {
       std::size_t const t = count();
       if (t > 1000000) throw gradcomp::config_error("train: --accum wants at most 1000000");
       o.accum = static_cast<std::uint32_t>(t);
@@ -700,8 +701,8 @@ int run(int argc, char** argv) {
         std::printf("  (%.1fs)", r.wall_s);
         gradcomp::guard_counters const& gc = r.guard;
         if (gc.checked + gc.skipped + gc.dense != 0) {
-          std::printf("  guard: peak/median gradient %.2f residual %.2f loss %.2f", gc.peak_ratio[0],
-                      gc.peak_ratio[1], gc.peak_ratio[2]);
+          std::printf("  guard: peak/median gradient %.2f residual %.2f loss %.2f",
+                      gc.peak_ratio[0], gc.peak_ratio[1], gc.peak_ratio[2]);
           if (gc.skipped + gc.dense != 0) {
             std::printf(", %llu skipped, %llu dense", static_cast<unsigned long long>(gc.skipped),
                         static_cast<unsigned long long>(gc.dense));

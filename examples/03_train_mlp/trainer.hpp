@@ -95,24 +95,29 @@ inline char const* optimizer_name(optimizer_kind k) noexcept {
 
 /// Parses an optimizer name; throws `config_error` for anything else.
 inline optimizer_kind parse_optimizer(std::string_view s) {
-  for (auto k : {optimizer_kind::sgd, optimizer_kind::adam, optimizer_kind::cadam, optimizer_kind::onebitadam,
-                 optimizer_kind::dadam, optimizer_kind::accumadam, optimizer_kind::dpsgd}) {
+  for (auto k : {optimizer_kind::sgd, optimizer_kind::adam, optimizer_kind::cadam,
+                 optimizer_kind::onebitadam, optimizer_kind::dadam, optimizer_kind::accumadam,
+                 optimizer_kind::dpsgd}) {
     if (s == optimizer_name(k)) return k;
   }
-  throw gradcomp::config_error("train: unknown optimizer '" + std::string(s) +
-                               "'; expected sgd, adam, cadam, onebitadam, dadam, accumadam or dpsgd");
+  throw gradcomp::config_error(
+      "train: unknown optimizer '" + std::string(s) +
+      "'; expected sgd, adam, cadam, onebitadam, dadam, accumadam or dpsgd");
 }
 
 /// Warm-up of `onebitadam` when none is given: 2 % of the steps (at least 1), so that the dense
 /// warm-up costs at most what a 1/50 share of the steps costs; docs/training.md gives the
 /// measurements behind it.
-inline std::size_t default_onebit_warmup(std::size_t steps) { return std::max<std::size_t>(1, steps / 50); }
+inline std::size_t default_onebit_warmup(std::size_t steps) {
+  return std::max<std::size_t>(1, steps / 50);
+}
 
 /// Whether `e` sends scaled signs with error feedback (onebit with its default mean-|x| scale):
 /// the exchange whose learning rate `scaled_sign_lr_cap` bounds.
 inline bool scaled_sign_with_feedback(exchange_options const& e) {
   std::string_view const c = e.codec;
-  return e.error_feedback && c.substr(0, c.find(':')) == "onebit" && c.find("scaling=none") == std::string_view::npos;
+  return e.error_feedback && c.substr(0, c.find(':')) == "onebit" &&
+         c.find("scaling=none") == std::string_view::npos;
 }
 
 /// The residual amplification of scaled sign with error feedback: with δ = ‖C(p)‖² / ‖p‖²
@@ -480,10 +485,12 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       gossip.emplace<3>(gradcomp::sgd(so), std::move(mixer));
     }
   } else if (kind == optimizer_kind::onebitadam) {
-    pipeline = std::to_string(onebit.front().options().warmup) + " steps of dense all-reduce Adam, then v " +
+    pipeline = std::to_string(onebit.front().options().warmup) +
+               " steps of dense all-reduce Adam, then v " +
                (o.refresh_variance ? "refreshed at 2T, 4T, ..." : "frozen") + " and the " +
-               (o.compress_momentum ? "momentum" : "gradient") + " through two-way " + two_way_codec +
-               " with worker and server error feedback" + (o.per_layer ? ", per layer" : "");
+               (o.compress_momentum ? "momentum" : "gradient") + " through two-way " +
+               two_way_codec + " with worker and server error feedback" +
+               (o.per_layer ? ", per layer" : "");
   } else if (kind == optimizer_kind::cadam) {
     pipeline = "two-way " + std::string(cadam.front().two_way().worker_codec().name()) +
                " all-reduce, worker and server error feedback (lr-corrected)";
@@ -519,21 +526,24 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       sums[0] += l1 * l1 / static_cast<double>(gr.size());
       sums[1] += l2;
     }
-    comm.all_reduce(std::as_writable_bytes(std::span<double>(sums)), gradcomp::comm_type::f64, gradcomp::reduce_op::sum);
+    comm.all_reduce(std::as_writable_bytes(std::span<double>(sums)), gradcomp::comm_type::f64,
+                    gradcomp::reduce_op::sum);
     double const delta = sums[1] > 0.0 ? sums[0] / sums[1] : 1.0;
     double const cap = scaled_sign_lr_cap(o.learning_rate, delta);
     char buf[400];
     std::snprintf(buf, sizeof buf,
-                  "scaled sign + error feedback: delta = %.3f (||C(g)||^2/||g||^2 of the first gradient), residual "
-                  "amplification A = %.2f, safe lr = lr / A = %.4g: ",
+                  "scaled sign + error feedback: delta = %.3f (||C(g)||^2/||g||^2 of the first "
+                  "gradient), residual amplification A = %.2f, safe lr = lr / A = %.4g: ",
                   delta, sign_residual_amplification(delta), cap);
     note = buf;
     if (cap >= o.learning_rate) {
       std::snprintf(buf, sizeof buf, "lr %.4g kept", o.learning_rate);
     } else if (o.lr_cap) {
-      std::snprintf(buf, sizeof buf, "lr capped from %.4g to %.4g (--no-lr-cap keeps it)", o.learning_rate, cap);
+      std::snprintf(buf, sizeof buf, "lr capped from %.4g to %.4g (--no-lr-cap keeps it)",
+                    o.learning_rate, cap);
     } else {
-      std::snprintf(buf, sizeof buf, "lr %.4g kept (--no-lr-cap), above the safe value", o.learning_rate);
+      std::snprintf(buf, sizeof buf, "lr %.4g kept (--no-lr-cap), above the safe value",
+                    o.learning_rate);
     }
     note += buf;
     note += " (docs/training.md)";
@@ -632,11 +642,11 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
           for (std::size_t k = 0; k < spans.size(); ++k) {
             auto const [at, n] = spans[k];
             opts[k].set_lr(info.learning_rate);  // cadam: residuals are corrected by lr_prev / lr
-            gradcomp::collective_result const r =
-                opts[k].step(comm, std::span<float>(x).subspan(at, n),
-                             gradcomp::tensor_view<float const>(std::span<float const>(g).subspan(at, n),
-                                                                static_cast<gradcomp::tensor_id>(k)),
-                             ctx);
+            gradcomp::collective_result const r = opts[k].step(
+                comm, std::span<float>(x).subspan(at, n),
+                gradcomp::tensor_view<float const>(std::span<float const>(g).subspan(at, n),
+                                                   static_cast<gradcomp::tensor_id>(k)),
+                ctx);
             bytes += static_cast<double>(r.packet_bytes);
             wire += static_cast<double>(r.wire_bytes);
           }

@@ -180,7 +180,9 @@ py::dict stats_dict(gc::pipeline_stats const& s) {
   d["communicate_s"] = s.communicate_s;
   d["decode_s"] = s.decode_s;
   d["total_s"] = s.total_s;
-  d["guard"] = s.guard == gc::guard_action::skipped ? "skipped" : (s.guard == gc::guard_action::dense ? "dense" : "none");
+  d["guard"] = s.guard == gc::guard_action::skipped
+                   ? "skipped"
+                   : (s.guard == gc::guard_action::dense ? "dense" : "none");
   d["gradient_norm"] = s.gradient_norm;
   d["residual_norm"] = s.residual_norm;
   d["loss"] = s.loss;
@@ -340,8 +342,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("process_group"), py::arg("options"))
       .def(
           "submit",
-          [](ddp_engine& e, std::int64_t index, at::Tensor buffer, py::list views, py::list shapes, py::list keys,
-             bool is_last) {
+          [](ddp_engine& e, std::int64_t index, at::Tensor buffer, py::list views, py::list shapes,
+             py::list keys, bool is_last) {
             if (!buffer.device().is_cpu()) {
               throw gc::config_error("gradcomp: the DDP hook runs on CPU tensors (the CUDA path is docs/cuda.md's)");
             }
@@ -371,7 +373,8 @@ PYBIND11_MODULE(_C, m) {
             }
             return std::make_shared<torch::jit::PythonFutureWrapper>(f);
           },
-          py::arg("index"), py::arg("buffer"), py::arg("views"), py::arg("shapes"), py::arg("keys"), py::arg("is_last"))
+          py::arg("index"), py::arg("buffer"), py::arg("views"), py::arg("shapes"), py::arg("keys"),
+          py::arg("is_last"))
       .def("wait_idle", &ddp_engine::wait_idle, py::call_guard<py::gil_scoped_release>())
       .def("save",
            [](ddp_engine& e) {

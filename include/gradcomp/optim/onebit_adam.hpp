@@ -89,9 +89,12 @@ class onebit_adam {
   using two_way_type = two_way_compressor<Codec>;
 
   /// `config_error` for a warm-up of 0 steps (v would be zero) or invalid Adam options.
-  explicit onebit_adam(Codec codec, onebit_adam_options o) : opt_(o), adam_(o.adam), tw_(std::move(codec)) {
+  explicit onebit_adam(Codec codec, onebit_adam_options o)
+      : opt_(o), adam_(o.adam), tw_(std::move(codec)) {
     if (o.warmup == 0) {
-      throw config_error("gradcomp: onebit_adam needs a warm-up of at least 1 step (its second moment freezes there)");
+      throw config_error(
+          "gradcomp: onebit_adam needs a warm-up of at least 1 step (its second moment freezes "
+          "there)");
     }
   }
 
@@ -99,21 +102,25 @@ class onebit_adam {
   /// and codec. Returns the bytes of the step's collective (`packet_bytes`: this rank's payload;
   /// `wire_bytes`: its modeled ring traffic).
   template <communicator Comm>
-  collective_result step(Comm& comm, std::span<float> x, tensor_view<float const> g, codec_context const& ctx = {}) {
+  collective_result step(Comm& comm, std::span<float> x, tensor_view<float const> g,
+                         codec_context const& ctx = {}) {
     if (x.size() != g.size()) {
-      throw config_error("gradcomp: onebit_adam::step got " + std::to_string(x.size()) + " parameters and " +
-                         std::to_string(g.size()) + " gradients; expected as many of each");
+      throw config_error("gradcomp: onebit_adam::step got " + std::to_string(x.size()) +
+                         " parameters and " + std::to_string(g.size()) +
+                         " gradients; expected as many of each");
     }
     if (!m_.empty() && m_.size() != x.size()) {
-      throw config_error("gradcomp: onebit_adam holds " + std::to_string(m_.size()) + " elements but the step has " +
-                         std::to_string(x.size()) + " (use one optimizer per parameter span)");
+      throw config_error("gradcomp: onebit_adam holds " + std::to_string(m_.size()) +
+                         " elements but the step has " + std::to_string(x.size()) +
+                         " (use one optimizer per parameter span)");
     }
     auto const w = static_cast<std::size_t>(comm.size());
     float const inv = 1.0f / static_cast<float>(w);
     collective_result r;
     if (!compressing()) {  // exact Adam on the mean gradient
       mean_.assign(g.span().begin(), g.span().end());
-      comm.all_reduce(std::as_writable_bytes(std::span<float>(mean_)), comm_type::f32, reduce_op::sum);
+      comm.all_reduce(std::as_writable_bytes(std::span<float>(mean_)), comm_type::f32,
+                      reduce_op::sum);
       if (w > 1) {
         for (float& v : mean_) v = v * inv;
       }
@@ -146,7 +153,8 @@ class onebit_adam {
     std::vector<float> vnew;
     if (refresh) {  // the ranks' local second moments, averaged
       vnew = vloc;
-      comm.all_reduce(std::as_writable_bytes(std::span<float>(vnew)), comm_type::f32, reduce_op::sum);
+      comm.all_reduce(std::as_writable_bytes(std::span<float>(vnew)), comm_type::f32,
+                      reduce_op::sum);
       if (w > 1) {
         for (float& v : vnew) v = v * inv;
       }
@@ -154,7 +162,8 @@ class onebit_adam {
     next_.resize(x.size());
     collective_options co;
     co.op = reduction::sum;
-    r = all_reduce_two_way(comm, tw_, tensor_view<float const>(std::span<float const>(local_), g.id()),
+    r = all_reduce_two_way(comm, tw_,
+                           tensor_view<float const>(std::span<float const>(local_), g.id()),
                            std::span<float>(next_), ctx, co);
     // the collectives succeeded: commit v, the momentum and step (same values on every rank)
     if (opt_.refresh_variance) vloc_ = std::move(vloc);
@@ -188,9 +197,13 @@ class onebit_adam {
     opt_.adam.lr = lr;
   }
   /// The first moment (after a compressed step: the decoded mean of the ranks' momenta).
-  [[nodiscard]] std::span<float const> first_moment() const noexcept { return frozen_ ? std::span<float const>(m_) : adam_.first_moment(); }
+  [[nodiscard]] std::span<float const> first_moment() const noexcept {
+    return frozen_ ? std::span<float const>(m_) : adam_.first_moment();
+  }
   /// The second moment (frozen after the warm-up).
-  [[nodiscard]] std::span<float const> second_moment() const noexcept { return frozen_ ? std::span<float const>(v_) : adam_.second_moment(); }
+  [[nodiscard]] std::span<float const> second_moment() const noexcept {
+    return frozen_ ? std::span<float const>(v_) : adam_.second_moment();
+  }
   /// The two-way state: codecs and both sides' residuals (momentum units), keyed by shard
   /// (`shard_key{id, s, W}`: this rank's worker residual of shard s, its server residual of
   /// shard `rank`).
@@ -227,9 +240,11 @@ class onebit_adam {
     std::vector<float> m = r.get_floats(), v = r.get_floats();
     if (m.size() != v.size()) r.fail("its moments differ in size");
     if (frozen != (t >= opt_.warmup)) r.fail("its phase does not match its step count");
-    if (r.get_bool() != opt_.refresh_variance) r.fail("saved with another refresh_variance setting");
+    if (r.get_bool() != opt_.refresh_variance)
+      r.fail("saved with another refresh_variance setting");
     std::vector<float> vloc = r.get_floats();
-    if (vloc.size() != (frozen && opt_.refresh_variance ? m.size() : 0)) r.fail("its local second moment has the wrong size");
+    if (vloc.size() != (frozen && opt_.refresh_variance ? m.size() : 0))
+      r.fail("its local second moment has the wrong size");
     two_way_type tw = tw_;
     std::vector<std::byte> const tstate = r.get_bytes();
     tw.load(tstate);

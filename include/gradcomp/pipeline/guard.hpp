@@ -12,9 +12,9 @@
 ///
 /// The step *trips* the guard when one of them is not finite, or, once the history holds
 /// `warmup` steps, when it exceeds `factor` (the residual: `residual_factor`) times the median
-/// of its last `window` accepted values (a median of zero compares with nothing). The history takes a step's values only
-/// when the step went through untripped, so one outlier never raises the bar for the next.
-/// What a trip does is the policy:
+/// of its last `window` accepted values (a median of zero compares with nothing). The history takes
+/// a step's values only when the step went through untripped, so one outlier never raises the bar
+/// for the next. What a trip does is the policy:
 ///
 /// - `raise`: `numeric_error` on every rank, with a message naming the quantity, its value,
 ///   the tensor that holds most of it, the median and range of the history and the limit;
@@ -33,8 +33,10 @@
 /// non-finite element anywhere makes the sum non-finite on every rank.
 ///
 /// Spec (`pipeline_options::guard`, Python `GradcompState(guard=...)`): `off`, or a policy with
-/// optional settings, `raise|skip|dense[:factor=F,residual_factor=R,window=W,warmup=N,max_skips=S]`;
-/// defaults in `guard_options` (the residual has its own, higher limit). State (history and counters) is saved as "GCGD" v1 (`save` / `load`).
+/// optional settings,
+/// `raise|skip|dense[:factor=F,residual_factor=R,window=W,warmup=N,max_skips=S]`; defaults in
+/// `guard_options` (the residual has its own, higher limit). State (history and counters) is saved
+/// as "GCGD" v1 (`save` / `load`).
 
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/config.hpp>
@@ -117,7 +119,8 @@ struct guard_options {
     g.policy = guard_policy::dense;
   } else {
     throw config_error("gradcomp: unknown guard '" + std::string(spec) +
-                       "' (expected off, or raise, skip or dense [:factor=F,residual_factor=R,window=W,warmup=N,max_skips=S])");
+                       "' (expected off, or raise, skip or dense "
+                       "[:factor=F,residual_factor=R,window=W,warmup=N,max_skips=S])");
   }
   g.factor = o.number("factor", g.factor);
   g.residual_factor = o.number("residual_factor", g.residual_factor);
@@ -127,13 +130,14 @@ struct guard_options {
   o.finish({"factor", "residual_factor", "window", "warmup", "max_skips"});
   for (double const f : {g.factor, g.residual_factor}) {
     if (!(std::isfinite(f) && f > 1.0)) {
-      throw config_error("gradcomp: guard factor and residual_factor must be finite and > 1, got " + std::to_string(f));
+      throw config_error("gradcomp: guard factor and residual_factor must be finite and > 1, got " +
+                         std::to_string(f));
     }
   }
   if (g.window == 0) throw config_error("gradcomp: guard window must be >= 1, got 0");
   if (g.warmup > g.window) {
-    throw config_error("gradcomp: guard warmup (" + std::to_string(g.warmup) + ") must not exceed its window (" +
-                       std::to_string(g.window) + ")");
+    throw config_error("gradcomp: guard warmup (" + std::to_string(g.warmup) +
+                       ") must not exceed its window (" + std::to_string(g.window) + ")");
   }
   return g;
 }
@@ -149,8 +153,8 @@ struct guard_tensor {
 struct guard_verdict {
   /// What to do: `none` (go on), `skipped`, `dense`; `raise` is `trip` with `raise_it` set.
   guard_action action = guard_action::none;
-  bool tripped = false;    ///< some quantity tripped
-  bool raise_it = false;   ///< the step must fail with `numeric_error(message)`
+  bool tripped = false;         ///< some quantity tripped
+  bool raise_it = false;        ///< the step must fail with `numeric_error(message)`
   bool reset_residual = false;  ///< `dense`: the error-feedback state is reset
   guard_quantity what = guard_quantity::gradient;
   bool nonfinite = false;
@@ -165,11 +169,11 @@ struct guard_verdict {
 
 /// Counters of the guard (part of its state).
 struct guard_counters {
-  std::uint64_t checked = 0;      ///< steps that went through the guard untripped
-  std::uint64_t skipped = 0;      ///< steps skipped
-  std::uint64_t dense = 0;        ///< steps sent dense by the guard
-  std::uint64_t resets = 0;       ///< of which with the error-feedback state reset
-  std::uint64_t in_a_row = 0;     ///< skipped steps since the last step that went through
+  std::uint64_t checked = 0;   ///< steps that went through the guard untripped
+  std::uint64_t skipped = 0;   ///< steps skipped
+  std::uint64_t dense = 0;     ///< steps sent dense by the guard
+  std::uint64_t resets = 0;    ///< of which with the error-feedback state reset
+  std::uint64_t in_a_row = 0;  ///< skipped steps since the last step that went through
   /// Largest value / median seen on an untripped step, per quantity (how close normal
   /// training came to the limit; 0 before the warm-up ends).
   double peak_ratio[3] = {0.0, 0.0, 0.0};
@@ -185,15 +189,17 @@ class divergence_guard {
   [[nodiscard]] bool enabled() const noexcept { return opt_.policy != guard_policy::off; }
   [[nodiscard]] guard_counters const& counters() const noexcept { return counters_; }
   /// The history of a quantity, oldest first.
-  [[nodiscard]] std::vector<double> history(guard_quantity q) const { return hist_[index(q)].ordered(); }
+  [[nodiscard]] std::vector<double> history(guard_quantity q) const {
+    return hist_[index(q)].ordered();
+  }
 
   /// Collective: sums the ranks' `tensors` (the same ids in the same order on every rank) and
   /// losses in one all-reduce and judges step `step`. `watch_residual`: the pipeline has
   /// error-feedback state to watch. Adds the round's modeled ring bytes to `wire_bytes`.
   /// Changes nothing: `commit` records the outcome once the step went through.
   template <communicator Comm>
-  guard_verdict check(Comm& comm, std::uint64_t step, std::span<guard_tensor const> tensors, bool watch_residual,
-                      std::optional<double> loss, std::size_t& wire_bytes) {
+  guard_verdict check(Comm& comm, std::uint64_t step, std::span<guard_tensor const> tensors,
+                      bool watch_residual, std::optional<double> loss, std::size_t& wire_bytes) {
     std::size_t const t = tensors.size();
     buf_.assign(2 * t + 2, 0.0);
     for (std::size_t i = 0; i < t; ++i) {
@@ -204,7 +210,8 @@ class divergence_guard {
       buf_[2 * t] = *loss;
       buf_[2 * t + 1] = 1.0;
     }
-    comm.all_reduce(std::as_writable_bytes(std::span<double>(buf_)), comm_type::f64, reduce_op::sum);
+    comm.all_reduce(std::as_writable_bytes(std::span<double>(buf_)), comm_type::f64,
+                    reduce_op::sum);
     std::size_t const bytes = buf_.size() * sizeof(double);
     auto const w = static_cast<std::size_t>(comm.size());
     wire_bytes += w <= 1 ? 0 : 2 * bytes * (w - 1) / w;
@@ -259,7 +266,8 @@ class divergence_guard {
     c.resets = r.get_u64();
     c.in_a_row = r.get_u64();
     std::vector<double> const peak = r.get_doubles();
-    if (peak.size() != 3) r.fail("holds " + std::to_string(peak.size()) + " peak ratios, expected 3");
+    if (peak.size() != 3)
+      r.fail("holds " + std::to_string(peak.size()) + " peak ratios, expected 3");
     std::copy(peak.begin(), peak.end(), c.peak_ratio);
     ring h[3];
     for (std::size_t q = 0; q < 3; ++q) {
@@ -267,7 +275,8 @@ class divergence_guard {
       if (v.size() > opt_.window) r.fail("a history holds more values than the window");
       for (double d : v) {
         // norms are >= 0; a loss may be any finite value
-        if (!std::isfinite(d) || (d < 0.0 && q != index(guard_quantity::loss))) r.fail("a history holds a bad value");
+        if (!std::isfinite(d) || (d < 0.0 && q != index(guard_quantity::loss)))
+          r.fail("a history holds a bad value");
         h[q].push(d, opt_.window);
       }
     }
@@ -303,7 +312,9 @@ class divergence_guard {
     }
   };
 
-  static constexpr std::size_t index(guard_quantity q) noexcept { return static_cast<std::size_t>(q); }
+  static constexpr std::size_t index(guard_quantity q) noexcept {
+    return static_cast<std::size_t>(q);
+  }
   [[nodiscard]] double limit(guard_quantity q) const noexcept {
     return q == guard_quantity::residual ? opt_.residual_factor : opt_.factor;
   }
@@ -317,7 +328,8 @@ class divergence_guard {
     h.push(x, opt_.window);
   }
 
-  guard_verdict judge(std::uint64_t step, std::span<guard_tensor const> tensors, bool watch_residual) const {
+  guard_verdict judge(std::uint64_t step, std::span<guard_tensor const> tensors,
+                      bool watch_residual) const {
     std::size_t const t = tensors.size();
     std::span<double const> const g(buf_.data(), t), e(buf_.data() + t, t);
     guard_verdict v;
@@ -381,7 +393,8 @@ class divergence_guard {
       v.action = guard_action::none;
       v.raise_it = true;
     }
-    v.message = describe(step, v, *hit, tensors, stall && v.raise_it && opt_.policy != guard_policy::raise);
+    v.message =
+        describe(step, v, *hit, tensors, stall && v.raise_it && opt_.policy != guard_policy::raise);
     return v;
   }
 
@@ -397,8 +410,9 @@ class divergence_guard {
                        std::span<guard_tensor const> tensors, bool stalled) const {
     std::string s = "gradcomp: divergence guard: step " + std::to_string(step) + ": ";
     std::string const what = c.q == guard_quantity::loss ? std::string("the loss")
-                             : c.q == guard_quantity::gradient ? std::string("the gradient norm")
-                                                               : std::string("the residual (error-feedback state) norm");
+                             : c.q == guard_quantity::gradient
+                                 ? std::string("the gradient norm")
+                                 : std::string("the residual (error-feedback state) norm");
     s += what + " is " + num(v.value);
     if (!c.parts.empty()) {  // the tensor holding the first non-finite value or most of the norm
       std::size_t at = 0;
@@ -438,7 +452,8 @@ class divergence_guard {
       s += v.reset_residual ? ". Sent dense; every error-feedback state reset to zero"
                             : ". Sent dense; error-feedback state kept";
     }
-    s += " (guard '" + spec_ + "'; docs/pipeline.md, \"Divergence guard\"; for scaled-sign codecs with "
+    s += " (guard '" + spec_ +
+         "'; docs/pipeline.md, \"Divergence guard\"; for scaled-sign codecs with "
          "error feedback see the learning-rate rule in docs/training.md)";
     return s;
   }

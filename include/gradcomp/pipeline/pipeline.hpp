@@ -49,7 +49,6 @@
 #include <gradcomp/adapt/protocol.hpp>
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/budget.hpp>
-#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/codec/recompress.hpp>
 #include <gradcomp/collective/agreement.hpp>
@@ -61,6 +60,7 @@
 #include <gradcomp/collective/sections.hpp>
 #include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
@@ -555,7 +555,8 @@ class gradient_pipeline {
       // guard's round tells every rank, and no packet of this step is sent then.
       guard_tensor gt{e.id, detail::norm_sq(e.raw32), 0.0};
       if (e.staged) {
-        gt.residual_sq = detail::norm_sq(std::visit([&](auto& c) { return c.state(e.id).values(); }, comp_));
+        gt.residual_sq =
+            detail::norm_sq(std::visit([&](auto& c) { return c.state(e.id).values(); }, comp_));
       }
       guard_tensors_.push_back(gt);
       if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) guard_nonfinite_ = true;
@@ -680,7 +681,8 @@ class gradient_pipeline {
     if (guard_->enabled()) {
       auto const t0 = clock::now();
       bool const watch = !low_rank_ && !two_way_ && opt_.feedback != "none";
-      gv = guard_->check(comm, step_, std::span<guard_tensor const>(guard_tensors_), watch, info_.loss, br.wire_bytes);
+      gv = guard_->check(comm, step_, std::span<guard_tensor const>(guard_tensors_), watch,
+                         info_.loss, br.wire_bytes);
       communicate += seconds(t0, clock::now());
       st.gradient_norm = gv.gradient;
       st.residual_norm = gv.residual;
@@ -740,10 +742,12 @@ class gradient_pipeline {
     }
     // A receiving policy (EF21) sends increments: g with the residual kept is no increment.
     bool const receives = std::visit([](auto const& c) { return std::remove_cvref_t<decltype(c)>::receives; }, comp_);
-    if (k == decision::npos && rule == residual_rule::keep && receives && !guard_dense) rule = residual_rule::zero;
+    if (k == decision::npos && rule == residual_rule::keep && receives && !guard_dense)
+      rule = residual_rule::zero;
 
     for (auto const& e : pending_) {
-      st.compressed_tensors += e.large && !guard_dense && (low_rank_ || two_way_ || k != decision::npos) ? 1 : 0;
+      st.compressed_tensors +=
+          e.large && !guard_dense && (low_rank_ || two_way_ || k != decision::npos) ? 1 : 0;
     }
 
     // The next residuals for the packets to be sent are computed now (the packets may be summed

@@ -38,7 +38,8 @@ gc::codec_context context(std::uint64_t step) {
 
 }  // namespace
 
-TEST_CASE("onebit_adam: the warm-up is Adam on the mean gradient, bit for bit; then v freezes", "[optim][onebit_adam]") {
+TEST_CASE("onebit_adam: the warm-up is Adam on the mean gradient, bit for bit; then v freezes",
+          "[optim][onebit_adam]") {
   quadratic_problem const p(3, 50, true, 0.3, 41);
   for (auto const& ao : {gc::adam_options{.lr = 0.01}, gc::adamw_options(1e-2, 0.1)}) {
     REQUIRE_NOTHROW(gc::run_in_process(3, [&](gc::in_process_communicator& comm) {
@@ -63,29 +64,32 @@ TEST_CASE("onebit_adam: the warm-up is Adam on the mean gradient, bit for bit; t
       }
       RANK_REQUIRE(opt.compressing() && opt.steps() == 6);
       std::vector<float> const v0(opt.second_moment().begin(), opt.second_moment().end());
-      RANK_REQUIRE(std::equal(v0.begin(), v0.end(), ref.second_moment().begin(), ref.second_moment().end()));
+      RANK_REQUIRE(
+          std::equal(v0.begin(), v0.end(), ref.second_moment().begin(), ref.second_moment().end()));
       for (std::uint64_t s = 6; s < 12; ++s) {
         std::vector<float> const g = p.gradient(r, x, s);
         std::vector<float> const before = x;
         gc::collective_result const res = opt.step(comm, x, view(g), context(s));
         RANK_REQUIRE(x != before);
         RANK_REQUIRE(res.wire_bytes < p.d * 4);  // compressed
-        RANK_REQUIRE(std::equal(v0.begin(), v0.end(), opt.second_moment().begin(), opt.second_moment().end()));
+        RANK_REQUIRE(std::equal(v0.begin(), v0.end(), opt.second_moment().begin(),
+                                opt.second_moment().end()));
       }
       RANK_REQUIRE(opt.steps() == 12);
     }));
   }
 }
 
-TEST_CASE("onebit_adam: the variance refresh replaces v at steps 2T, 4T, 8T only, with the ranks' mean",
-          "[optim][onebit_adam]") {
+TEST_CASE(
+    "onebit_adam: the variance refresh replaces v at steps 2T, 4T, 8T only, with the ranks' mean",
+    "[optim][onebit_adam]") {
   quadratic_problem const p(2, 400, true, 0.3, 23);
   std::mutex mu;
   std::vector<std::vector<float>> vs(2);
   REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
     auto const r = static_cast<std::size_t>(comm.rank());
-    gc::onebit_adam<gc::any_codec> opt(gc::make_codec("onebit"),
-                                       {.adam = {.lr = 0.01}, .warmup = 3, .refresh_variance = true});
+    gc::onebit_adam<gc::any_codec> opt(
+        gc::make_codec("onebit"), {.adam = {.lr = 0.01}, .warmup = 3, .refresh_variance = true});
     std::vector<float> x(p.d, 0.2f);
     std::vector<float> v(p.d, 0.0f);
     for (std::uint64_t s = 0; s < 26; ++s) {
@@ -106,13 +110,15 @@ TEST_CASE("onebit_adam: the variance refresh replaces v at steps 2T, 4T, 8T only
   CHECK(vs[0] == vs[1]);
 }
 
-TEST_CASE("onebit_adam: every rank holds the same parameters and momentum", "[optim][onebit_adam]") {
+TEST_CASE("onebit_adam: every rank holds the same parameters and momentum",
+          "[optim][onebit_adam]") {
   quadratic_problem const p(4, 37, true, 0.3, 5);
   std::mutex mu;
   std::vector<std::vector<float>> xs(4), ms(4);
   REQUIRE_NOTHROW(gc::run_in_process(4, [&](gc::in_process_communicator& comm) {
     auto const r = static_cast<std::size_t>(comm.rank());
-    gc::onebit_adam<gc::any_codec> opt(gc::make_codec("topk:ratio=0.1"), {.adam = {.lr = 0.02}, .warmup = 3});
+    gc::onebit_adam<gc::any_codec> opt(gc::make_codec("topk:ratio=0.1"),
+                                       {.adam = {.lr = 0.02}, .warmup = 3});
     std::vector<float> x(p.d, 0.0f);
     for (std::uint64_t s = 0; s < 20; ++s) {
       std::vector<float> const g = p.gradient(r, x, s);
@@ -137,7 +143,8 @@ TEST_CASE("onebit_adam: error feedback conserves the momentum's mass", "[optim][
   std::vector<double> delivered(p.d, 0.0), given(p.d, 0.0), left(p.d, 0.0);
   REQUIRE_NOTHROW(gc::run_in_process(world, [&](gc::in_process_communicator& comm) {
     auto const r = static_cast<std::size_t>(comm.rank());
-    gc::onebit_adam<gc::any_codec> opt(gc::make_codec("onebit"), {.adam = {.lr = 0.01}, .warmup = 2});
+    gc::onebit_adam<gc::any_codec> opt(gc::make_codec("onebit"),
+                                       {.adam = {.lr = 0.01}, .warmup = 2});
     std::vector<float> x(p.d, 0.0f);
     std::vector<double> mine(p.d, 0.0), got(p.d, 0.0);
     for (std::uint64_t s = 0; s < 25; ++s) {
@@ -179,13 +186,15 @@ TEST_CASE("onebit_adam: error feedback conserves the momentum's mass", "[optim][
   CHECK(worst < 1e-5 * scale);
 }
 
-TEST_CASE("onebit_adam: a checkpoint resumes bit-identically, before and after the freeze", "[optim][onebit_adam]") {
+TEST_CASE("onebit_adam: a checkpoint resumes bit-identically, before and after the freeze",
+          "[optim][onebit_adam]") {
   quadratic_problem const p(2, 33, true, 0.3, 17);
   for (std::uint64_t at : {2u, 4u, 9u}) {  // in the warm-up, at the freeze, compressing
     INFO(at);
     REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
       auto const r = static_cast<std::size_t>(comm.rank());
-      gc::onebit_adam_options const o{.adam = {.lr = 0.02}, .warmup = 4, .refresh_variance = at == 9};
+      gc::onebit_adam_options const o{
+          .adam = {.lr = 0.02}, .warmup = 4, .refresh_variance = at == 9};
       gc::onebit_adam<gc::any_codec> a(gc::make_codec("topk:ratio=0.2"), o);
       std::vector<float> x(p.d, 0.1f);
       for (std::uint64_t s = 0; s < at; ++s) a.step(comm, x, view(p.gradient(r, x, s)), context(s));
@@ -201,7 +210,8 @@ TEST_CASE("onebit_adam: a checkpoint resumes bit-identically, before and after t
       }
       RANK_REQUIRE(a.save() == b.save());
       // another warm-up, a truncated buffer: format_error, nothing changed
-      gc::onebit_adam<gc::any_codec> c(gc::make_codec("topk:ratio=0.2"), {.adam = {.lr = 0.02}, .warmup = 5});
+      gc::onebit_adam<gc::any_codec> c(gc::make_codec("topk:ratio=0.2"),
+                                       {.adam = {.lr = 0.02}, .warmup = 5});
       bool threw = false;
       try {
         c.load(saved);
@@ -220,19 +230,21 @@ TEST_CASE("onebit_adam: a checkpoint resumes bit-identically, before and after t
   }
 }
 
-TEST_CASE("onebit_adam reaches the optimum with onebit and top-k; bad arguments are errors", "[optim][onebit_adam]") {
+TEST_CASE("onebit_adam reaches the optimum with onebit and top-k; bad arguments are errors",
+          "[optim][onebit_adam]") {
   quadratic_problem const p(4, 64, true, 0.05, 32);
   std::vector<double> const opt = p.optimum();
-  for (auto const& run : {std::pair{"onebit", true}, std::pair{"topk:ratio=0.1", true}, std::pair{"identity", true},
-                          std::pair{"onebit", false}}) {
+  for (auto const& run : {std::pair{"onebit", true}, std::pair{"topk:ratio=0.1", true},
+                          std::pair{"identity", true}, std::pair{"onebit", false}}) {
     char const* const codec = run.first;
     bool const momentum = run.second;
     std::mutex mu;
     double err = 0.0;
     REQUIRE_NOTHROW(gc::run_in_process(4, [&](gc::in_process_communicator& comm) {
       auto const r = static_cast<std::size_t>(comm.rank());
-      gc::onebit_adam<gc::any_codec> a(gc::make_codec(codec),
-                                       {.adam = {.lr = 0.05}, .warmup = 50, .compress_momentum = momentum});
+      gc::onebit_adam<gc::any_codec> a(
+          gc::make_codec(codec),
+          {.adam = {.lr = 0.05}, .warmup = 50, .compress_momentum = momentum});
       std::vector<float> x(p.d, 0.0f);
       for (std::uint64_t s = 0; s < 1500; ++s) {
         a.set_lr(gradcomp_test::cosine_lr(0.05, s, 1500) + 1e-5);
@@ -244,9 +256,11 @@ TEST_CASE("onebit_adam reaches the optimum with onebit and top-k; bad arguments 
     INFO(codec << (momentum ? " (momentum): " : " (gradient): ") << err);
     CHECK(err < 3e-2);
   }
-  CHECK_THROWS_AS(gc::onebit_adam<gc::any_codec>(gc::make_codec("onebit"), {.warmup = 0}), gc::config_error);
-  CHECK_THROWS_AS(gc::onebit_adam<gc::any_codec>(gc::make_codec("onebit"), {.adam = {.lr = -1.0}, .warmup = 1}),
+  CHECK_THROWS_AS(gc::onebit_adam<gc::any_codec>(gc::make_codec("onebit"), {.warmup = 0}),
                   gc::config_error);
+  CHECK_THROWS_AS(
+      gc::onebit_adam<gc::any_codec>(gc::make_codec("onebit"), {.adam = {.lr = -1.0}, .warmup = 1}),
+      gc::config_error);
   REQUIRE_NOTHROW(gc::run_in_process(1, [&](gc::in_process_communicator& comm) {
     gc::onebit_adam<gc::any_codec> a(gc::make_codec("onebit"), {.warmup = 1});
     std::vector<float> x(4, 0.0f), g(5, 1.0f);

@@ -29,7 +29,8 @@ std::vector<std::vector<float>> grads(int rank, std::uint64_t step, double scale
   std::vector<std::vector<float>> g{std::vector<float>(big), std::vector<float>(small)};
   for (std::size_t t = 0; t < g.size(); ++t) {
     for (std::size_t i = 0; i < g[t].size(); ++i) {
-      double const x = std::sin(0.37 * static_cast<double>(i) + 0.9 * static_cast<double>(step) + 0.5 * rank + t);
+      double const x = std::sin(0.37 * static_cast<double>(i) + 0.9 * static_cast<double>(step) +
+                                0.5 * rank + t);
       g[t][i] = static_cast<float>(scale * (0.5 + 0.5 * x * x) * (i % 2 == 0 ? 1.0 : -1.0));
     }
   }
@@ -38,7 +39,8 @@ std::vector<std::vector<float>> grads(int rank, std::uint64_t step, double scale
 
 std::vector<gc::tensor_view<float>> views(std::vector<std::vector<float>>& g) {
   std::vector<gc::tensor_view<float>> v;
-  for (std::size_t t = 0; t < g.size(); ++t) v.emplace_back(std::span<float>(g[t]), static_cast<gc::tensor_id>(t));
+  for (std::size_t t = 0; t < g.size(); ++t)
+    v.emplace_back(std::span<float>(g[t]), static_cast<gc::tensor_id>(t));
   return v;
 }
 
@@ -98,7 +100,8 @@ TEST_CASE("guard: specs and their defaults", "[pipeline][guard]") {
   CHECK(d.warmup == 10);
   CHECK(d.max_skips == 10);
   CHECK(gc::parse_guard("off").policy == gc::guard_policy::off);
-  gc::guard_options const s = gc::parse_guard("skip:factor=4,residual_factor=7,window=8,warmup=3,max_skips=2");
+  gc::guard_options const s =
+      gc::parse_guard("skip:factor=4,residual_factor=7,window=8,warmup=3,max_skips=2");
   CHECK(s.residual_factor == 7.0);
   CHECK(s.policy == gc::guard_policy::skip);
   CHECK(s.factor == 4.0);
@@ -107,7 +110,8 @@ TEST_CASE("guard: specs and their defaults", "[pipeline][guard]") {
   CHECK(s.max_skips == 2);
   CHECK(gc::parse_guard("dense:factor=20").policy == gc::guard_policy::dense);
   CHECK(gc::pipeline_options{}.guard == "raise");
-  for (char const* bad : {"", "panic", "raise:factor=1", "raise:factor=nan", "raise:residual_factor=0.5", "raise:window=0", "raise:warmup=9,window=8",
+  for (char const* bad : {"", "panic", "raise:factor=1", "raise:factor=nan",
+                          "raise:residual_factor=0.5", "raise:window=0", "raise:warmup=9,window=8",
                           "off:factor=3", "skip:patience=3", "raise:factor="}) {
     INFO(bad);
     CHECK_THROWS_AS(gc::parse_guard(bad), gc::config_error);
@@ -115,9 +119,12 @@ TEST_CASE("guard: specs and their defaults", "[pipeline][guard]") {
   }
 }
 
-TEST_CASE("guard: a NaN or an infinity on one rank raises on every rank, naming the tensor, state untouched",
-          "[pipeline][guard]") {
-  for (float const bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+TEST_CASE(
+    "guard: a NaN or an infinity on one rank raises on every rank, naming the tensor, state "
+    "untouched",
+    "[pipeline][guard]") {
+  for (float const bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     rank_errors errors(3);
     REQUIRE_NOTHROW(gc::run_in_process(3, [&](gc::in_process_communicator& comm) {
       gc::gradient_pipeline p(options("raise"));
@@ -145,7 +152,8 @@ TEST_CASE("guard: a NaN or an infinity on one rank raises on every rank, naming 
   }
 }
 
-TEST_CASE("guard off: a NaN fails as before the guard (the codec's error on its rank)", "[pipeline][guard]") {
+TEST_CASE("guard off: a NaN fails as before the guard (the codec's error on its rank)",
+          "[pipeline][guard]") {
   std::mutex mu;
   std::vector<std::string> errors(2);
   REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
@@ -168,7 +176,8 @@ TEST_CASE("guard off: a NaN fails as before the guard (the codec's error on its 
   CHECK(errors == std::vector<std::string>{"comm", "numeric"});
 }
 
-TEST_CASE("guard: an explosion after a stable history trips; slow growth does not", "[pipeline][guard]") {
+TEST_CASE("guard: an explosion after a stable history trips; slow growth does not",
+          "[pipeline][guard]") {
   SECTION("a jump of 40x the median raises on every rank") {
     rank_errors errors(2);
     REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
@@ -195,7 +204,9 @@ TEST_CASE("guard: an explosion after a stable history trips; slow growth does no
       RANK_REQUIRE(p.step(comm, views(g)).guard == gc::guard_action::none);
     }));
   }
-  SECTION("growth of 4 % a step for 300 steps (x130000) never trips, and the peak ratio says how far it was") {
+  SECTION(
+      "growth of 4 % a step for 300 steps (x130000) never trips, and the peak ratio says how far "
+      "it was") {
     REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
       gc::gradient_pipeline p(options("raise"));
       for (std::uint64_t s = 0; s < 300; ++s) {
@@ -210,7 +221,8 @@ TEST_CASE("guard: an explosion after a stable history trips; slow growth does no
   }
 }
 
-TEST_CASE("guard skip: nothing sent, state untouched, every rank agrees, and a stall raises", "[pipeline][guard]") {
+TEST_CASE("guard skip: nothing sent, state untouched, every rank agrees, and a stall raises",
+          "[pipeline][guard]") {
   rank_errors errors(3);
   REQUIRE_NOTHROW(gc::run_in_process(3, [&](gc::in_process_communicator& comm) {
     gc::gradient_pipeline p(options("skip:max_skips=2"));
@@ -232,7 +244,8 @@ TEST_CASE("guard skip: nothing sent, state untouched, every rank agrees, and a s
         RANK_REQUIRE(p.step_count() == 12);
         RANK_REQUIRE(state_of(p, 0) == e0);
         RANK_REQUIRE(p.guard().history(gc::guard_quantity::gradient) == hist);
-        RANK_REQUIRE(p.guard().counters().skipped == k + 1 && p.guard().counters().in_a_row == k + 1);
+        RANK_REQUIRE(p.guard().counters().skipped == k + 1 &&
+                     p.guard().counters().in_a_row == k + 1);
         RANK_REQUIRE(logged.size() == k + 1 && logged.back().action == gc::guard_action::skipped);
         RANK_REQUIRE(logged.back().message.find("Step skipped") != std::string::npos);
       } else {
@@ -247,7 +260,8 @@ TEST_CASE("guard skip: nothing sent, state untouched, every rank agrees, and a s
   }));
   INFO(errors.what[0]);
   CHECK(errors.what[0] == errors.what[2]);
-  CHECK(errors.what[0].find("skipped the last 2 steps in a row (max_skips), so it raises") != std::string::npos);
+  CHECK(errors.what[0].find("skipped the last 2 steps in a row (max_skips), so it raises") !=
+        std::string::npos);
 }
 
 TEST_CASE("guard skip: a NaN is skipped, with 16-bit gradients too", "[pipeline][guard]") {
@@ -259,9 +273,11 @@ TEST_CASE("guard skip: a NaN is skipped, with 16-bit gradients too", "[pipeline]
       for (std::size_t t = 0; t < 2; ++t) {
         for (float v : g[t]) h[t].push_back(gc::from_float<gc::half>(v));
       }
-      if (s == 2 && comm.rank() == 0) h[0][5] = gc::from_float<gc::half>(std::numeric_limits<float>::infinity());
+      if (s == 2 && comm.rank() == 0)
+        h[0][5] = gc::from_float<gc::half>(std::numeric_limits<float>::infinity());
       std::vector<gc::tensor_view<gc::half>> v;
-      for (std::size_t t = 0; t < 2; ++t) v.emplace_back(std::span<gc::half>(h[t]), static_cast<gc::tensor_id>(t));
+      for (std::size_t t = 0; t < 2; ++t)
+        v.emplace_back(std::span<gc::half>(h[t]), static_cast<gc::tensor_id>(t));
       gc::pipeline_stats const st = p.step(comm, v);
       RANK_REQUIRE(st.guard == (s == 2 ? gc::guard_action::skipped : gc::guard_action::none));
       if (s == 2) {
@@ -287,7 +303,8 @@ TEST_CASE("guard dense: the exploded step goes dense with the residual kept", "[
     RANK_REQUIRE(st.guard == gc::guard_action::dense);
     RANK_REQUIRE(st.sent == gc::send_kind::dense && st.factor == 1.0 && st.compressed_tensors == 0);
     RANK_REQUIRE(st.step == 12 && p.step_count() == 13);
-    for (std::size_t t = 0; t < g.size(); ++t) {  // the average of the raw gradients (2 ranks: exact)
+    for (std::size_t t = 0; t < g.size();
+         ++t) {  // the average of the raw gradients (2 ranks: exact)
       for (std::size_t i = 0; i < g[t].size(); ++i) {
         float const a = comm.rank() == 0 ? mine[t][i] : other[t][i];
         float const b = comm.rank() == 0 ? other[t][i] : mine[t][i];
@@ -296,7 +313,8 @@ TEST_CASE("guard dense: the exploded step goes dense with the residual kept", "[
     }
     RANK_REQUIRE(state_of(p, 0) == e0);  // the residual is kept
     RANK_REQUIRE(p.guard().counters().dense == 1 && p.guard().counters().resets == 0);
-    RANK_REQUIRE(p.guard().history(gc::guard_quantity::gradient).size() == 12);  // the outlier stays out
+    RANK_REQUIRE(p.guard().history(gc::guard_quantity::gradient).size() ==
+                 12);  // the outlier stays out
   }));
 }
 
@@ -305,7 +323,8 @@ TEST_CASE("guard dense: an exploded residual is reset to zero on every rank", "[
   // in the residual. Then one flat gradient of a similar norm leaves most of its mass behind:
   // the next step sees a residual far above its history and goes dense, resetting it.
   auto spiky = [](int rank, std::uint64_t step, double flat) {
-    std::vector<std::vector<float>> g{std::vector<float>(big, static_cast<float>(flat)), std::vector<float>(small, 0.1f)};
+    std::vector<std::vector<float>> g{std::vector<float>(big, static_cast<float>(flat)),
+                                      std::vector<float>(small, 0.1f)};
     g[0][(step * 7 + static_cast<std::uint64_t>(rank)) % big] = 100.0f;
     return g;
   };
@@ -326,7 +345,8 @@ TEST_CASE("guard dense: an exploded residual is reset to zero on every rank", "[
   }));
 }
 
-TEST_CASE("guard: the reported loss is watched (non-finite on one rank, explosion)", "[pipeline][guard]") {
+TEST_CASE("guard: the reported loss is watched (non-finite on one rank, explosion)",
+          "[pipeline][guard]") {
   rank_errors errors(2);
   REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
     gc::gradient_pipeline p(options("dense"));
@@ -347,17 +367,23 @@ TEST_CASE("guard: the reported loss is watched (non-finite on one rank, explosio
     gc::gradient_pipeline q(options("raise"));
     for (std::uint64_t s = 0; s < 12; ++s) {
       auto k = grads(comm.rank(), s, 1.0);
-      q.step(comm, views(k), {.loss = comm.rank() == 0 ? std::optional<double>(1.0) : std::nullopt});
+      q.step(comm, views(k),
+             {.loss = comm.rank() == 0 ? std::optional<double>(1.0) : std::nullopt});
     }
     auto k = grads(comm.rank(), 12, 1.0);
-    errors.expect(comm.rank(), [&] { q.step(comm, views(k), {.loss = comm.rank() == 0 ? std::optional<double>(30.0) : std::nullopt}); });
+    errors.expect(comm.rank(), [&] {
+      q.step(comm, views(k),
+             {.loss = comm.rank() == 0 ? std::optional<double>(30.0) : std::nullopt});
+    });
   }));
   INFO(errors.what[0]);
   CHECK(errors.what[0] == errors.what[1]);
-  CHECK(errors.what[0].find("step 12: the loss is 30, 30x the median 1 of its last 12 steps") != std::string::npos);
+  CHECK(errors.what[0].find("step 12: the loss is 30, 30x the median 1 of its last 12 steps") !=
+        std::string::npos);
 }
 
-TEST_CASE("guard: checkpoints keep the history and counters bit for bit", "[pipeline][guard][checkpoint]") {
+TEST_CASE("guard: checkpoints keep the history and counters bit for bit",
+          "[pipeline][guard][checkpoint]") {
   REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
     gc::gradient_pipeline first(options("skip:window=16"));
     for (std::uint64_t s = 0; s < 20; ++s) {
@@ -369,12 +395,14 @@ TEST_CASE("guard: checkpoints keep the history and counters bit for bit", "[pipe
     gc::gradient_pipeline resumed(options("skip:window=16"));
     resumed.load(saved);
     RANK_REQUIRE(resumed.save() == saved);
-    for (auto q : {gc::guard_quantity::gradient, gc::guard_quantity::residual, gc::guard_quantity::loss}) {
+    for (auto q :
+         {gc::guard_quantity::gradient, gc::guard_quantity::residual, gc::guard_quantity::loss}) {
       std::vector<double> const a = first.guard().history(q), b = resumed.guard().history(q);
       RANK_REQUIRE(a.size() == 16 && a.size() == b.size());
       RANK_REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
     }
-    RANK_REQUIRE(resumed.guard().counters().peak_ratio[0] == first.guard().counters().peak_ratio[0]);
+    RANK_REQUIRE(resumed.guard().counters().peak_ratio[0] ==
+                 first.guard().counters().peak_ratio[0]);
     for (std::uint64_t s = 20; s < 24; ++s) {  // both go on identically, a trip included
       auto g = grads(comm.rank(), s, s == 22 ? 80.0 : 1.0);
       auto h = g;
