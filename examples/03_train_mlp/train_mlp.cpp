@@ -84,7 +84,8 @@ struct outcome {
       "  --accum T              accumadam window                              [4]\n"
       "  --warmup N             onebitadam: dense Adam steps before v freezes [2%% of --steps]\n"
       "  --per-layer            cadam, onebitadam: one optimizer (codec scale) per layer\n"
-      "  --compress momentum|gradient  onebitadam: what the ranks compress      [momentum]\n"
+      "  --compress momentum|gradient|update  onebitadam: what the ranks compress: the\n"
+      "                         momentum, the gradient, or the update m/sqrt(v)   [momentum]\n"
       "  --variance frozen|refresh  onebitadam: keep v, or refresh it from the ranks' local\n"
       "                         second moments at steps 2T, 4T, 8T, ...          [frozen]\n"
       "  --global-average-every K  decentralized: exact average every K steps (0 never) [0]\n"
@@ -525,11 +526,12 @@ int run(int argc, char** argv) {
       o.per_layer = true;
     } else if (a == "--compress") {
       std::string const v = value();
-      if (v != "momentum" && v != "gradient") {
-        throw gradcomp::config_error("train: --compress wants momentum or gradient, got '" + v +
-                                     "'");
+      if (v != "momentum" && v != "gradient" && v != "update") {
+        throw gradcomp::config_error("train: --compress wants momentum, gradient or update, got '" +
+                                     v + "'");
       }
-      o.compress_momentum = v == "momentum";
+      o.compress_momentum = v != "gradient";
+      o.precondition = v == "update";
     } else if (a == "--accum") {
       std::size_t const t = count();
       if (t > 1000000) throw gradcomp::config_error("train: --accum wants at most 1000000");

@@ -195,6 +195,7 @@ struct train_options {
   std::size_t warmup = 0;        ///< onebitadam: steps of exact Adam before v freezes (0: auto)
   bool refresh_variance = false;  ///< onebitadam: refresh v at 2T, 4T, ... (else frozen)
   bool compress_momentum = true;  ///< onebitadam: compress the momentum (else the gradient)
+  bool precondition = false;      ///< onebitadam: compress the update m / sqrt(v)
   /// cadam, onebitadam: one optimizer per layer tensor (tensor id = its index), so that every
   /// tensor gets its own codec scale; false: one over the flat parameter vector (tensor id 0).
   bool per_layer = false;
@@ -457,6 +458,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       oo.warmup = o.warmup != 0 ? o.warmup : default_onebit_warmup(o.steps);
       oo.refresh_variance = o.refresh_variance;
       oo.compress_momentum = o.compress_momentum;
+      oo.precondition = o.precondition;
       onebit.emplace_back(gradcomp::make_codec(two_way_codec), oo);
     } else if (kind == optimizer_kind::cadam) {
       gradcomp::compressed_adam_options co;

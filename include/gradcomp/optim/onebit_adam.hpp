@@ -34,6 +34,14 @@
 /// 1 / (warmup/S + (1 - warmup/S) / ratio) for a codec of `ratio`: a warm-up is paid for in
 /// bytes, and onebit's 32x leaves no room for one under a 30x target.
 ///
+/// **Preconditioned compression** (`precondition`). Under a frozen v the update is linear in
+/// the momentum, u = m / d with a fixed per-coordinate d = sqrt(v)/sqrt(1-b2^T) + eps, so the
+/// ranks may as well compress u_w = m_w / d: the mean of the u_w is the update, and error
+/// feedback in u's units is error feedback in m's units times the fixed 1/d. The codec then sees
+/// the quantity that moves the parameters — Adam's update is close to a sign already, so a
+/// scaled sign loses little of it, and top-k keeps the coordinates that move most — instead of
+/// a momentum whose coordinates span orders of magnitude (d spreads them).
+///
 /// **Variance refresh** (`refresh_variance`). A v frozen after a short warm-up is an estimate
 /// from a handful of gradients: coordinates whose few samples happened to be small get a large
 /// step for the rest of the run. With the refresh, each rank keeps updating a local
@@ -80,6 +88,10 @@ struct onebit_adam_options {
   /// What the ranks compress after the warm-up: their momentum (1-bit Adam; the decoded mean
   /// becomes m), or their gradient (m <- b1*m + (1-b1)*decoded mean gradient on every rank).
   bool compress_momentum = true;
+  /// Compress the preconditioned momentum u = m / (sqrt(v)/sqrt(1-b2^T) + eps), the update
+  /// itself, instead of m (file comment, "Preconditioned compression"); with
+  /// `compress_momentum` only, and not with `refresh_variance` (v must stay fixed).
+  bool precondition = false;
 };
 
 /// 1-bit Adam's scheme with any codec (file comment).
@@ -91,6 +103,11 @@ class onebit_adam {
   /// `config_error` for a warm-up of 0 steps (v would be zero) or invalid Adam options.
   explicit onebit_adam(Codec codec, onebit_adam_options o)
       : opt_(o), adam_(o.adam), tw_(std::move(codec)) {
+    if (o.precondition && (!o.compress_momentum || o.refresh_variance)) {
+      throw config_error(
+          "gradcomp: onebit_adam: precondition compresses the momentum under a fixed v (needs "
+          "compress_momentum and no refresh_variance)");
+    }
     if (o.warmup == 0) {
       throw config_error(
           "gradcomp: onebit_adam needs a warm-up of at least 1 step (its second moment freezes "
@@ -139,6 +156,7 @@ class onebit_adam {
       float xi = x[i];
       float const gi = detail::adam_decay(xi, g.span()[i], c);  // L2: wd*x joins the gradient
       local_[i] = opt_.compress_momentum ? c.b1 * m_[i] + c.c1 * gi : gi;
+      if (opt_.precondition) local_[i] = local_[i] / (std::sqrt(v_[i]) / c.bc2_sqrt + c.eps);
     }
     std::vector<float> vloc;  // the local second moment of this step (committed with the step)
     bool const refresh = opt_.refresh_variance && refresh_at(t);
@@ -175,10 +193,15 @@ class onebit_adam {
     }
     for (std::size_t i = 0; i < x.size(); ++i) {
       float const di = w > 1 ? next_[i] * inv : next_[i];
-      float const mi = opt_.compress_momentum ? di : c.b1 * m_[i] + c.c1 * di;
-      m_[i] = mi;
       float xi = x[i];
       (void)detail::adam_decay(xi, 0.0f, c);  // decoupled decay scales x
+      if (opt_.precondition) {                // di is the update u; m = u * denominator
+        m_[i] = di * (std::sqrt(v_[i]) / c.bc2_sqrt + c.eps);
+        x[i] = xi - c.step_size * di;
+        continue;
+      }
+      float const mi = opt_.compress_momentum ? di : c.b1 * m_[i] + c.c1 * di;
+      m_[i] = mi;
       x[i] = detail::adam_apply(xi, mi, v_[i], c);
     }
     t_ = t;
