@@ -110,6 +110,33 @@ TEST_CASE(
   CHECK(vs[0] == vs[1]);
 }
 
+TEST_CASE("onebit_adam: compressing the update m/d is compressing m, scaled by the fixed 1/d",
+          "[optim][onebit_adam]") {
+  // With the identity codec both forms apply the same update, up to rounding.
+  quadratic_problem const p(2, 64, true, 0.3, 29);
+  REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
+    auto const r = static_cast<std::size_t>(comm.rank());
+    gc::onebit_adam<gc::any_codec> a(gc::make_codec("identity"),
+                                     {.adam = {.lr = 0.01}, .warmup = 3});
+    gc::onebit_adam<gc::any_codec> b(gc::make_codec("identity"),
+                                     {.adam = {.lr = 0.01}, .warmup = 3, .precondition = true});
+    std::vector<float> x(p.d, 0.3f), y(p.d, 0.3f);
+    for (std::uint64_t s = 0; s < 20; ++s) {
+      a.step(comm, x, view(p.gradient(r, x, s)), context(s));
+      b.step(comm, y, view(p.gradient(r, y, s)), context(s));
+    }
+    for (std::size_t i = 0; i < p.d; ++i) RANK_REQUIRE(std::abs(x[i] - y[i]) < 1e-5f);
+  }));
+  CHECK_THROWS_AS(
+      gc::onebit_adam<gc::any_codec>(gc::make_codec("onebit"),
+                                     {.warmup = 1, .refresh_variance = true, .precondition = true}),
+      gc::config_error);
+  CHECK_THROWS_AS(gc::onebit_adam<gc::any_codec>(
+                      gc::make_codec("onebit"),
+                      {.warmup = 1, .compress_momentum = false, .precondition = true}),
+                  gc::config_error);
+}
+
 TEST_CASE("onebit_adam: every rank holds the same parameters and momentum",
           "[optim][onebit_adam]") {
   quadratic_problem const p(4, 37, true, 0.3, 5);
