@@ -42,6 +42,15 @@
 /// scaled sign loses little of it, and top-k keeps the coordinates that move most — instead of
 /// a momentum whose coordinates span orders of magnitude (d spreads them).
 ///
+/// **The update bound.** A frozen v cannot follow a coordinate whose gradient was zero all
+/// through the warm-up (a ReLU unit that was dead then): its v stays 0, and once the unit
+/// revives m / (sqrt(v) + eps) would step by lr * m / eps (the run ends in NaN). Adam's own
+/// moments never let |m / sqrt(v)| exceed B = (1-b1) / sqrt((1-b2)(1-b1^2/b2)) (Cauchy-Schwarz
+/// on the two averages; 7.27 with the default betas), so after the warm-up each coordinate's
+/// normalized step m / (sqrt(v)/sqrt(1-b2^T) + eps) is clipped to [-B, B] where it is applied
+/// (the momentum and the residuals keep their whole mass). No step of a coordinate with a sound
+/// v comes near it.
+///
 /// **Variance refresh** (`refresh_variance`). A v frozen after a short warm-up is an estimate
 /// from a handful of gradients: coordinates whose few samples happened to be small get a large
 /// step for the rest of the run. With the refresh, each rank keeps updating a local
@@ -66,9 +75,11 @@
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/optim/adam.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <utility>
@@ -151,6 +162,7 @@ class onebit_adam {
     std::uint64_t const t = t_ + 1;
     detail::adam_coefficients c = detail::adam_coefficients_for(opt_.adam, t);
     c.bc2_sqrt = bc2_sqrt_;
+    float const bound = update_bound();
     local_.resize(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
       float xi = x[i];
@@ -195,14 +207,15 @@ class onebit_adam {
       float const di = w > 1 ? next_[i] * inv : next_[i];
       float xi = x[i];
       (void)detail::adam_decay(xi, 0.0f, c);  // decoupled decay scales x
-      if (opt_.precondition) {                // di is the update u; m = u * denominator
-        m_[i] = di * (std::sqrt(v_[i]) / c.bc2_sqrt + c.eps);
-        x[i] = xi - c.step_size * di;
+      float const denom = std::sqrt(v_[i]) / c.bc2_sqrt + c.eps;
+      if (opt_.precondition) {  // di is the update u; m = u * denominator
+        m_[i] = di * denom;
+        x[i] = xi - c.step_size * std::clamp(di, -bound, bound);
         continue;
       }
       float const mi = opt_.compress_momentum ? di : c.b1 * m_[i] + c.c1 * di;
       m_[i] = mi;
-      x[i] = detail::adam_apply(xi, mi, v_[i], c);
+      x[i] = xi - c.step_size * std::clamp(mi / denom, -bound, bound);
     }
     t_ = t;
     return r;
@@ -285,6 +298,14 @@ class onebit_adam {
   }
 
  private:
+  // The largest |m / sqrt(v)| Adam's own moments allow (Cauchy-Schwarz on the two exponential
+  // averages): (1-b1) / sqrt((1-b2)(1-b1^2/b2)); infinite when b1^2 >= b2.
+  [[nodiscard]] float update_bound() const noexcept {
+    double const b1 = opt_.adam.beta1, b2 = opt_.adam.beta2;
+    if (b1 * b1 >= b2 || b2 <= 0.0) return std::numeric_limits<float>::infinity();
+    return static_cast<float>((1.0 - b1) / std::sqrt((1.0 - b2) * (1.0 - b1 * b1 / b2)));
+  }
+
   // A refresh step: 2T, 4T, 8T, ...
   [[nodiscard]] bool refresh_at(std::uint64_t t) const noexcept {
     if (t % opt_.warmup != 0) return false;
