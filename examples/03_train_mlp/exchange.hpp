@@ -53,6 +53,9 @@ struct exchange_options {
   /// Seed of the codecs' random streams (stochastic codecs); ranks add their rank to it, except
   /// for codecs whose ranks must draw the same numbers.
   std::uint64_t seed = 7;
+  /// The pipeline's divergence guard (gradcomp/pipeline/guard.hpp): "raise" (the library's
+  /// default), "skip", "dense", "off", with optional ":factor=F,window=W,...".
+  std::string guard = "raise";
 };
 
 /// What the caller knows about the step being exchanged.
@@ -62,6 +65,7 @@ struct step_info {
   std::uint64_t batch = 0;  ///< samples per worker
   double learning_rate = 0.0;
   double next_learning_rate = 0.0;
+  double loss = std::numeric_limits<double>::quiet_NaN();  ///< this rank's batch loss (NaN: none)
 };
 
 /// What one exchange did (this rank); from the pipeline's `pipeline_stats`.
@@ -76,6 +80,9 @@ struct exchange_report {
   double compress_s = 0.0;     ///< compression, decoding, norms and residual updates
   double sync_s = 0.0;         ///< collectives (agreement, statistics and gradients)
   double gain = 1.0;           ///< ‖C(g_ef)‖² / ‖g_ef‖² of what was sent, over all ranks
+  /// The divergence guard skipped the step: nothing was sent, the gradients are zero; the
+  /// optimizer must not step.
+  bool skipped = false;
 };
 
 /// The example's options as `gradient_pipeline` options.
@@ -93,6 +100,7 @@ inline gradcomp::pipeline_options pipeline_options_for(exchange_options const& o
     }
   }
   p.seed = o.seed;
+  p.guard = o.guard;
   // "dense": nothing is compressed, every tensor goes into a float32 dense bucket (one
   // all-reduce for this model); otherwise every tensor is compressed, the biases included.
   p.buckets.min_compress_elements = dense ? std::numeric_limits<std::size_t>::max() : 1;
@@ -138,6 +146,7 @@ class gradient_exchange {
     pi.batch_size = info.batch;
     pi.learning_rate = info.learning_rate;
     pi.next_learning_rate = info.next_learning_rate;
+    if (!std::isnan(info.loss)) pi.loss = info.loss;
     gradcomp::pipeline_stats const st =
         pipe_.step(comm_, std::span<gradcomp::tensor_view<float> const>(views_), pi);
     exchange_report rep;
@@ -149,6 +158,7 @@ class gradient_exchange {
     rep.compress_s = st.compress_s + st.decode_s;
     rep.sync_s = st.communicate_s;
     rep.gain = dense || std::isnan(st.gain) ? 1.0 : st.gain;
+    rep.skipped = st.guard == gradcomp::guard_action::skipped;
     return rep;
   }
 

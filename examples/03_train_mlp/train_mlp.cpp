@@ -76,10 +76,18 @@ struct outcome {
       "  --optimizer NAME       sgd (momentum SGD after the gradient exchange) | adam\n"
       "                         (All-Reduce Adam: exchange, then Adam) | cadam (compressed\n"
       "                         Adam: two-way --codec with worker+server error feedback) |\n"
+      "                         onebitadam (1-bit Adam: --warmup steps of All-Reduce Adam,\n"
+      "                         then v frozen, the momentum two-way --codec with feedback) |\n"
       "                         dadam | accumadam | dpsgd (decentralized: gossip of the\n"
       "                         parameters over --topology, no gradient exchange)   [sgd]\n"
       "  --topology SPEC        exp | ring | complete | static-ring | aer:ranks_per_node=P [exp]\n"
       "  --accum T              accumadam window                              [4]\n"
+      "  --warmup N             onebitadam: dense Adam steps before v freezes [2%% of --steps]\n"
+      "  --per-layer            cadam, onebitadam: one optimizer (codec scale) per layer\n"
+      "  --compress momentum|gradient|update  onebitadam: what the ranks compress: the\n"
+      "                         momentum, the gradient, or the update m/sqrt(v)   [momentum]\n"
+      "  --variance frozen|refresh  onebitadam: keep v, or refresh it from the ranks' local\n"
+      "                         second moments at steps 2T, 4T, 8T, ...          [frozen]\n"
       "  --global-average-every K  decentralized: exact average every K steps (0 never) [0]\n"
       "  --blocking             decentralized: mix, then step (default: overlapped)\n"
       "  --beta1 X [0.9]  --beta2 X [0.999]  --eps X [1e-8]  --adamw-decay X [0] (Adam family)\n"
@@ -89,6 +97,12 @@ struct outcome {
       "                         accordion:... (the last two need gradcomp's adapt/ headers)\n"
       "                                                                     [static:factor=100]\n"
       "  --no-ef                no error feedback\n"
+      "  --no-lr-cap            onebit + EF with sgd: keep --lr above the safe value lr / "
+      "A(delta)\n"
+      "                         (by default it is capped there; docs/training.md)\n"
+      "  --guard SPEC           divergence guard: raise | skip | dense | off, optionally\n"
+      "                         :factor=F,residual_factor=R,window=W,warmup=N,max_skips=S\n"
+      "                                                                     [raise]\n"
       "  --workers N            in-process workers (threads)                  [2]\n"
       "  --steps N              training steps                                [600]\n"
       "  --batch N              samples per worker per step                   [32]\n"
@@ -325,6 +339,8 @@ std::vector<run_spec> decentralized_runs() {
       spec("CAdam identity", k::cadam, "identity"),
       spec("CAdam onebit", k::cadam, "onebit"),
       spec("CAdam topk 1%", k::cadam, "topk:ratio=0.01"),
+      spec("1-bit Adam onebit", k::onebitadam, "onebit"),
+      spec("1-bit Adam topk 1%", k::onebitadam, "topk:ratio=0.01"),
   };
 }
 
@@ -446,6 +462,7 @@ int run(int argc, char** argv) {
        workers_given = false;
   int workers = 2;
   train::exchange_options single;
+  std::string guard = "raise";
   for (int i = 1; i < argc; ++i) {
     std::string_view const a = argv[i];
     auto value = [&]() -> std::string {
@@ -489,11 +506,33 @@ int run(int argc, char** argv) {
       single.controller = value();
     else if (a == "--no-ef")
       single.error_feedback = false;
+    else if (a == "--guard")
+      guard = value();
+    else if (a == "--no-lr-cap")
+      o.lr_cap = false;
     else if (a == "--optimizer")
       o.optimizer = train::parse_optimizer(value());
     else if (a == "--topology")
       o.topology = value();
-    else if (a == "--accum") {
+    else if (a == "--warmup")
+      o.warmup = count();
+    else if (a == "--variance") {
+      std::string const v = value();
+      if (v != "frozen" && v != "refresh") {
+        throw gradcomp::config_error("train: --variance wants frozen or refresh, got '" + v + "'");
+      }
+      o.refresh_variance = v == "refresh";
+    } else if (a == "--per-layer") {
+      o.per_layer = true;
+    } else if (a == "--compress") {
+      std::string const v = value();
+      if (v != "momentum" && v != "gradient" && v != "update") {
+        throw gradcomp::config_error("train: --compress wants momentum, gradient or update, got '" +
+                                     v + "'");
+      }
+      o.compress_momentum = v != "gradient";
+      o.precondition = v == "update";
+    } else if (a == "--accum") {
       std::size_t const t = count();
       if (t > 1000000) throw gradcomp::config_error("train: --accum wants at most 1000000");
       o.accum = static_cast<std::uint32_t>(t);
@@ -613,7 +652,8 @@ int run(int argc, char** argv) {
       if (train::is_decentralized(spec.optimizer)) {
         (void)train::make_topology(spec.topology, list == &dec_specs ? dec_workers : workers);
       } else if (codec.substr(0, codec.find(':')) == "topk" &&
-                 spec.optimizer != train::optimizer_kind::cadam) {
+                 spec.optimizer != train::optimizer_kind::cadam &&
+                 spec.optimizer != train::optimizer_kind::onebitadam) {
         (void)train::make_controller(spec.exchange.controller);
       } else if (codec != "dense") {
         (void)gradcomp::make_codec(codec);
@@ -648,6 +688,7 @@ int run(int argc, char** argv) {
       oc.spec = spec;
       train::train_options opts = base;
       opts.exchange = spec.exchange;
+      opts.exchange.guard = guard;
       opts.optimizer = spec.optimizer;
       opts.topology = spec.topology;
       opts.accum = spec.accum;
@@ -656,9 +697,20 @@ int run(int argc, char** argv) {
       if (demo && !train::is_decentralized(spec.optimizer)) opts.global_average_every = 0;
       train::run_result r = train_with(opts, n);
       if (root) {
+        if (!r.note.empty()) std::printf("%s: %s\n", spec.label.c_str(), r.note.c_str());
         std::printf("%-20s acc %6.2f%%  loss", spec.label.c_str(), 100.0 * r.test_accuracy);
         for (auto const& p : r.curve) std::printf(" %.2f", p.train_loss);
-        std::printf("  (%.1fs)\n", r.wall_s);
+        std::printf("  (%.1fs)", r.wall_s);
+        gradcomp::guard_counters const& gc = r.guard;
+        if (gc.checked + gc.skipped + gc.dense != 0) {
+          std::printf("  guard: peak/median gradient %.2f residual %.2f loss %.2f",
+                      gc.peak_ratio[0], gc.peak_ratio[1], gc.peak_ratio[2]);
+          if (gc.skipped + gc.dense != 0) {
+            std::printf(", %llu skipped, %llu dense", static_cast<unsigned long long>(gc.skipped),
+                        static_cast<unsigned long long>(gc.dense));
+          }
+        }
+        std::printf("\n");
         std::fflush(stdout);
       }
       oc.result = std::move(r);

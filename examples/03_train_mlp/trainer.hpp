@@ -21,6 +21,9 @@
 ///              `all_reduce_two_way` with worker and server error feedback, corrected for
 ///              learning-rate changes, then Adam on the decoded aggregate; with the identity
 ///              codec it equals `adam` bit for bit;
+///   onebitadam 1-bit Adam's scheme (`gradcomp::onebit_adam`): `warmup` steps of exact Adam
+///              (dense all-reduce), then the second moment frozen and the momentum sent
+///              through `all_reduce_two_way` with the codec and error feedback on both sides;
 ///   dadam      decentralized Adam: no gradient exchange; `decentralized_optimizer<adam,
 ///              comm_mixer>` gossips the parameters over `topology`, overlapped with the next
 ///              forward and backward pass (the gradient is taken at the rank's own un-mixed x);
@@ -46,6 +49,7 @@
 #include <gradcomp/optim/comm_mixer.hpp>
 #include <gradcomp/optim/compressed_adam.hpp>
 #include <gradcomp/optim/decentralized.hpp>
+#include <gradcomp/optim/onebit_adam.hpp>
 #include <gradcomp/optim/sgd.hpp>
 #include <gradcomp/topology/topology.hpp>
 
@@ -58,6 +62,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <numeric>
@@ -72,7 +77,7 @@
 namespace train {
 
 /// The optimizer of a run (file comment).
-enum class optimizer_kind { sgd, adam, cadam, dadam, accumadam, dpsgd };
+enum class optimizer_kind { sgd, adam, cadam, onebitadam, dadam, accumadam, dpsgd };
 
 /// Spec name of an optimizer ("sgd", "adam", "cadam", "dadam", "accumadam", "dpsgd").
 inline char const* optimizer_name(optimizer_kind k) noexcept {
@@ -80,6 +85,7 @@ inline char const* optimizer_name(optimizer_kind k) noexcept {
     case optimizer_kind::sgd: return "sgd";
     case optimizer_kind::adam: return "adam";
     case optimizer_kind::cadam: return "cadam";
+    case optimizer_kind::onebitadam: return "onebitadam";
     case optimizer_kind::dadam: return "dadam";
     case optimizer_kind::accumadam: return "accumadam";
     case optimizer_kind::dpsgd: return "dpsgd";
@@ -90,11 +96,44 @@ inline char const* optimizer_name(optimizer_kind k) noexcept {
 /// Parses an optimizer name; throws `config_error` for anything else.
 inline optimizer_kind parse_optimizer(std::string_view s) {
   for (auto k : {optimizer_kind::sgd, optimizer_kind::adam, optimizer_kind::cadam,
-                 optimizer_kind::dadam, optimizer_kind::accumadam, optimizer_kind::dpsgd}) {
+                 optimizer_kind::onebitadam, optimizer_kind::dadam, optimizer_kind::accumadam,
+                 optimizer_kind::dpsgd}) {
     if (s == optimizer_name(k)) return k;
   }
-  throw gradcomp::config_error("train: unknown optimizer '" + std::string(s) +
-                               "'; expected sgd, adam, cadam, dadam, accumadam or dpsgd");
+  throw gradcomp::config_error(
+      "train: unknown optimizer '" + std::string(s) +
+      "'; expected sgd, adam, cadam, onebitadam, dadam, accumadam or dpsgd");
+}
+
+/// Warm-up of `onebitadam` when none is given: 2 % of the steps (at least 1), so that the dense
+/// warm-up costs at most what a 1/50 share of the steps costs; docs/training.md gives the
+/// measurements behind it.
+inline std::size_t default_onebit_warmup(std::size_t steps) {
+  return std::max<std::size_t>(1, steps / 50);
+}
+
+/// Whether `e` sends scaled signs with error feedback (onebit with its default mean-|x| scale):
+/// the exchange whose learning rate `scaled_sign_lr_cap` bounds.
+inline bool scaled_sign_with_feedback(exchange_options const& e) {
+  std::string_view const c = e.codec;
+  return e.error_feedback && c.substr(0, c.find(':')) == "onebit" &&
+         c.find("scaling=none") == std::string_view::npos;
+}
+
+/// The residual amplification of scaled sign with error feedback: with δ = ‖C(p)‖² / ‖p‖²
+/// (C(p) = ‖p‖₁/n · sign(p) is the projection of p on sign(p)), the residual keeps
+/// ‖e'‖ = √(1−δ)·‖g + e‖, so it settles at up to A(δ) = √(1−δ) / (1 − √(1−δ)) ≈ 2/δ times the
+/// gradient (docs/training.md, "A safe learning rate for scaled sign with error feedback").
+inline double sign_residual_amplification(double delta) {
+  double const q = std::sqrt(std::max(0.0, 1.0 - delta));
+  return q / (1.0 - q);
+}
+
+/// The rule: the largest learning rate for scaled sign with error feedback is the dense one
+/// divided by A(δ), δ measured on the first gradient; never above the dense one.
+inline double scaled_sign_lr_cap(double lr, double delta) {
+  double const a = sign_residual_amplification(delta);
+  return a > 1.0 ? lr / a : lr;
 }
 
 /// Whether the optimizer gossips parameters instead of exchanging gradients.
@@ -153,7 +192,17 @@ struct train_options {
   double adamw_decay = 0.0;      ///< Adam family: decoupled (AdamW) weight decay, all parameters
   std::string topology = "exp";  ///< decentralized: `make_topology` spec
   std::uint32_t accum = 4;       ///< accumadam: window T
+  std::size_t warmup = 0;        ///< onebitadam: steps of exact Adam before v freezes (0: auto)
+  bool refresh_variance = false;  ///< onebitadam: refresh v at 2T, 4T, ... (else frozen)
+  bool compress_momentum = true;  ///< onebitadam: compress the momentum (else the gradient)
+  bool precondition = false;      ///< onebitadam: compress the update m / sqrt(v)
+  /// cadam, onebitadam: one optimizer per layer tensor (tensor id = its index), so that every
+  /// tensor gets its own codec scale; false: one over the flat parameter vector (tensor id 0).
+  bool per_layer = false;
   std::size_t global_average_every = 0;  ///< decentralized: exact averaging period (0: never)
+  /// sgd with scaled sign and error feedback: cap the learning rate by `scaled_sign_lr_cap`
+  /// (false: keep it, the cap is only printed).
+  bool lr_cap = true;
   bool overlap = true;  ///< decentralized: overlapped form (false: `step_blocking`)
 };
 
@@ -189,6 +238,14 @@ struct run_result {
   double comm_wait_s = 0.0;  ///< blocked in the exchange (mixer wait for gossip), mean over ranks
   /// Decentralized runs: mean over ranks of ‖x_i − x̄‖² / ‖x̄‖² after the last step (else 0).
   double consensus_distance = 0.0;
+  /// What the run changed about its options, one line (empty: nothing); the learning-rate cap
+  /// of scaled sign with error feedback.
+  std::string note;
+  /// The learning rate of step 0 the run used.
+  double learning_rate = 0.0;
+  /// The gradient pipeline's divergence guard at the end (sgd, adam): skipped and dense steps,
+  /// and how close the untripped steps came to its limit (peak value / median per quantity).
+  gradcomp::guard_counters guard{};
 };
 
 /// Learning rate of step `step`.
@@ -356,8 +413,9 @@ using gossip_optimizer =
 /// same options and data). Returns the same result on every rank; `final_params`, if given,
 /// receives this rank's parameters after the last step.
 inline run_result train_worker(gradcomp::any_communicator comm, data_split const& data,
-                               train_options const& o,
+                               train_options const& given,
                                std::vector<std::vector<float>>* final_params = nullptr) {
+  train_options o = given;  // the learning-rate cap may change it
   using clock = std::chrono::steady_clock;
   auto since = [](clock::time_point t0) {
     return std::chrono::duration<double>(clock::now() - t0).count();
@@ -376,15 +434,37 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   std::optional<gradcomp::adam> adam_opt;  // adam: the same on every rank
   if (kind == optimizer_kind::adam) adam_opt.emplace(adam_settings(o));
   // cadam: two-way compression with worker and server error feedback, then Adam.
-  std::optional<gradcomp::compressed_adam<gradcomp::any_codec>> cadam;
+  // cadam and onebitadam hold one optimizer per parameter span: the flat vector, or each layer.
+  std::vector<std::pair<std::size_t, std::size_t>> spans;  // (offset, size) in the flat vector
+  if (o.per_layer) {
+    std::size_t at = 0;
+    for (auto const& p : net.params()) {
+      spans.emplace_back(at, p.size());
+      at += p.size();
+    }
+  } else {
+    spans.emplace_back(0, net.parameter_count());
+  }
+  std::vector<gradcomp::compressed_adam<gradcomp::any_codec>> cadam;
   gradcomp::codec_context cctx;
   cctx.parallel_threshold = std::numeric_limits<std::size_t>::max();  // ranks are threads already
   cctx.seed = o.exchange.seed;
-  if (kind == optimizer_kind::cadam) {
-    gradcomp::compressed_adam_options co;
-    co.adam = adam_settings(o);
-    cadam.emplace(gradcomp::make_codec(o.exchange.codec == "dense" ? "identity" : o.exchange.codec),
-                  co);
+  std::vector<gradcomp::onebit_adam<gradcomp::any_codec>> onebit;
+  std::string const two_way_codec = o.exchange.codec == "dense" ? "identity" : o.exchange.codec;
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    if (kind == optimizer_kind::onebitadam) {
+      gradcomp::onebit_adam_options oo;
+      oo.adam = adam_settings(o);
+      oo.warmup = o.warmup != 0 ? o.warmup : default_onebit_warmup(o.steps);
+      oo.refresh_variance = o.refresh_variance;
+      oo.compress_momentum = o.compress_momentum;
+      oo.precondition = o.precondition;
+      onebit.emplace_back(gradcomp::make_codec(two_way_codec), oo);
+    } else if (kind == optimizer_kind::cadam) {
+      gradcomp::compressed_adam_options co;
+      co.adam = adam_settings(o);
+      cadam.emplace_back(gradcomp::make_codec(two_way_codec), co);
+    }
   }
   std::variant<std::monostate, gossip_optimizer<gradcomp::adam>,
                gossip_optimizer<gradcomp::accum_adam>, gossip_optimizer<gradcomp::sgd>>
@@ -406,8 +486,15 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       so.weight_decay = o.weight_decay;
       gossip.emplace<3>(gradcomp::sgd(so), std::move(mixer));
     }
+  } else if (kind == optimizer_kind::onebitadam) {
+    pipeline = std::to_string(onebit.front().options().warmup) +
+               " steps of dense all-reduce Adam, then v " +
+               (o.refresh_variance ? "refreshed at 2T, 4T, ..." : "frozen") + " and the " +
+               (o.compress_momentum ? "momentum" : "gradient") + " through two-way " +
+               two_way_codec + " with worker and server error feedback" +
+               (o.per_layer ? ", per layer" : "");
   } else if (kind == optimizer_kind::cadam) {
-    pipeline = "two-way " + std::string(cadam->two_way().worker_codec().name()) +
+    pipeline = "two-way " + std::string(cadam.front().two_way().worker_codec().name()) +
                " all-reduce, worker and server error feedback (lr-corrected)";
   }
   auto on_gossip = [&](auto&& f) {
@@ -420,6 +507,50 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
 
   batch_sampler sampler(data.train.size(), rank, world, o.seed);
   workspace ws;
+  std::string note;
+  if (kind == optimizer_kind::sgd && scaled_sign_with_feedback(o.exchange)) {
+    // δ of the first gradient, over all ranks and tensors: Σ ‖g‖₁²/n / Σ ‖g‖² (energy-weighted,
+    // what the pipeline reports as the gain of a scaled-sign step with a zero residual).
+    std::vector<float> xs;
+    std::vector<std::uint8_t> ys;
+    std::vector<std::size_t> const first = sampler.batch(0, o.batch);
+    gather_batch(data.train, first, xs, ys);
+    net.forward(xs, o.batch, ws);
+    (void)net.loss(ys, ws);
+    net.backward(ws);
+    double sums[2] = {0.0, 0.0};
+    for (auto const& gr : net.grads()) {
+      double l1 = 0.0, l2 = 0.0;
+      for (float v : gr) {
+        l1 += std::abs(static_cast<double>(v));
+        l2 += static_cast<double>(v) * v;
+      }
+      sums[0] += l1 * l1 / static_cast<double>(gr.size());
+      sums[1] += l2;
+    }
+    comm.all_reduce(std::as_writable_bytes(std::span<double>(sums)), gradcomp::comm_type::f64,
+                    gradcomp::reduce_op::sum);
+    double const delta = sums[1] > 0.0 ? sums[0] / sums[1] : 1.0;
+    double const cap = scaled_sign_lr_cap(o.learning_rate, delta);
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "scaled sign + error feedback: delta = %.3f (||C(g)||^2/||g||^2 of the first "
+                  "gradient), residual amplification A = %.2f, safe lr = lr / A = %.4g: ",
+                  delta, sign_residual_amplification(delta), cap);
+    note = buf;
+    if (cap >= o.learning_rate) {
+      std::snprintf(buf, sizeof buf, "lr %.4g kept", o.learning_rate);
+    } else if (o.lr_cap) {
+      std::snprintf(buf, sizeof buf, "lr capped from %.4g to %.4g (--no-lr-cap keeps it)",
+                    o.learning_rate, cap);
+    } else {
+      std::snprintf(buf, sizeof buf, "lr %.4g kept (--no-lr-cap), above the safe value",
+                    o.learning_rate);
+    }
+    note += buf;
+    note += " (docs/training.md)";
+    if (o.lr_cap) o.learning_rate = std::min(o.learning_rate, cap);
+  }
   std::vector<float> x, g;  // flat parameters and gradient (not sgd)
   if (kind != optimizer_kind::sgd) flatten(net.params(), x);
   std::optional<mlp> avg_net;  // decentralized: the average of the ranks, for evaluation
@@ -449,6 +580,8 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   run_result res;
   res.parameters = net.parameter_count();
   res.pipeline = pipeline;
+  res.note = note;
+  res.learning_rate = o.learning_rate;
   double bytes = 0.0, wire = 0.0, loss_sum = 0.0, gain_sum = 0.0, compute = 0.0, compress = 0.0,
          sync = 0.0, stepping = 0.0;
   std::size_t loss_count = 0;
@@ -474,9 +607,12 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
     info.batch = o.batch;
     info.learning_rate = learning_rate_at(o, step);
     info.next_learning_rate = learning_rate_at(o, step + 1);
+    info.loss = br.loss;
     double factor = 1.0;
+    bool skipped = false;
     if (ex) {  // sgd, adam: the gradient pipeline averages the gradients in place
       exchange_report const rep = ex->exchange(grads, info);
+      skipped = rep.skipped;
       bytes += static_cast<double>(rep.bytes_sent);
       wire += static_cast<double>(rep.wire_bytes);
       compress += rep.compress_s;
@@ -491,24 +627,38 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       gain_sum += 1.0;
     }
 
-    if (kind == optimizer_kind::sgd) {
+    if (skipped) {
+      // the divergence guard skipped the step: no update (the pipeline printed why)
+    } else if (kind == optimizer_kind::sgd) {
       opt.step(net.params(), net.grads(), info.learning_rate);
     } else {
       flatten(net.grads(), g);
       if (kind == optimizer_kind::adam) {
         adam_opt->set_lr(info.learning_rate);
         adam_opt->step(x, g);
-      } else if (kind == optimizer_kind::cadam) {
+      } else if (kind == optimizer_kind::onebitadam || kind == optimizer_kind::cadam) {
         auto t1 = clock::now();
         gradcomp::codec_context ctx = cctx;
         ctx.step = static_cast<std::uint32_t>(step);
-        cadam->set_lr(info.learning_rate);  // residuals are corrected by lr_prev / lr
-        gradcomp::collective_result const r = cadam->step(
-            comm, std::span<float>(x),
-            gradcomp::tensor_view<float const>(std::span<float const>(g), gradcomp::tensor_id{0}), ctx);
+        auto step_spans = [&](auto& opts) {
+          for (std::size_t k = 0; k < spans.size(); ++k) {
+            auto const [at, n] = spans[k];
+            opts[k].set_lr(info.learning_rate);  // cadam: residuals are corrected by lr_prev / lr
+            gradcomp::collective_result const r = opts[k].step(
+                comm, std::span<float>(x).subspan(at, n),
+                gradcomp::tensor_view<float const>(std::span<float const>(g).subspan(at, n),
+                                                   static_cast<gradcomp::tensor_id>(k)),
+                ctx);
+            bytes += static_cast<double>(r.packet_bytes);
+            wire += static_cast<double>(r.wire_bytes);
+          }
+        };
+        if (kind == optimizer_kind::onebitadam) {
+          step_spans(onebit);
+        } else {
+          step_spans(cadam);
+        }
         sync += since(t1);
-        bytes += static_cast<double>(r.packet_bytes);
-        wire += static_cast<double>(r.wire_bytes);
       } else {
         on_gossip([&](auto& d) {
           d.set_lr(info.learning_rate);
@@ -576,6 +726,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
     }
   }
   double const wall = std::chrono::duration<double>(clock::now() - start).count();
+  if (ex) res.guard = ex->pipeline().guard().counters();
   if (final_params != nullptr) *final_params = net.params();  // x^(K), before any drain
   double mixer_wait = 0.0;
   on_gossip([&](auto& d) {

@@ -22,6 +22,7 @@ _DEFAULTS = {
     "codec": "topk:ratio=0.01",
     "feedback": "residual",
     "controller": "",
+    "guard": "raise",
     "two_way": False,
     "seed": 0,
     "start_iter": 0,
@@ -46,6 +47,11 @@ class GradcompState:
       feedback: "none", "residual", "ef21" or "dgc[:momentum=0.9,...]".
       controller: "" (the codec as given), "gravac:...", "accordion:...", "static:factor=100",
         "schedule:...".
+      guard: the divergence guard, "raise" (default), "skip", "dense" or "off", optionally with
+        ":factor=F,residual_factor=R,window=W,warmup=N,max_skips=S" (docs/pipeline.md, "Divergence guard"): a
+        non-finite or exploding gradient, residual or reported loss raises on every rank,
+        skips the iteration (the buckets come back as zeros, ``last_stats["guard"]`` is
+        "skipped": skip ``optimizer.step()`` then), or sends it dense.
       two_way: BytePS-Compress two-way compression (shard owners re-compress).
       seed: seed of the codecs' random streams.
       start_iter: iterations of plain all-reduce (DDP's own arithmetic) before compression
@@ -103,8 +109,16 @@ class GradcompState:
     @property
     def last_stats(self):
         """Statistics of the last iteration: bytes_sent, wire_bytes, factor, gain, tensors,
-        compressed_tensors, messages, compress_s, communicate_s, decode_s, total_s, sent."""
+        compressed_tensors, messages, compress_s, communicate_s, decode_s, total_s, sent, and
+        the divergence guard's guard ("none", "skipped", "dense"), gradient_norm,
+        residual_norm and loss (NaN where not measured)."""
         return self._engine.last_stats()
+
+    def report_loss(self, loss):
+        """Gives this rank's loss of the coming iteration to the divergence guard (call it
+        before ``backward()``; a tensor is read with ``.item()``). Optional: without it the guard
+        watches the gradient and the residual only."""
+        self._engine.report_loss(float(loss.item() if hasattr(loss, "item") else loss))
 
     @property
     def totals(self):

@@ -101,6 +101,13 @@ class ddp_engine {
     worker_.join();
   }
 
+  // This rank's loss for the divergence guard of the next compressed iteration (the one whose
+  // first bucket arrives next); one value, replaced by a later report.
+  void report_loss(double loss) {
+    std::lock_guard<std::mutex> lock(mu_);
+    loss_ = loss;
+  }
+
   // Queues bucket `index` (its flat buffer and the pieces to compress) and returns the future
   // DDP waits for. Never blocks.
   future_ptr submit(std::int64_t index, at::Tensor buffer, std::vector<piece> pieces, bool is_last) {
@@ -266,6 +273,11 @@ class ddp_engine {
       try {
         gradcomp::pipeline_step_info info;
         info.batch_size = opt_.batch_size;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          info.loss = loss_;
+          loss_.reset();
+        }
         pipe_.begin(comm_, info);
         begun_ = true;
       } catch (...) {
@@ -390,6 +402,7 @@ class ddp_engine {
   }
 
   engine_options opt_;
+  std::optional<double> loss_;  // reported for the next iteration (the divergence guard)
   bool plain_ = false;
   gradcomp::c10d_communicator comm_;
   gradcomp::gradient_pipeline pipe_;

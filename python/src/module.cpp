@@ -180,6 +180,12 @@ py::dict stats_dict(gc::pipeline_stats const& s) {
   d["communicate_s"] = s.communicate_s;
   d["decode_s"] = s.decode_s;
   d["total_s"] = s.total_s;
+  d["guard"] = s.guard == gc::guard_action::skipped
+                   ? "skipped"
+                   : (s.guard == gc::guard_action::dense ? "dense" : "none");
+  d["gradient_norm"] = s.gradient_norm;
+  d["residual_norm"] = s.residual_norm;
+  d["loss"] = s.loss;
   return d;
 }
 
@@ -191,6 +197,7 @@ gc::pipeline_options pipeline_options_from(py::dict const& o) {
   str("codec", p.codec);
   str("feedback", p.feedback);
   str("controller", p.controller);
+  str("guard", p.guard);
   if (o.contains("two_way")) p.two_way = py::cast<bool>(o["two_way"]);
   if (o.contains("seed")) p.seed = py::cast<std::uint64_t>(o["seed"]);
   if (o.contains("measure_gain")) p.measure_gain = py::cast<bool>(o["measure_gain"]);
@@ -335,8 +342,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("process_group"), py::arg("options"))
       .def(
           "submit",
-          [](ddp_engine& e, std::int64_t index, at::Tensor buffer, py::list views, py::list shapes, py::list keys,
-             bool is_last) {
+          [](ddp_engine& e, std::int64_t index, at::Tensor buffer, py::list views, py::list shapes,
+             py::list keys, bool is_last) {
             if (!buffer.device().is_cpu()) {
               throw gc::config_error("gradcomp: the DDP hook runs on CPU tensors (the CUDA path is docs/cuda.md's)");
             }
@@ -366,7 +373,8 @@ PYBIND11_MODULE(_C, m) {
             }
             return std::make_shared<torch::jit::PythonFutureWrapper>(f);
           },
-          py::arg("index"), py::arg("buffer"), py::arg("views"), py::arg("shapes"), py::arg("keys"), py::arg("is_last"))
+          py::arg("index"), py::arg("buffer"), py::arg("views"), py::arg("shapes"), py::arg("keys"),
+          py::arg("is_last"))
       .def("wait_idle", &ddp_engine::wait_idle, py::call_guard<py::gil_scoped_release>())
       .def("save",
            [](ddp_engine& e) {
@@ -384,6 +392,7 @@ PYBIND11_MODULE(_C, m) {
              e.load(std::span<std::byte const>(reinterpret_cast<std::byte const*>(s.data()), s.size()));
            })
       .def("last_stats", [](ddp_engine& e) { return stats_dict(e.last_stats()); })
+      .def("report_loss", &ddp_engine::report_loss)
       .def("totals",
            [](ddp_engine& e) {
              auto const t = e.totals();

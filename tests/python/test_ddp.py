@@ -335,6 +335,8 @@ def _bad_specs(rank, world):
         gradcomp.GradcompState(codec="fp16", controller="gravac")
     with pytest.raises(gradcomp.ConfigError, match="unknown options"):
         gradcomp.GradcompState(codek="fp16")
+    with pytest.raises(gradcomp.ConfigError, match="unknown guard"):
+        gradcomp.GradcompState(guard="panic")
     return True
 
 
@@ -360,6 +362,33 @@ def _nan_step(rank, world):
 
 def test_nan_fails_the_step_on_every_rank():
     assert all(run_ranks(_nan_step, 2))
+
+
+def _guard_policies(rank, world):
+    # skip: a NaN on rank 1 comes back as zeros on every rank, with the state as it was
+    state = gradcomp.GradcompState(codec="topk:ratio=0.01", start_iter=0, guard="skip")
+    state.report_loss(torch.tensor(2.0 + rank))
+    state._engine.submit(0, grad(rank, 0), [], [], [], True).wait()
+    assert state.last_stats["guard"] == "none" and state.last_stats["loss"] == 2.5
+    before = list(state._engine.feedback_state(state._engine.tensor_ids()[0]))
+    bad = grad(rank, 1)
+    if rank == 1:
+        bad[5] = float("inf")
+    state._engine.submit(0, bad, [], [], [], True).wait()
+    assert state.last_stats["guard"] == "skipped" and bool((bad == 0).all())
+    assert list(state._engine.feedback_state(state._engine.tensor_ids()[0])) == before
+    # raise (the default): the same message on every rank, naming the guard
+    loud = gradcomp.GradcompState(codec="topk:ratio=0.01", start_iter=0)
+    bad = grad(rank, 1)
+    if rank == 0:
+        bad[3] = float("nan")
+    with pytest.raises(RuntimeError, match="divergence guard: step 0: the gradient norm is nan.*not finite"):
+        loud._engine.submit(0, bad, [], [], [], True).wait()
+    return True
+
+
+def test_guard_policies_in_the_hook():
+    assert all(run_ranks(_guard_policies, 2))
 
 
 def _peer_exits(rank, world):

@@ -215,6 +215,18 @@ class adam {
     v_.clear();
     t_ = 0;
   }
+  /// Restores moments and the step count (a checkpoint); `config_error` unless m and v have
+  /// the same size, and are empty exactly when `t` is 0.
+  void restore(std::span<float const> m, std::span<float const> v, std::uint64_t t) {
+    if (m.size() != v.size() || (t == 0) != m.empty()) {
+      throw config_error("gradcomp: adam::restore got moments of " + std::to_string(m.size()) +
+                         " and " + std::to_string(v.size()) + " elements at step " +
+                         std::to_string(t));
+    }
+    m_.assign(m.begin(), m.end());
+    v_.assign(v.begin(), v.end());
+    t_ = t;
+  }
 
  private:
   adam_options opt_;

@@ -34,6 +34,11 @@
 /// every rank and leaves the pipeline's state — residuals, controller, step counter — as it
 /// was before the step; the gradient tensors may hold partial output then.
 ///
+/// Between the agreement and the decision, the divergence guard (pipeline/guard.hpp, on by
+/// default) sums the ranks' gradient and residual norms and losses in one small all-reduce and
+/// acts on a non-finite value or an explosion against the recent history: raise (the
+/// default), skip the step, or send it dense (`pipeline_options::guard`).
+///
 /// Gradients are float32, float16 or bfloat16 (`tensor_view<T>`); residuals, sums and decoding
 /// are float32, and a 16-bit tensor receives its average rounded once. The whole state (every
 /// residual, controller state with its history, PowerSGD factors, the step counter) is saved by
@@ -44,7 +49,6 @@
 #include <gradcomp/adapt/protocol.hpp>
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/budget.hpp>
-#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/codec/recompress.hpp>
 #include <gradcomp/collective/agreement.hpp>
@@ -56,6 +60,7 @@
 #include <gradcomp/collective/sections.hpp>
 #include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/concepts/communicator.hpp>
+#include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
@@ -66,12 +71,14 @@
 #include <gradcomp/feedback/compressor.hpp>
 #include <gradcomp/feedback/dgc.hpp>
 #include <gradcomp/feedback/policies.hpp>
+#include <gradcomp/pipeline/guard.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -123,6 +130,9 @@ struct pipeline_options {
   /// Execution context of the codecs (thread pool, parallel threshold, SIMD level). Its seed
   /// and step are set by the pipeline.
   codec_context context{};
+  /// Divergence guard spec (pipeline/guard.hpp, docs/pipeline.md): "off", or "raise", "skip"
+  /// or "dense" with optional ":factor=F,residual_factor=R,window=W,warmup=N,max_skips=S".
+  std::string guard = "raise";
 };
 
 /// What the caller knows about the step (for the controller's statistics).
@@ -131,6 +141,8 @@ struct pipeline_step_info {
   std::uint64_t batch_size = 0;   ///< samples per worker (GraVAC's throughput)
   double learning_rate = 0.0;     ///< this step's learning rate (0: not reported)
   double next_learning_rate = 0.0;  ///< the next step's (0: not reported)
+  /// This rank's loss of the step, for the divergence guard (empty: not reported).
+  std::optional<double> loss{};
 };
 
 /// What one step did on this rank.
@@ -150,6 +162,14 @@ struct pipeline_stats {
   double communicate_s = 0.0;  ///< agreement rounds and payloads (waiting included)
   double decode_s = 0.0;    ///< decoding received packets and writing the outputs
   double total_s = 0.0;     ///< the whole call
+  /// What the divergence guard did (guard.hpp): none, skipped (nothing sent, no state changed,
+  /// the gradient tensors hold zeros: do not step the optimizer), or dense.
+  guard_action guard = guard_action::none;
+  /// The guard's global values of the step: gradient and residual norms over all ranks, the
+  /// mean reported loss (NaN when the guard is off, or not watched / not reported).
+  double gradient_norm = std::numeric_limits<double>::quiet_NaN();
+  double residual_norm = std::numeric_limits<double>::quiet_NaN();
+  double loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 namespace detail {
@@ -237,6 +257,7 @@ class gradient_pipeline {
     if (opt_.two_way) {
       two_way_.emplace(make_two_way(opt_.feedback, base_));
     }
+    guard_.emplace(opt_.guard);
   }
 
   [[nodiscard]] pipeline_options const& options() const noexcept { return opt_; }
@@ -248,6 +269,11 @@ class gradient_pipeline {
   [[nodiscard]] pipeline_stats const& last_stats() const noexcept { return last_; }
   /// Called with the statistics of every completed step (e.g. for logging); empty: none.
   void on_step(std::function<void(pipeline_stats const&)> hook) { hook_ = std::move(hook); }
+  /// The divergence guard (history and counters).
+  [[nodiscard]] divergence_guard const& guard() const noexcept { return *guard_; }
+  /// Called on every rank with each guard trip that did not raise (a skipped or dense step),
+  /// before the step returns. Without one, rank 0 prints the verdict's message to stderr.
+  void on_guard(std::function<void(guard_verdict const&)> hook) { guard_hook_ = std::move(hook); }
 
   /// The matrix shape (rows × cols, row-major) PowerSGD gives tensor `id`. Without one a
   /// tensor of n elements is taken as n / c × c with c the largest divisor of n up to √n.
@@ -293,6 +319,8 @@ class gradient_pipeline {
     rank_ = comm.rank();
     size_ = comm.size();
     pending_.clear();
+    guard_tensors_.clear();
+    guard_nonfinite_ = false;
     local_ = nullptr;
     plan_ = ctrl_ ? ctrl_->plan() : step_plan{};
     levels_ = low_rank_ ? 0 : (ctrl_ ? plan_.measure.size() : 1);
@@ -360,15 +388,19 @@ class gradient_pipeline {
       s.state().save_exact(w);
     }
     w.put_bytes(two_way_ ? std::visit([](auto const& t) { return t.save(); }, *two_way_) : std::vector<std::byte>{});
+    w.put_bytes(guard_->save());
     return w.finish();
   }
 
   /// Restores a state written by `save` of a pipeline with the same codec, feedback,
-  /// controller and two-way options. A malformed or mismatched checkpoint is a `format_error`
-  /// and leaves the state unchanged.
+  /// controller, two-way and guard options (a version 1 checkpoint, from before the guard,
+  /// loads with an empty guard history). A malformed or mismatched checkpoint is a
+  /// `format_error` and leaves the state unchanged.
   void load(std::span<std::byte const> bytes) {
     if (open_) throw config_error("gradcomp: gradient_pipeline::load during a step");
-    detail::byte_reader r(bytes, checkpoint_magic, checkpoint_version, "gradient_pipeline checkpoint");
+    bool const v1 = bytes.size() > 4 && bytes[4] == std::byte{1};
+    detail::byte_reader r(bytes, checkpoint_magic, v1 ? std::uint8_t{1} : checkpoint_version,
+                          "gradient_pipeline checkpoint");
     auto expect = [&](std::string const& got, std::string const& mine, char const* what) {
       if (got != mine) {
         r.fail(std::string("saved with ") + what + " '" + got + "', this pipeline has '" + mine + "'");
@@ -418,19 +450,29 @@ class gradient_pipeline {
     } else if (!tstate.empty()) {
       r.fail("holds two-way state, this pipeline is not two-way");
     }
+    std::optional<divergence_guard> guard(std::in_place, opt_.guard);
+    if (!v1) {
+      std::vector<std::byte> const gstate = r.get_bytes();
+      try {
+        guard->load(gstate);
+      } catch (format_error const& e) {
+        r.fail(e.what());
+      }
+    }
     r.expect_end();
     comp_ = std::move(comp);
     ctrl_ = std::move(ctrl);
     accumulators_ = std::move(acc);
     sessions_ = std::move(sessions);
     two_way_ = std::move(tw);
+    guard_ = std::move(guard);
     step_ = step;
     last_timing_ = timing;
   }
 
   /// Magic and version of the checkpoint format.
   static constexpr char const* checkpoint_magic = "GCPL";
-  static constexpr std::uint8_t checkpoint_version = 1;
+  static constexpr std::uint8_t checkpoint_version = 2;
 
  private:
   using clock = std::chrono::steady_clock;
@@ -508,7 +550,18 @@ class gradient_pipeline {
     e.packets = &b.packets;
     e.large = g.size() >= opt_.buckets.min_compress_elements;
     e.staged = e.large && !low_rank_ && !two_way_;
-    if (plan_.accumulate_layers || plan_.report_layers) accumulate_layer(e);
+    if (guard_->enabled()) {
+      // The guard's local norms; a non-finite one is not staged (the codec would throw): the
+      // guard's round tells every rank, and no packet of this step is sent then.
+      guard_tensor gt{e.id, detail::norm_sq(e.raw32), 0.0};
+      if (e.staged) {
+        gt.residual_sq =
+            detail::norm_sq(std::visit([&](auto& c) { return c.state(e.id).values(); }, comp_));
+      }
+      guard_tensors_.push_back(gt);
+      if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) guard_nonfinite_ = true;
+      if (guard_nonfinite_) e.staged = false;
+    }
     if (e.staged && !local_) {
       try {
         stage(e, tensor_view<T const>(std::span<T const>(g.span()), g.id()));
@@ -623,11 +676,37 @@ class gradient_pipeline {
     std::vector<detail::bucket_plan> plan = agree_step(comm, items, br);
     communicate += seconds(t_agree, clock::now());
 
+    // The divergence guard (guard.hpp): every rank gets the same verdict.
+    guard_verdict gv;
+    if (guard_->enabled()) {
+      auto const t0 = clock::now();
+      bool const watch = !low_rank_ && !two_way_ && opt_.feedback != "none";
+      gv = guard_->check(comm, step_, std::span<guard_tensor const>(guard_tensors_), watch,
+                         info_.loss, br.wire_bytes);
+      communicate += seconds(t0, clock::now());
+      st.gradient_norm = gv.gradient;
+      st.residual_norm = gv.residual;
+      st.loss = gv.loss;
+      if (gv.raise_it) throw numeric_error(gv.message);
+      if (gv.action == guard_action::skipped) return skip_step(st, gv, communicate);
+    }
+    bool const guard_dense = gv.action == guard_action::dense;
+    // Accordion's per-layer gradients, once the step is known to go through.
+    if (plan_.accumulate_layers || plan_.report_layers) {
+      for (auto const& e : pending_) accumulate_layer(e);
+    }
+
     // The decision.
     std::size_t k = 0;
     residual_rule rule = residual_rule::subtract_sent;
     st.factor = low_rank_ ? 1.0 : 32.0 / base_.bits_per_element();
-    if (ctrl_) {
+    if (guard_dense) {  // every tensor's own g, dense; the controller is not asked
+      k = decision::npos;
+      rule = residual_rule::keep;
+      st.sent = send_kind::dense;
+      st.factor = 1.0;
+      st.gain = 1.0;
+    } else if (ctrl_) {
       auto const t0 = clock::now();
       step_stats s;
       s.step = plan_.step;
@@ -663,9 +742,13 @@ class gradient_pipeline {
     }
     // A receiving policy (EF21) sends increments: g with the residual kept is no increment.
     bool const receives = std::visit([](auto const& c) { return std::remove_cvref_t<decltype(c)>::receives; }, comp_);
-    if (k == decision::npos && rule == residual_rule::keep && receives) rule = residual_rule::zero;
+    if (k == decision::npos && rule == residual_rule::keep && receives && !guard_dense)
+      rule = residual_rule::zero;
 
-    for (auto const& e : pending_) st.compressed_tensors += e.large && (low_rank_ || two_way_ || k != decision::npos) ? 1 : 0;
+    for (auto const& e : pending_) {
+      st.compressed_tensors +=
+          e.large && !guard_dense && (low_rank_ || two_way_ || k != decision::npos) ? 1 : 0;
+    }
 
     // The next residuals for the packets to be sent are computed now (the packets may be summed
     // in place on the wire); they become current only once the exchange has succeeded.
@@ -682,7 +765,9 @@ class gradient_pipeline {
     // The exchange.
     double decode = 0.0;
     auto const t_send = clock::now();
-    if (low_rank_ || two_way_) {
+    if (guard_dense) {
+      send_dense(comm, items, residual_rule::keep, br, decode);
+    } else if (low_rank_ || two_way_) {
       send_per_tensor(comm, br, decode);
     } else if (k == decision::npos) {
       send_dense(comm, items, rule, br, decode);
@@ -708,10 +793,11 @@ class gradient_pipeline {
             },
             comp_);
       }
+      if (gv.reset_residual) std::visit([](auto& c) { c.reset(); }, comp_);
     }
     double const commit_s = seconds(t_commit, clock::now());
     auto const t_out = clock::now();
-    if (!low_rank_ && !two_way_) {
+    if (!low_rank_ && !two_way_ && !guard_dense) {
       for (auto const& e : pending_) {
         if (e.staged) std::visit([&](auto& c) { c.receive(e.id, e.out32); }, comp_);
       }
@@ -731,9 +817,44 @@ class gradient_pipeline {
     last_timing_ = opt_.measured_timing ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
                                         : step_timing{info_.backprop_s, 0.0, 0.0};
     ++step_;
+    if (guard_->enabled()) {
+      guard_->commit(gv);
+      st.guard = gv.action;
+      if (gv.tripped) report_guard(gv);
+    }
     last_ = st;
     if (hook_) hook_(st);
     return st;
+  }
+
+  // A step the guard skips: nothing is sent and no state changes (stages discarded, the step
+  // counter kept); the gradient tensors are set to zero on every rank.
+  pipeline_stats skip_step(pipeline_stats st, guard_verdict const& gv, double communicate) {
+    for (auto const& e : pending_) {
+      if (e.staged) std::visit([&](auto& c) { c.discard(e.id); }, comp_);
+      std::fill(e.out32.begin(), e.out32.end(), 0.0f);
+      if (e.write_back) e.write_back();
+    }
+    for (auto& e : pending_) e.staged = false;
+    guard_->commit(gv);
+    st.guard = guard_action::skipped;
+    st.sent = send_kind::dense;
+    st.factor = 1.0;
+    st.communicate_s = communicate;
+    st.compress_s = compress_s_;
+    st.total_s = seconds(t_begin_, clock::now());
+    report_guard(gv);
+    last_ = st;
+    if (hook_) hook_(st);
+    return st;
+  }
+
+  void report_guard(guard_verdict const& gv) {
+    if (guard_hook_) {
+      guard_hook_(gv);
+    } else if (rank_ == 0) {
+      std::fprintf(stderr, "%s\n", gv.message.c_str());
+    }
   }
 
   // The step's agreement round: layout (ids, sizes, order, bucketing), configuration
@@ -751,7 +872,7 @@ class gradient_pipeline {
       fp.add("gradient_pipeline").add(opt_.codec).add(opt_.feedback).add(opt_.controller);
       fp.add(opt_.two_way ? 1 : 0).add(step_).add(opt_.buckets.bucket_bytes).add(opt_.buckets.min_compress_elements);
       fp.add(static_cast<std::uint64_t>(opt_.buckets.small_format)).add(static_cast<std::uint64_t>(opt_.buckets.op));
-      fp.add(opt_.measure_gain ? 1 : 0);
+      fp.add(opt_.measure_gain ? 1 : 0).add(opt_.guard);
       for (auto const& it : items) fp.add(it.out.size()).add(static_cast<std::uint64_t>(it.grad.id()));
       mine.fingerprint = fp.value();
     } catch (...) {
@@ -928,6 +1049,10 @@ class gradient_pipeline {
   step_timing last_timing_;
   pipeline_stats last_;
   std::function<void(pipeline_stats const&)> hook_;
+  std::optional<divergence_guard> guard_;
+  std::function<void(guard_verdict const&)> guard_hook_;
+  std::vector<guard_tensor> guard_tensors_;  // the step in progress
+  bool guard_nonfinite_ = false;
 };
 
 GRADCOMP_NAMESPACE_END

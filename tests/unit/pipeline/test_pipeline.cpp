@@ -348,7 +348,8 @@ TEST_CASE("pipeline: a NaN on one rank fails the step on every rank and leaves t
     p.step(comm, views(h), {.backprop_s = 0.01, .batch_size = 8});
     RANK_REQUIRE(p.step_count() == 3);
   }));
-  CHECK(errors == std::vector<std::string>{"comm", "numeric", "comm"});
+  // the divergence guard (on by default) sees the NaN in its round: the same error everywhere
+  CHECK(errors == std::vector<std::string>{"numeric", "numeric", "numeric"});
 }
 
 TEST_CASE("pipeline: mismatched layouts and bad options are clear errors", "[pipeline][errors]") {
