@@ -493,9 +493,10 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
     pipeline = std::to_string(onebit.front().options().warmup) +
                " steps of dense all-reduce Adam, then v " +
                (o.refresh_variance ? "refreshed at 2T, 4T, ..." : "frozen") + " and the " +
-               (o.precondition ? "update m/d" : o.compress_momentum ? "momentum" : "gradient") +
-               " through two-way " +
-               two_way_codec + " with worker and server error feedback" +
+               (o.precondition        ? "update m/d"
+                : o.compress_momentum ? "momentum"
+                                      : "gradient") +
+               " through two-way " + two_way_codec + " with worker and server error feedback" +
                ", per layer";
   } else if (kind == optimizer_kind::cadam) {
     pipeline = "two-way " + std::string(cadam.front().two_way().worker_codec().name()) +
