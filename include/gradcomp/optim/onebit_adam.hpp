@@ -132,16 +132,7 @@ class onebit_adam {
   template <communicator Comm>
   collective_result step(Comm& comm, std::span<float> x, tensor_view<float const> g,
                          codec_context const& ctx = {}) {
-    if (x.size() != g.size()) {
-      throw config_error("gradcomp: onebit_adam::step got " + std::to_string(x.size()) +
-                         " parameters and " + std::to_string(g.size()) +
-                         " gradients; expected as many of each");
-    }
-    if (!m_.empty() && m_.size() != x.size()) {
-      throw config_error("gradcomp: onebit_adam holds " + std::to_string(m_.size()) +
-                         " elements but the step has " + std::to_string(x.size()) +
-                         " (use one optimizer per parameter span)");
-    }
+    detail::check_step_spans(x.size(), g.size(), m_.size(), "onebit_adam");
     auto const w = static_cast<std::size_t>(comm.size());
     float const inv = 1.0f / static_cast<float>(w);
     collective_result r;
