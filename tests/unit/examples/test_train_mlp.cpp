@@ -452,8 +452,8 @@ TEST_CASE("compressed Adam with the identity codec equals All-Reduce Adam bit fo
     // gradient pipeline's agreement round (a ring all-gather of one rank_report per rank) and
     // the divergence guard's all-reduce of 2T + 2 doubles (T = 6 tensors).
     double const grad_bytes = static_cast<double>(ra[0].parameters * sizeof(float));
-    double const guard_bytes =
-        static_cast<double>(gradcomp::detail::ring_all_reduce_bytes((2 * 6 + 2) * sizeof(double), world));
+    double const guard_bytes = static_cast<double>(
+        gradcomp::detail::ring_all_reduce_bytes((2 * 6 + 2) * sizeof(double), world));
     CHECK(ra[0].wire_bytes_per_worker ==
           static_cast<double>(o.steps) *
               (2.0 * (world - 1) / world * grad_bytes +
