@@ -85,7 +85,7 @@ struct outcome {
       "  --warmup N             onebitadam: dense Adam steps before v freezes [2%% of --steps]\n"
       "  --per-layer            cadam: one optimizer (codec scale) per layer (onebitadam: always)\n"
       "  --compress momentum|gradient|update  onebitadam: what the ranks compress: the\n"
-      "                         momentum, the gradient, or the update m/sqrt(v)   [update]\n"
+      "                         momentum, the gradient, or the update m/sqrt(v) [momentum]\n"
       "  --variance frozen|refresh  onebitadam: keep v, or refresh it from the ranks' local\n"
       "                         second moments at steps 2T, 4T, 8T, ...          [frozen]\n"
       "  --global-average-every K  decentralized: exact average every K steps (0 never) [0]\n"

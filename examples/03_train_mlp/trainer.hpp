@@ -196,8 +196,8 @@ struct train_options {
   bool refresh_variance = false;  ///< onebitadam: refresh v at 2T, 4T, ... (else frozen)
   bool compress_momentum = true;  ///< onebitadam: compress the momentum (else the gradient)
   /// onebitadam: compress the update m / d (d = sqrt(v)/sqrt(1-b2^T) + eps) rather than m: the
-  /// form that trains with onebit (docs/training.md, "Compressed Adam").
-  bool precondition = true;
+  /// better form for top-k; onebit does better with m (docs/training.md, "Compressed Adam").
+  bool precondition = false;
   /// cadam: one optimizer per layer tensor (tensor id = its index), so that every tensor gets
   /// its own codec scale; false: one over the flat parameter vector (tensor id 0). onebitadam
   /// always runs per layer.
