@@ -37,10 +37,11 @@
 /// **Preconditioned compression** (`precondition`). Under a frozen v the update is linear in
 /// the momentum, u = m / d with a fixed per-coordinate d = sqrt(v)/sqrt(1-b2^T) + eps, so the
 /// ranks may as well compress u_w = m_w / d: the mean of the u_w is the update, and error
-/// feedback in u's units is error feedback in m's units times the fixed 1/d. The codec then sees
-/// the quantity that moves the parameters — Adam's update is close to a sign already, so a
-/// scaled sign loses little of it, and top-k keeps the coordinates that move most — instead of
-/// a momentum whose coordinates span orders of magnitude (d spreads them).
+/// feedback in u's units is error feedback in m's units times the fixed 1/d. The codec then
+/// selects and scales by the quantity that moves the parameters: top-k keeps the coordinates
+/// that move most rather than those with the largest momentum (better in the training example:
+/// docs/training.md, "Compressed Adam"); a scaled sign gains nothing from it (the sign of m
+/// already gives every coordinate the same magnitude), and did slightly worse there.
 ///
 /// **The update bound.** A frozen v cannot follow a coordinate whose gradient was zero all
 /// through the warm-up (a ReLU unit that was dead then): its v stays 0, and once the unit
