@@ -195,9 +195,12 @@ struct train_options {
   std::size_t warmup = 0;        ///< onebitadam: steps of exact Adam before v freezes (0: auto)
   bool refresh_variance = false;  ///< onebitadam: refresh v at 2T, 4T, ... (else frozen)
   bool compress_momentum = true;  ///< onebitadam: compress the momentum (else the gradient)
-  bool precondition = false;      ///< onebitadam: compress the update m / sqrt(v)
-  /// cadam, onebitadam: one optimizer per layer tensor (tensor id = its index), so that every
-  /// tensor gets its own codec scale; false: one over the flat parameter vector (tensor id 0).
+  /// onebitadam: compress the update m / d (d = sqrt(v)/sqrt(1-b2^T) + eps) rather than m: the
+  /// better form for top-k; onebit does better with m (docs/training.md, "Compressed Adam").
+  bool precondition = false;
+  /// cadam: one optimizer per layer tensor (tensor id = its index), so that every tensor gets
+  /// its own codec scale; false: one over the flat parameter vector (tensor id 0). onebitadam
+  /// always runs per layer.
   bool per_layer = false;
   std::size_t global_average_every = 0;  ///< decentralized: exact averaging period (0: never)
   /// sgd with scaled sign and error feedback: cap the learning rate by `scaled_sign_lr_cap`
@@ -436,7 +439,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   // cadam: two-way compression with worker and server error feedback, then Adam.
   // cadam and onebitadam hold one optimizer per parameter span: the flat vector, or each layer.
   std::vector<std::pair<std::size_t, std::size_t>> spans;  // (offset, size) in the flat vector
-  if (o.per_layer) {
+  if (o.per_layer || kind == optimizer_kind::onebitadam) {
     std::size_t at = 0;
     for (auto const& p : net.params()) {
       spans.emplace_back(at, p.size());
@@ -490,9 +493,11 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
     pipeline = std::to_string(onebit.front().options().warmup) +
                " steps of dense all-reduce Adam, then v " +
                (o.refresh_variance ? "refreshed at 2T, 4T, ..." : "frozen") + " and the " +
-               (o.compress_momentum ? "momentum" : "gradient") + " through two-way " +
-               two_way_codec + " with worker and server error feedback" +
-               (o.per_layer ? ", per layer" : "");
+               (o.precondition        ? "update m/d"
+                : o.compress_momentum ? "momentum"
+                                      : "gradient") +
+               " through two-way " + two_way_codec + " with worker and server error feedback" +
+               ", per layer";
   } else if (kind == optimizer_kind::cadam) {
     pipeline = "two-way " + std::string(cadam.front().two_way().worker_codec().name()) +
                " all-reduce, worker and server error feedback (lr-corrected)";

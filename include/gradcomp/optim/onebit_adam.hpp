@@ -37,10 +37,11 @@
 /// **Preconditioned compression** (`precondition`). Under a frozen v the update is linear in
 /// the momentum, u = m / d with a fixed per-coordinate d = sqrt(v)/sqrt(1-b2^T) + eps, so the
 /// ranks may as well compress u_w = m_w / d: the mean of the u_w is the update, and error
-/// feedback in u's units is error feedback in m's units times the fixed 1/d. The codec then sees
-/// the quantity that moves the parameters — Adam's update is close to a sign already, so a
-/// scaled sign loses little of it, and top-k keeps the coordinates that move most — instead of
-/// a momentum whose coordinates span orders of magnitude (d spreads them).
+/// feedback in u's units is error feedback in m's units times the fixed 1/d. The codec then
+/// selects and scales by the quantity that moves the parameters: top-k keeps the coordinates
+/// that move most rather than those with the largest momentum (better in the training example:
+/// docs/training.md, "Compressed Adam"); a scaled sign gains nothing from it (the sign of m
+/// already gives every coordinate the same magnitude), and did slightly worse there.
 ///
 /// **The update bound.** A frozen v cannot follow a coordinate whose gradient was zero all
 /// through the warm-up (a ReLU unit that was dead then): its v stays 0, and once the unit
@@ -132,16 +133,7 @@ class onebit_adam {
   template <communicator Comm>
   collective_result step(Comm& comm, std::span<float> x, tensor_view<float const> g,
                          codec_context const& ctx = {}) {
-    if (x.size() != g.size()) {
-      throw config_error("gradcomp: onebit_adam::step got " + std::to_string(x.size()) +
-                         " parameters and " + std::to_string(g.size()) +
-                         " gradients; expected as many of each");
-    }
-    if (!m_.empty() && m_.size() != x.size()) {
-      throw config_error("gradcomp: onebit_adam holds " + std::to_string(m_.size()) +
-                         " elements but the step has " + std::to_string(x.size()) +
-                         " (use one optimizer per parameter span)");
-    }
+    detail::check_step_spans(x.size(), g.size(), m_.size(), "onebit_adam");
     auto const w = static_cast<std::size_t>(comm.size());
     float const inv = 1.0f / static_cast<float>(w);
     collective_result r;

@@ -449,12 +449,15 @@ TEST_CASE("compressed Adam with the identity codec equals All-Reduce Adam bit fo
     }
     CHECK(rc[0].test_loss == ra[0].test_loss);
     // Wire bytes of the dense ring all-reduce: 2(n-1)/n of the gradient per step, plus the
-    // gradient pipeline's agreement round (a ring all-gather of one rank_report per rank).
+    // gradient pipeline's agreement round (a ring all-gather of one rank_report per rank) and
+    // the divergence guard's all-reduce of 2T + 2 doubles (T = 6 tensors).
     double const grad_bytes = static_cast<double>(ra[0].parameters * sizeof(float));
+    double const guard_bytes = static_cast<double>(
+        gradcomp::detail::ring_all_reduce_bytes((2 * 6 + 2) * sizeof(double), world));
     CHECK(ra[0].wire_bytes_per_worker ==
           static_cast<double>(o.steps) *
               (2.0 * (world - 1) / world * grad_bytes +
-               static_cast<double>((world - 1) * gradcomp::rank_report_bytes)));
+               static_cast<double>((world - 1) * gradcomp::rank_report_bytes) + guard_bytes));
     // Adam really moved the model, and a lossy codec gives other parameters: the equality
     // above is not vacuous.
     train::mlp const init(train::model_sizes(o, d), o.seed);
@@ -466,6 +469,60 @@ TEST_CASE("compressed Adam with the identity codec equals All-Reduce Adam bit fo
     CHECK(max_abs_diff(onebit[world - 1], onebit[0]) == 0.0);                // ranks still agree
     CHECK(r1[0].wire_bytes_per_worker < 0.5 * ra[0].wire_bytes_per_worker);  // headers weigh here
   }
+}
+
+TEST_CASE("1-bit Adam: the warm-up is All-Reduce Adam; then every rank still agrees",
+          "[train][optim]") {
+  train::data_split const d = tiny_data();
+  int const world = 2;
+  train::train_options o = adam_options(train::optimizer_kind::adam);
+  o.steps = 6;
+  o.decay = 1.0;
+  auto const adam = train_ranks(world, d, o);
+  o.optimizer = train::optimizer_kind::onebitadam;
+  o.exchange.codec = "onebit";
+  o.warmup = 6;  // all warm-up: All-Reduce Adam's parameters, bit for bit
+  auto const warm = train_ranks(world, d, o);
+  CHECK(max_abs_diff(warm[0], adam[0]) == 0.0);
+  o.steps = 12;
+  for (std::string codec : {"onebit", "topk:ratio=0.1"}) {
+    INFO(codec);
+    o.exchange.codec = codec;
+    std::vector<train::run_result> r;
+    auto const ob = train_ranks(world, d, o, &r);
+    CHECK(max_abs_diff(ob[1], ob[0]) == 0.0);
+    CHECK(std::isfinite(r[0].test_loss));
+    CHECK(r[0].pipeline.find("6 steps of dense all-reduce Adam") != std::string::npos);
+  }
+}
+
+TEST_CASE("scaled sign with error feedback: the learning-rate cap", "[train]") {
+  // A(delta) = sqrt(1-delta) / (1 - sqrt(1-delta)): 1 at delta = 3/4, about 2/delta when small
+  CHECK(train::sign_residual_amplification(0.75) == Approx(1.0));
+  CHECK(train::sign_residual_amplification(0.01) == Approx(198.5).epsilon(1e-3));
+  CHECK(train::scaled_sign_lr_cap(0.05, 0.309) == Approx(0.05 / 4.93).epsilon(2e-3));
+  CHECK(train::scaled_sign_lr_cap(0.05, 0.9) == 0.05);  // never above the given rate
+  train::exchange_options e;
+  e.codec = "onebit";
+  CHECK(train::scaled_sign_with_feedback(e));
+  e.codec = "onebit:scaling=none";
+  CHECK_FALSE(train::scaled_sign_with_feedback(e));
+  e.codec = "onebit";
+  e.error_feedback = false;
+  CHECK_FALSE(train::scaled_sign_with_feedback(e));
+  // through the trainer: capped by default, kept with lr_cap off, the note says which
+  train::data_split const d = tiny_data();
+  train::train_options o = tiny_options();
+  o.exchange.codec = "onebit";
+  std::vector<train::run_result> capped, kept;
+  train_ranks(2, d, o, &capped);
+  o.lr_cap = false;
+  train_ranks(2, d, o, &kept);
+  CHECK(capped[0].learning_rate < o.learning_rate);
+  CHECK(capped[0].learning_rate == capped[1].learning_rate);  // the same cap on every rank
+  CHECK(capped[0].note.find("lr capped from") != std::string::npos);
+  CHECK(kept[0].learning_rate == o.learning_rate);
+  CHECK(kept[0].note.find("--no-lr-cap") != std::string::npos);
 }
 
 TEST_CASE("decentralized Adam: AccumAdam T=1, the blocking form and global averaging",

@@ -40,7 +40,7 @@ gc::codec_context context(std::uint64_t step) {
 
 TEST_CASE("onebit_adam: the warm-up is Adam on the mean gradient, bit for bit; then v freezes",
           "[optim][onebit_adam]") {
-  quadratic_problem const p(3, 50, true, 0.3, 41);
+  quadratic_problem const p(3, 3000, true, 0.3, 41);
   for (auto const& ao : {gc::adam_options{.lr = 0.01}, gc::adamw_options(1e-2, 0.1)}) {
     REQUIRE_NOTHROW(gc::run_in_process(3, [&](gc::in_process_communicator& comm) {
       auto const r = static_cast<std::size_t>(comm.rank());
@@ -71,7 +71,8 @@ TEST_CASE("onebit_adam: the warm-up is Adam on the mean gradient, bit for bit; t
         std::vector<float> const before = x;
         gc::collective_result const res = opt.step(comm, x, view(g), context(s));
         RANK_REQUIRE(x != before);
-        RANK_REQUIRE(res.wire_bytes < p.d * 4);  // compressed
+        // compressed: far below the dense ring all-reduce of the warm-up
+        RANK_REQUIRE(res.wire_bytes < gc::detail::ring_all_reduce_bytes(p.d * 4, 3) / 4);
         RANK_REQUIRE(std::equal(v0.begin(), v0.end(), opt.second_moment().begin(),
                                 opt.second_moment().end()));
       }
