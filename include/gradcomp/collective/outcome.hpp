@@ -17,8 +17,9 @@
 /// report: such a rank leaves at once, its peers fail at their next operation on it (at once
 /// in-process, at the timeout under MPI).
 ///
-/// Cost: one all-reduce (max) of one 32-bit word per collective call (the pipeline: per step),
-/// i.e. one more latency-bound message round; no bandwidth to speak of.
+/// Cost: one all-reduce (max) of three 32-bit words per collective call (the pipeline: per
+/// step), i.e. one more latency-bound message round; no bandwidth to speak of. The words are
+/// the failure flag and a tag naming the round (see `agree_outcome`).
 ///
 /// **Checksums** (`collective_options::checksum` and the same option of the bucketed
 /// collective, the parameter-server mode and the pipeline; off by default). With it on:
@@ -34,11 +35,11 @@
 ///   (2 W u sum |w_i x_i|, u the unit roundoff of the values' type);
 /// - each rank's CRC32C of its result (outputs, reduced statistics) is compared with every other
 ///   rank's;
-/// - the outcome round becomes an all-gather of 32 bytes per rank carrying these figures, and
+/// - the outcome round becomes an all-gather of 40 bytes per rank carrying these figures, and
 ///   every rank takes the same decision: a mismatch is a `format_error` on every rank (checked
 ///   before the ranks' own failures, which a corruption may have caused).
 /// Cost: CRC32C over every packet and every output (SSE4.2 `crc32` where the CPU has it), one
-/// pass over the summed values to sketch them, and 32 bytes per rank in the outcome round.
+/// pass over the summed values to sketch them, and 40 bytes per rank in the outcome round.
 ///
 /// Limits: corruption inside the outcome round itself, delivered to one rank only, makes that
 /// rank alone fail the step (no finite protocol can make ranks agree over a channel that may
@@ -165,6 +166,12 @@ class step_check {
     store_le<std::uint64_t>(out + 16, std::bit_cast<std::uint64_t>(own_abs_));
     store_le<std::uint64_t>(out + 24, std::bit_cast<std::uint64_t>(result_));
   }
+  /// `encode`, then the round's tag (see `agree_outcome`) and 4 zero bytes.
+  void encode(std::byte* out, std::uint32_t tag) const {
+    encode(out);
+    store_le<std::uint32_t>(out + 32, tag);
+    store_le<std::uint32_t>(out + 36, 0);
+  }
   /// The unit roundoff of the least precise summed type (the sum check's tolerance).
   [[nodiscard]] double unit() const noexcept { return unit_; }
 
@@ -215,7 +222,7 @@ class step_check {
 
  public:
   /// Bytes of one rank's record in the outcome round under the checksum option.
-  static constexpr std::size_t record_bytes = 32;
+  static constexpr std::size_t record_bytes = 40;
 };
 
 /// Modeled traffic of the outcome round for this rank (ring all-reduce of one word, or ring
@@ -223,21 +230,44 @@ class step_check {
 inline std::size_t outcome_wire_bytes(bool checksum, int w) noexcept {
   if (w <= 1) return 0;
   return checksum ? step_check::record_bytes * static_cast<std::size_t>(w - 1)
-                  : ring_all_reduce_bytes(4, w);
+                  : ring_all_reduce_bytes(12, w);
+}
+
+/// The tag of an outcome round: CRC32C of the collective's name, seeded with `round`.
+inline std::uint32_t outcome_tag(std::string_view what, std::uint64_t round) {
+  std::byte r[8];
+  store_le<std::uint64_t>(r, round);
+  return cpu::kernels::crc32c(std::as_bytes(std::span<char const>(what.data(), what.size())),
+                              cpu::kernels::crc32c(std::span<std::byte const>(r, 8)));
 }
 
 /// The step-outcome round (file comment): every rank learns whether every rank's step
 /// succeeded and, under the checksum option, whether the data arrived intact. Rethrows this
 /// rank's own failure; throws `comm_error` on the others for a failed rank, `format_error` on
 /// every rank for a checksum mismatch. Collective. `what` names the collective in messages.
+///
+/// The round also carries a tag, the CRC32C of `what` seeded with `round` (a step number every
+/// rank shares, where the caller has one; 0 otherwise): a rank whose round met another round
+/// (a collective repeated or reordered by the transport) gets `comm_error` instead of a stale
+/// "success". Without the checksum option the round is an all-reduce (max) of three 32-bit
+/// words: failed, tag, ~tag (every tag equal exactly when both maxima are this rank's).
 template <communicator Comm>
-void agree_outcome(Comm& comm, step_check const& check, std::string_view what) {
+void agree_outcome(Comm& comm, step_check const& check, std::string_view what,
+                   std::uint64_t round = 0) {
+  std::uint32_t const tag = outcome_tag(what, round);
+  auto desync = [&] {
+    return comm_error(
+        "gradcomp: " + std::string(what) +
+        ": the step-outcome round met a round of another step or collective (a message "
+        "repeated or reordered by the transport); no rank commits this step");
+  };
   if (!check.checksum()) {
-    std::uint32_t word = check.failed() ? 1u : 0u;
-    comm.all_reduce(std::as_writable_bytes(std::span<std::uint32_t>(&word, 1)), comm_type::u32,
+    std::uint32_t words[3] = {check.failed() ? 1u : 0u, tag, ~tag};
+    comm.all_reduce(std::as_writable_bytes(std::span<std::uint32_t>(words)), comm_type::u32,
                     reduce_op::max);
     if (check.failed()) std::rethrow_exception(check.failure());
-    if (word != 0) {
+    if (words[1] != tag || words[2] != ~tag) throw desync();
+    if (words[0] != 0) {
       throw comm_error("gradcomp: " + std::string(what) +
                        ": a rank failed after the data moved (see that rank's "
                        "exception); no rank commits this step");
@@ -246,8 +276,12 @@ void agree_outcome(Comm& comm, step_check const& check, std::string_view what) {
   }
   auto const w = static_cast<std::size_t>(comm.size());
   std::vector<std::byte> mine(step_check::record_bytes), all(step_check::record_bytes * w);
-  check.encode(mine.data());
+  check.encode(mine.data(), tag);
   comm.all_gather(std::span<std::byte const>(mine), std::span<std::byte>(all));
+  for (std::size_t r = 0; r < w; ++r) {
+    if (load_le<std::uint32_t>(all.data() + r * step_check::record_bytes + 32) != tag)
+      throw desync();
+  }
   auto flags = [&](std::size_t r) {
     return load_le<std::uint32_t>(all.data() + r * step_check::record_bytes);
   };

@@ -206,7 +206,7 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
         "rank's exception); no result")));
   }
   if (!check.failed()) check.output(out);
-  detail::agree_outcome(comm, check, "ps_push_pull");
+  detail::agree_outcome(comm, check, "parameter_server");
   res.wire_bytes += detail::outcome_wire_bytes(opt.checksum, comm.size());
   step.commit();
   return res;
@@ -308,7 +308,7 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
     check.fail(std::make_exception_ptr(
         comm_error("gradcomp: parameter-server step: a worker failed in its local step (see that rank's exception)")));
   }
-  detail::agree_outcome(comm, check, "ps_serve");
+  detail::agree_outcome(comm, check, "parameter_server");
   res.wire_bytes += detail::outcome_wire_bytes(opt.checksum, comm.size());
   step.commit();
   return res;

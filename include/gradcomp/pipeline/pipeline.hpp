@@ -720,7 +720,7 @@ class gradient_pipeline {
     }
     // Every rank decoded everything (and, with the checksum option, got intact data) before
     // anyone commits: the step-outcome round (collective/outcome.hpp).
-    detail::agree_outcome(comm, step_check_, "gradient_pipeline");
+    detail::agree_outcome(comm, step_check_, "gradient_pipeline", step_);
     br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
     if (two_way_) std::visit([](auto& tw) { tw.commit_step(); }, *two_way_);
     session_undo_.clear();

@@ -99,6 +99,8 @@ struct subject {
   int ranks = 3;
   std::vector<int> faulty = {1};
   std::function<std::unique_ptr<model>(int rank, bool checksum)> make;
+  /// Steps 0, 1 and 2 run on one world (an exchange stays outstanding between steps).
+  bool same_world = false;
 };
 
 /// The fault kinds of the matrix (corruption on both sides).
@@ -176,39 +178,58 @@ struct rank_outcome {
   std::uint64_t ops = 0;
 };
 
-/// One step of every rank on a fresh world of `timeout`, with `plan`.
-inline std::vector<rank_outcome> run_world(std::vector<std::unique_ptr<model>>& models,
-                                           gc::fault_plan plan, int step) {
+/// What a run of some steps on one world gave: per step, each rank's outcome (a rank stops at
+/// its first failure: its later steps stay `ran == false`) and state after it.
+struct world_run {
+  std::vector<std::vector<rank_outcome>> steps;
+  std::vector<std::vector<bytes>> states;
+  std::vector<std::vector<bool>> ran;
+};
+
+/// `steps` of every rank, in order, on one fresh world of `timeout` with `plan`.
+inline world_run run_world(std::vector<std::unique_ptr<model>>& models, gc::fault_plan plan,
+                           std::vector<int> const& steps) {
   int const w = static_cast<int>(models.size());
   gc::in_process_world world(w, timeout);
   plan.on_drop = [&world](int r) { world.leave(r); };
-  std::vector<rank_outcome> out(static_cast<std::size_t>(w));
+  world_run run;
+  run.steps.assign(steps.size(), std::vector<rank_outcome>(static_cast<std::size_t>(w)));
+  run.states.assign(steps.size(), std::vector<bytes>(static_cast<std::size_t>(w)));
+  run.ran.assign(steps.size(), std::vector<bool>(static_cast<std::size_t>(w), false));
   auto body = [&](int r) {
-    rank_outcome& o = out[static_cast<std::size_t>(r)];
+    auto const ri = static_cast<std::size_t>(r);
     auto c = std::make_unique<fcomm>(world.communicator(r), plan);
-    auto const t0 = std::chrono::steady_clock::now();
-    try {
-      o.output = models[static_cast<std::size_t>(r)]->step(*c, step);
-    } catch (gc::format_error const& e) {
-      o.how = end::format;
-      o.what = e.what();
-    } catch (gc::comm_error const& e) {
-      o.how = end::comm;
-      o.what = e.what();
-    } catch (gc::config_error const& e) {
-      o.how = end::config;
-      o.what = e.what();
-    } catch (gc::numeric_error const& e) {
-      o.how = end::numeric;
-      o.what = e.what();
-    } catch (std::exception const& e) {
-      o.how = end::other;
-      o.what = e.what();
+    std::uint64_t ops_before = 0;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      rank_outcome& o = run.steps[i][ri];
+      run.ran[i][ri] = true;
+      auto const t0 = std::chrono::steady_clock::now();
+      try {
+        o.output = models[ri]->step(*c, steps[i]);
+      } catch (gc::format_error const& e) {
+        o.how = end::format;
+        o.what = e.what();
+      } catch (gc::comm_error const& e) {
+        o.how = end::comm;
+        o.what = e.what();
+      } catch (gc::config_error const& e) {
+        o.how = end::config;
+        o.what = e.what();
+      } catch (gc::numeric_error const& e) {
+        o.how = end::numeric;
+        o.what = e.what();
+      } catch (std::exception const& e) {
+        o.how = end::other;
+        o.what = e.what();
+      }
+      o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      o.dropped = c->dropped();
+      o.effective = c->faulted();
+      o.ops = c->operations() - ops_before;
+      ops_before = c->operations();
+      run.states[i][ri] = models[ri]->state();
+      if (o.how != end::ok) break;
     }
-    o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    o.dropped = c->dropped();
-    o.effective = c->faulted();
-    o.ops = c->operations();
     world.leave(r);
     c.reset();  // waits for the copies of duplicated messages
   };
@@ -216,7 +237,7 @@ inline std::vector<rank_outcome> run_world(std::vector<std::unique_ptr<model>>& 
   for (int r = 1; r < w; ++r) threads.emplace_back(body, r);
   body(0);
   for (auto& t : threads) t.join();
-  return out;
+  return run;
 }
 
 inline std::vector<std::unique_ptr<model>> make_models(subject const& s, bool checksum) {
@@ -231,9 +252,24 @@ inline std::vector<bytes> states(std::vector<std::unique_ptr<model>> const& m) {
   return s;
 }
 
+inline std::vector<bytes> outputs(std::vector<rank_outcome> const& o) {
+  std::vector<bytes> b;
+  for (auto const& x : o) b.push_back(x.output);
+  return b;
+}
+
+inline bool all_ok(std::vector<rank_outcome> const& o) {
+  for (auto const& x : o) {
+    if (x.how != end::ok) return false;
+  }
+  return true;
+}
+
+/// A clean run: the state before step 1, step 1's outputs, state and operations per rank (and
+/// the operations before it), and for same-world subjects the same of step 2.
 struct reference {
-  std::vector<bytes> before, output, after;
-  std::vector<std::uint64_t> ops;
+  std::vector<bytes> before, output, after, output2, after2;
+  std::vector<std::uint64_t> ops, ops_before;
 };
 
 inline std::string describe(std::vector<rank_outcome> const& got) {
@@ -247,29 +283,82 @@ inline std::string describe(std::vector<rank_outcome> const& got) {
   return d;
 }
 
-/// Step 0 then step 1 on clean worlds; empty `error` unless a clean run failed.
+/// The steps of a cell's run: a warm-up step 0 on its own world, then step 1; a same-world
+/// subject (overlapped gossip, whose exchange stays outstanding between steps) runs 0, 1 and 2
+/// on one world.
+inline std::vector<int> cell_steps(subject const& s) {
+  return s.same_world ? std::vector<int>{0, 1, 2} : std::vector<int>{1};
+}
+
 inline reference make_reference(subject const& s, bool checksum, std::string& error) {
   reference ref;
   auto m = make_models(s, checksum);
-  auto const warm = run_world(m, {}, 0);
-  ref.before = states(m);
-  auto const got = run_world(m, {}, 1);
-  for (std::size_t r = 0; r < got.size(); ++r) {
-    if (warm[r].how != end::ok || got[r].how != end::ok) {
-      error = s.name + ": a clean step failed:" + describe(warm) + describe(got);
+  if (!s.same_world) {
+    auto const warm = run_world(m, {}, {0});
+    ref.before = states(m);
+    ref.ops_before.assign(static_cast<std::size_t>(s.ranks), 0);
+    auto const got = run_world(m, {}, {1});
+    if (!all_ok(warm.steps[0]) || !all_ok(got.steps[0])) {
+      error = s.name + ": a clean step failed:" + describe(warm.steps[0]) + describe(got.steps[0]);
       return ref;
     }
-    ref.output.push_back(got[r].output);
-    ref.ops.push_back(got[r].ops);
+    ref.output = outputs(got.steps[0]);
+    for (auto const& o : got.steps[0]) ref.ops.push_back(o.ops);
+    ref.after = states(m);
+    return ref;
   }
-  ref.after = states(m);
+  auto const got = run_world(m, {}, {0, 1, 2});
+  for (auto const& st : got.steps) {
+    if (!all_ok(st)) {
+      error = s.name + ": a clean step failed:" + describe(st);
+      return ref;
+    }
+  }
+  ref.before = got.states[0];
+  ref.output = outputs(got.steps[1]);
+  ref.after = got.states[1];
+  ref.output2 = outputs(got.steps[2]);
+  ref.after2 = got.states[2];
+  for (auto const& o : got.steps[0]) ref.ops_before.push_back(o.ops);
+  for (auto const& o : got.steps[1]) ref.ops.push_back(o.ops);
   return ref;
 }
 
 struct tally {
-  std::size_t cells = 0, failed = 0, succeeded = 0, harmless = 0, split = 0;
+  std::size_t cells = 0, failed = 0, succeeded = 0, harmless = 0, split = 0, deferred = 0;
   std::vector<std::string> problems;
 };
+
+/// Checks a failed step: every rank failed with comm_error or format_error, within the time
+/// bound, with its state `before`; then a retry of `step` on a fresh world must give `output`
+/// and `after`. Empty: all good.
+inline std::string check_failed_step(subject const& s, std::vector<std::unique_ptr<model>>& m,
+                                     std::vector<rank_outcome> const& got,
+                                     std::vector<bytes> const& st, std::vector<bytes> const& before,
+                                     int step, std::vector<bytes> const& output,
+                                     std::vector<bytes> const& after) {
+  for (std::size_t r = 0; r < got.size(); ++r) {
+    if (got[r].how != end::comm && got[r].how != end::format) {
+      return "rank " + std::to_string(r) + " ended in " + end_name(got[r].how) +
+             ", expected comm_error or format_error" + describe(got);
+    }
+  }
+  for (std::size_t r = 0; r < got.size(); ++r) {
+    if (st[r] != before[r]) {
+      return "the step failed but rank " + std::to_string(r) +
+             "'s state is not what it was before the step" + describe(got);
+    }
+  }
+  (void)s;
+  auto const retry = run_world(m, {}, {step});
+  if (!all_ok(retry.steps[0]) || outputs(retry.steps[0]) != output) {
+    return "the retry on a fresh world did not reproduce the clean step's result" +
+           describe(retry.steps[0]);
+  }
+  if (states(m) != after)
+    return "the retry on a fresh world did not reproduce the clean step's state";
+  return {};
+}
 
 /// Runs one cell and records what is wrong with it in `t`.
 inline void run_cell(subject const& s, reference const& ref, kind k, int faulty,
@@ -277,45 +366,84 @@ inline void run_cell(subject const& s, reference const& ref, kind k, int faulty,
   std::string const name = s.name + " × " + kind_name(k) + " at operation " +
                            std::to_string(index) + " of rank " + std::to_string(faulty);
   ++t.cells;
-  bool const checksum = with_checksum(k);
-  auto m = make_models(s, checksum);
-  auto const warm = run_world(m, {}, 0);
-  for (auto const& o : warm) {
-    if (o.how != end::ok) {
-      t.problems.push_back(name + ": the clean warm-up step failed" + describe(warm));
+  auto const fi = static_cast<std::size_t>(faulty);
+  auto m = make_models(s, with_checksum(k));
+  if (!s.same_world) {
+    auto const warm = run_world(m, {}, {0});
+    if (!all_ok(warm.steps[0])) {
+      t.problems.push_back(name + ": the clean warm-up step failed" + describe(warm.steps[0]));
       return;
     }
   }
   gc::fault_plan plan;
-  plan.faults.push_back(make_fault(k, faulty, index));
-  auto const got = run_world(m, plan, 1);
-  auto const st = states(m);
+  plan.faults.push_back(make_fault(k, faulty, ref.ops_before[fi] + index));
+  world_run const run = run_world(m, plan, cell_steps(s));
+  std::size_t const at = s.same_world ? 1 : 0;  // the faulty step's place in the run
+  if (s.same_world && !all_ok(run.steps[0])) {
+    t.problems.push_back(name + ": the clean step 0 failed" + describe(run.steps[0]));
+    return;
+  }
+  auto const& got = run.steps[at];
+  std::vector<bytes> const& st = run.states[at];
   bool effective = false, any_failed = false, all_failed = true;
   double const limit =
       std::chrono::duration<double>((k == kind::stall ? stall : 0ms) + 2 * timeout).count() +
       1.5;  // slack: a loaded machine
+  for (auto const& step : run.steps) {
+    for (std::size_t r = 0; r < step.size(); ++r) {
+      if (step[r].seconds > limit) {
+        t.problems.push_back(name + ": rank " + std::to_string(r) + " took " +
+                             std::to_string(step[r].seconds) + " s" + describe(step));
+        return;
+      }
+    }
+  }
   for (std::size_t r = 0; r < got.size(); ++r) {
     effective = effective || got[r].effective;
     any_failed = any_failed || got[r].how != end::ok;
     all_failed = all_failed && got[r].how != end::ok;
-    if (got[r].seconds > limit) {
-      t.problems.push_back(name + ": rank " + std::to_string(r) + " took " +
-                           std::to_string(got[r].seconds) + " s" + describe(got));
-      return;
-    }
   }
-  auto same_as = [&](std::vector<bytes> const& a, std::vector<bytes> const& b) { return a == b; };
+  bool const must_fail = k == kind::drop || k == kind::stall || k == kind::truncate;
   if (!any_failed) {
-    std::vector<bytes> outs;
-    for (auto const& o : got) outs.push_back(o.output);
-    if (!same_as(outs, ref.output) || !same_as(st, ref.after)) {
+    if (outputs(got) != ref.output || st != ref.after) {
       t.problems.push_back(
           name +
           ": every rank succeeded, but with a result or state that differs from a clean step's "
           "(a wrong result accepted silently)");
       return;
     }
-    if (effective && (k == kind::drop || k == kind::stall || k == kind::truncate)) {
+    if (s.same_world && effective) {
+      // Overlapped gossip: the exchange launched at the end of step 1 belongs to step 2.
+      auto const& got2 = run.steps[2];
+      bool ok2 = true;
+      for (std::size_t r = 0; r < got2.size(); ++r)
+        ok2 = ok2 && run.ran[2][r] && got2[r].how == end::ok;
+      if (ok2) {
+        if (outputs(got2) != ref.output2 || run.states[2] != ref.after2) {
+          t.problems.push_back(
+              name + ": step 2 succeeded everywhere with a result that differs from a clean one's");
+          return;
+        }
+        if (must_fail) {
+          t.problems.push_back(name +
+                               ": the fault took effect but neither step 1 nor step 2 failed");
+          return;
+        }
+        ++t.harmless;
+        ++t.succeeded;
+        return;
+      }
+      std::string const why =
+          check_failed_step(s, m, got2, run.states[2], ref.after, 2, ref.output2, ref.after2);
+      if (!why.empty()) {
+        t.problems.push_back(name + " (its effect, in step 2): " + why);
+        return;
+      }
+      ++t.deferred;
+      ++t.failed;
+      return;
+    }
+    if (effective && must_fail) {
       t.problems.push_back(name + ": the fault took effect but the step succeeded");
       return;
     }
@@ -328,17 +456,17 @@ inline void run_cell(subject const& s, reference const& ref, kind k, int faulty,
     return;
   }
   if (!all_failed) {
-    // The documented limit: the outcome round (the last operation) corrupted on one rank only.
-    bool const outcome_round =
-        k == kind::corrupt_receive && index + 1 == ref.ops[static_cast<std::size_t>(faulty)];
+    // The documented limit: the outcome round itself corrupted on one rank only (that rank's
+    // error comes from the outcome round, whose messages end "no rank commits this step").
+    bool const outcome_round = k == kind::corrupt_receive &&
+                               got[fi].what.find("no rank commits this step") != std::string::npos;
     bool only_faulty = true;
     for (std::size_t r = 0; r < got.size(); ++r) {
       bool const failed = got[r].how != end::ok;
-      if (failed != (static_cast<int>(r) == faulty)) only_faulty = false;
+      if (failed != (r == fi)) only_faulty = false;
       if (!failed && (got[r].output != ref.output[r] || st[r] != ref.after[r])) only_faulty = false;
     }
-    if (outcome_round && only_faulty &&
-        st[static_cast<std::size_t>(faulty)] == ref.before[static_cast<std::size_t>(faulty)]) {
+    if (outcome_round && only_faulty && st[fi] == ref.before[fi]) {
       ++t.split;
       return;
     }
@@ -346,33 +474,9 @@ inline void run_cell(subject const& s, reference const& ref, kind k, int faulty,
                          describe(got));
     return;
   }
-  for (std::size_t r = 0; r < got.size(); ++r) {
-    if (got[r].how != end::comm && got[r].how != end::format) {
-      t.problems.push_back(name + ": rank " + std::to_string(r) + " ended in " +
-                           end_name(got[r].how) + ", expected comm_error or format_error" +
-                           describe(got));
-      return;
-    }
-  }
-  for (std::size_t r = 0; r < got.size(); ++r) {
-    if (st[r] != ref.before[r]) {
-      t.problems.push_back(name + ": the step failed but rank " + std::to_string(r) +
-                           "'s state is not what it was before the step" + describe(got));
-      return;
-    }
-  }
-  auto const retry = run_world(m, {}, 1);
-  for (std::size_t r = 0; r < retry.size(); ++r) {
-    if (retry[r].how != end::ok || retry[r].output != ref.output[r]) {
-      t.problems.push_back(
-          name + ": the retry on a fresh world did not reproduce the clean step's result" +
-          describe(retry));
-      return;
-    }
-  }
-  if (states(m) != ref.after) {
-    t.problems.push_back(name +
-                         ": the retry on a fresh world did not reproduce the clean step's state");
+  std::string const why = check_failed_step(s, m, got, st, ref.before, 1, ref.output, ref.after);
+  if (!why.empty()) {
+    t.problems.push_back(name + ": " + why);
     return;
   }
   ++t.failed;

@@ -32,6 +32,7 @@
 
 #include <chrono>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -190,6 +191,49 @@ class agreement_model final : public model {
   bool checksum_;
 };
 
+// Decentralized Adam over a comm_mixer (static ring of 4): the blocking form (mix, then
+// update) or the overlapped one (the exchange of x^(k+1) launched at the end of iteration k and
+// completed in iteration k+1). State: the parameters, Adam's moments, the iteration count.
+class gossip_model final : public model {
+ public:
+  using mixer = gc::comm_mixer<fcomm>;
+  gossip_model(int ranks, bool overlapped, bool checksum)
+      : ranks_(ranks), overlapped_(overlapped), x_(gradient(0, 99, 400)), checksum_(checksum) {}
+  bytes state() const override {
+    bytes b = to_bytes(x_);
+    if (opt_) {
+      append(b, opt_->optimizer().first_moment());
+      append(b, opt_->optimizer().second_moment());
+      append(b, std::span<std::uint64_t const>(
+                    std::vector<std::uint64_t>{opt_->optimizer().steps(), opt_->steps()}));
+    }
+    return b;
+  }
+  bytes step(fcomm& c, int s) override {
+    std::vector<float> const g = gradient(c.rank(), s, x_.size());
+    gc::comm_mixer_options const mo{.agree_outcome = true, .checksum = checksum_};
+    if (!opt_) {
+      opt_.emplace(gc::adam({.lr = 0.01}), mixer(c, gc::topology::static_ring(ranks_), mo));
+    } else if (!opt_->pending()) {
+      opt_->mixer() = mixer(c, gc::topology::static_ring(ranks_), mo);  // a new world
+    }
+    if (overlapped_) {
+      if (!opt_->pending()) opt_->start(x_);
+      opt_->step(std::span<float>(x_), std::span<float const>(g));
+    } else {
+      opt_->step_blocking(std::span<float>(x_), std::span<float const>(g));
+    }
+    return to_bytes(x_);
+  }
+
+ private:
+  int ranks_;
+  bool overlapped_;
+  std::vector<float> x_;
+  bool checksum_;
+  std::optional<gc::decentralized_optimizer<gc::adam, mixer>> opt_;
+};
+
 class pipeline_model final : public model {
  public:
   explicit pipeline_model(gc::pipeline_options o) : pipe_(std::move(o)) {}
@@ -306,4 +350,16 @@ TEST_CASE("fault matrix: gradient_pipeline", "[faults][pipeline]") {
            return std::make_unique<pipeline_model>(
                pipeline_options("topk:ratio=0.05", "residual", "", true, cs));
          }});
+}
+
+TEST_CASE("fault matrix: gossip, blocking and overlapped", "[faults][optim]") {
+  check({"gossip: decentralized Adam, blocking (comm_mixer, agree_outcome)",
+         4,
+         {1},
+         [](int, bool cs) { return std::make_unique<gossip_model>(4, false, cs); }});
+  check({"gossip: decentralized Adam, overlapped (comm_mixer, agree_outcome)",
+         4,
+         {1},
+         [](int, bool cs) { return std::make_unique<gossip_model>(4, true, cs); },
+         true});
 }
