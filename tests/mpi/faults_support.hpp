@@ -15,6 +15,8 @@
 #include <gradcomp/feedback/policies.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
 
+#include "../unit/comm/fault_steps.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -57,28 +59,8 @@ inline gc::comm_operation payload_op(which w) {
   return gc::comm_operation::any;
 }
 
-/// Deterministic heavy-tailed gradient of (rank, step, tensor).
-inline std::vector<float> gradient(int rank, int step, std::size_t n, std::uint32_t tensor = 0) {
-  std::vector<float> g(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    double const x =
-        std::sin(0.017 * static_cast<double>(i) + 0.9 * tensor + 0.31 * rank + 0.23 * step);
-    double const spike = (i * 2654435761u + tensor * 97u + static_cast<std::size_t>(rank) * 13u +
-                          static_cast<std::size_t>(step) * 7u) %
-                                     37u ==
-                                 0
-                             ? 6.0
-                             : 1.0;
-    g[i] = static_cast<float>(spike * x * x * x + 0.01 * std::cos(0.3 * static_cast<double>(i)));
-  }
-  return g;
-}
-
-template <class T>
-void append(bytes& b, std::vector<T> const& v) {
-  auto const s = std::as_bytes(std::span<T const>(v));
-  b.insert(b.end(), s.begin(), s.end());
-}
+using fault_steps::append;
+using fault_steps::gradient;
 
 /// One rank's side of one collective.
 class rank_model {
@@ -122,18 +104,7 @@ class rank_model {
     ctx.parallel_threshold = std::numeric_limits<std::size_t>::max();
     gc::collective_options const opt{.op = gc::reduction::average, .checksum = checksum_};
     bytes out;
-    if (w_ == which::pipeline) {
-      std::vector<std::size_t> const sizes = {1500, 100, 2500};
-      std::vector<std::vector<float>> g;
-      std::vector<gc::tensor_view<float>> views;
-      for (std::size_t t = 0; t < sizes.size(); ++t)
-        g.push_back(gradient(c.rank(), s, sizes[t], static_cast<std::uint32_t>(t)));
-      for (std::size_t t = 0; t < sizes.size(); ++t)
-        views.emplace_back(std::span<float>(g[t]), static_cast<gc::tensor_id>(t));
-      pipe_->step(c, views, {.backprop_s = 0.01, .batch_size = 32, .learning_rate = 0.1});
-      for (auto const& v : g) append(out, v);
-      return out;
-    }
+    if (w_ == which::pipeline) return fault_steps::pipeline_step(*pipe_, c, s);
     std::vector<float> const g = gradient(c.rank(), s, 900);
     std::vector<float> o(g.size());
     gc::tensor_view<float const> const gv(g, gc::tensor_id{3});
@@ -142,7 +113,7 @@ class rank_model {
     } else {
       gc::all_reduce_compressed(c, comp_, gv, std::span<float>(o), ctx, opt);
     }
-    append(out, o);
+    append(out, std::span<float const>(o));
     return out;
   }
 
@@ -153,5 +124,21 @@ class rank_model {
   gc::two_way_compressor<gc::any_codec> tw_;
   std::optional<gc::gradient_pipeline> pipe_;
 };
+
+/// A model and its clean twin after a clean step 0 on `clean`, with what the clean step 1 gives.
+struct prepared {
+  rank_model model;
+  bytes expect, expect_state, before;
+};
+
+template <class Comm>
+prepared prepare(which w, bool checksum, Comm& clean) {
+  rank_model ref(w, checksum), model(w, checksum);
+  (void)ref.step(clean, 0);
+  (void)model.step(clean, 0);
+  bytes expect = ref.step(clean, 1);
+  bytes before = model.state();
+  return {std::move(model), std::move(expect), ref.state(), std::move(before)};
+}
 
 }  // namespace mpi_faults

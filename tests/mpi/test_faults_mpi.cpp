@@ -33,12 +33,8 @@ gc::mpi_options options() {
 // state and the retry.
 std::string fault_case(which w, gc::fault f, bool checksum) {
   gc::mpi_communicator comm(MPI_COMM_WORLD, options());
-  rank_model ref(w, checksum), model(w, checksum);
-  (void)ref.step(comm, 0);
-  (void)model.step(comm, 0);
-  gc::bytes const expect = ref.step(comm, 1);
-  gc::bytes const expect_state = ref.state();
-  gc::bytes const before = model.state();
+  prepared p = prepare(w, checksum, comm);
+  rank_model& model = p.model;
   std::string how = "ok";
   gc::bytes got;
   {
@@ -54,14 +50,14 @@ std::string fault_case(which w, gc::fault f, bool checksum) {
     }
   }
   if (how == "ok") {
-    MPI_CHECK(got == expect);
-    MPI_CHECK(model.state() == expect_state);
+    MPI_CHECK(got == p.expect);
+    MPI_CHECK(model.state() == p.expect_state);
     return how;
   }
-  MPI_CHECK(model.state() == before);
+  MPI_CHECK(model.state() == p.before);
   gc::bytes const again = model.step(comm, 1);  // the communicator is still usable
-  MPI_CHECK(again == expect);
-  MPI_CHECK(model.state() == expect_state);
+  MPI_CHECK(again == p.expect);
+  MPI_CHECK(model.state() == p.expect_state);
   return how;
 }
 

@@ -153,7 +153,7 @@ struct fault {
   std::size_t flips = 1;
   /// `corrupt`: the first byte to hit, counted over the bytes that travel (wraps around);
   /// empty: bytes drawn from `seed`.
-  std::optional<std::size_t> byte;
+  std::optional<std::size_t> byte{};
   /// `corrupt`: the bits to flip in each byte hit; 0: one bit drawn from `seed`.
   std::uint8_t mask = 0;
   /// `corrupt`: seed of the drawn bytes and bits.

@@ -61,12 +61,8 @@ void one_case(which w, bool drop, std::chrono::milliseconds timeout) {
   clean.timeout = std::chrono::seconds(60);
   gc::mpi_communicator c0(MPI_COMM_WORLD, clean);
   int const rank = c0.rank();
-  rank_model ref(w, false), model(w, false);
-  (void)ref.step(c0, 0);
-  (void)model.step(c0, 0);
-  gc::bytes const expect = ref.step(c0, 1);
-  gc::bytes const expect_state = ref.state();
-  gc::bytes const before = model.state();
+  prepared p = prepare(w, false, c0);
+  rank_model& model = p.model;
 
   gc::mpi_options short_timeout;
   short_timeout.timeout = timeout;
@@ -83,12 +79,12 @@ void one_case(which w, bool drop, std::chrono::milliseconds timeout) {
   gc::fault_plan plan{{f}, [](int) { std::raise(SIGKILL); }};
   gc::fault_injecting_communicator<gc::mpi_communicator&> fc(cf, plan);
   outcome const o = run_step(model, fc, 1);
-  bool const unchanged = model.state() == before;
+  bool const unchanged = model.state() == p.before;
   std::string retry = "n/a (a rank is gone)";
   if (!drop) {
     gc::mpi_communicator c1(MPI_COMM_WORLD, clean);
     gc::bytes const again = model.step(c1, 1);
-    retry = again == expect && model.state() == expect_state ? "bit-identical" : "DIFFERS";
+    retry = again == p.expect && model.state() == p.expect_state ? "bit-identical" : "DIFFERS";
   }
   std::printf("rank %d %s %s: %s after %.0f ms; state %s; retry %s\n", rank, which_name(w),
               drop ? "drop" : "stall", o.how.c_str(), o.ms, unchanged ? "unchanged" : "CHANGED",

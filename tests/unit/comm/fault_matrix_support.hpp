@@ -29,6 +29,7 @@
 #include <gradcomp/core/error.hpp>
 
 #include "../support/rank_check.hpp"
+#include "fault_steps.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -55,34 +56,9 @@ inline constexpr std::chrono::milliseconds timeout = 200ms;  // of every in-proc
 inline constexpr std::chrono::milliseconds stall = 300ms;    // longer than the timeout
 inline constexpr std::chrono::milliseconds delay = 20ms;     // well within it
 
-template <class T>
-void append(bytes& b, std::span<T const> v) {
-  auto const s = std::as_bytes(v);
-  b.insert(b.end(), s.begin(), s.end());
-}
-template <class T>
-bytes to_bytes(std::vector<T> const& v) {
-  bytes b;
-  append(b, std::span<T const>(v));
-  return b;
-}
-
-/// Deterministic heavy-tailed gradient of (rank, step, tensor).
-inline std::vector<float> gradient(int rank, int step, std::size_t n, std::uint32_t tensor = 0) {
-  std::vector<float> g(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    double const x =
-        std::sin(0.017 * static_cast<double>(i) + 0.9 * tensor + 0.31 * rank + 0.23 * step);
-    double const spike = (i * 2654435761u + tensor * 97u + static_cast<std::size_t>(rank) * 13u +
-                          static_cast<std::size_t>(step) * 7u) %
-                                     37u ==
-                                 0
-                             ? 6.0
-                             : 1.0;
-    g[i] = static_cast<float>(spike * x * x * x + 0.01 * std::cos(0.3 * static_cast<double>(i)));
-  }
-  return g;
-}
+using fault_steps::append;
+using fault_steps::gradient;
+using fault_steps::to_bytes;
 
 /// One rank's side of a subject.
 class model {

@@ -238,19 +238,7 @@ class pipeline_model final : public model {
  public:
   explicit pipeline_model(gc::pipeline_options o) : pipe_(std::move(o)) {}
   bytes state() const override { return pipe_.save(); }
-  bytes step(fcomm& c, int s) override {
-    std::vector<std::size_t> const sizes = {1500, 100, 2500};
-    std::vector<std::vector<float>> g;
-    std::vector<gc::tensor_view<float>> views;
-    for (std::size_t t = 0; t < sizes.size(); ++t)
-      g.push_back(gradient(c.rank(), s, sizes[t], static_cast<std::uint32_t>(t)));
-    for (std::size_t t = 0; t < sizes.size(); ++t)
-      views.emplace_back(std::span<float>(g[t]), static_cast<gc::tensor_id>(t));
-    pipe_.step(c, views, {.backprop_s = 0.01, .batch_size = 32, .learning_rate = 0.1});
-    bytes o;
-    for (auto const& v : g) append(o, std::span<float const>(v));
-    return o;
-  }
+  bytes step(fcomm& c, int s) override { return fault_steps::pipeline_step(pipe_, c, s); }
 
  private:
   gc::gradient_pipeline pipe_;
