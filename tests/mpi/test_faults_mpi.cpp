@@ -36,7 +36,7 @@ std::string fault_case(which w, gc::fault f, bool checksum) {
   prepared p = prepare(w, checksum, comm);
   rank_model& model = p.model;
   std::string how = "ok";
-  gc::bytes got;
+  bytes got;
   {
     gc::fault_injecting_communicator<gc::mpi_communicator&> fc(comm, gc::fault_plan{{f}, {}});
     try {
@@ -55,7 +55,7 @@ std::string fault_case(which w, gc::fault f, bool checksum) {
     return how;
   }
   MPI_CHECK(model.state() == p.before);
-  gc::bytes const again = model.step(comm, 1);  // the communicator is still usable
+  bytes const again = model.step(comm, 1);  // the communicator is still usable
   MPI_CHECK(again == p.expect);
   MPI_CHECK(model.state() == p.expect_state);
   return how;

@@ -225,7 +225,7 @@ class step_check {
   static constexpr std::size_t record_bytes = 40;
 };
 
-/// Modeled traffic of the outcome round for this rank (ring all-reduce of one word, or ring
+/// Modeled traffic of the outcome round for this rank (ring all-reduce of 12 bytes, or ring
 /// all-gather of the records).
 inline std::size_t outcome_wire_bytes(bool checksum, int w) noexcept {
   if (w <= 1) return 0;
@@ -342,7 +342,7 @@ void agree_outcome(Comm& comm, step_check const& check, std::string_view what,
 /// The step-outcome round for a collective of one's own (file comment): call it on every rank
 /// after the payload moved and before committing any state, with this rank's failure since
 /// (nullptr: none). Rethrows `local` on this rank and throws `comm_error` on every other rank if
-/// any rank failed. Collective; costs one all-reduce of one word.
+/// any rank failed. Collective; costs one all-reduce of 12 bytes.
 template <communicator Comm>
 void agree_on_outcome(Comm& comm, std::exception_ptr local, std::string_view what = "step") {
   detail::step_check check;

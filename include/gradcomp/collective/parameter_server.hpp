@@ -21,7 +21,7 @@
 /// disagreement, `comm_error` for a failure elsewhere) instead of hanging. Each worker and
 /// server always sends its reports, whatever happened before, so no rank waits for a message
 /// that never comes. Every rank, worker or server, then takes part in the step-outcome round
-/// (collective/outcome.hpp, one all-reduce of one word over the whole communicator): a worker
+/// (collective/outcome.hpp, one all-reduce of 12 bytes over the whole communicator): a worker
 /// that could not decode a server's packet makes every rank fail the step, and the residuals
 /// of both sides are restored (the compressor's step is rolled back) on every rank.
 

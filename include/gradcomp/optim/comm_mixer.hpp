@@ -22,7 +22,7 @@
 /// at once and the other ranks only at their next exchange (in-process: at once, the world is
 /// broken): some ranks may complete a mixing a failed peer never completes. Two options of
 /// `comm_mixer_options` close that (docs/reliability.md, "Faults"): `agree_outcome` ends every
-/// mixing with the step-outcome round of collective/outcome.hpp (one all-reduce of one word
+/// mixing with the step-outcome round of collective/outcome.hpp (one all-reduce of 12 bytes
 /// over the whole communicator, a global synchronisation point), so every rank fails the same
 /// mixing; `checksum` appends to every message the CRC32C of its parameters seeded with the
 /// schedule step, checked before mixing, so a corrupted, stale or repeated message is a

@@ -35,7 +35,7 @@
 /// controller, PowerSGD sessions, two-way residuals, layer accumulators, step counter — exactly
 /// as it was before the step (`save` gives the same bytes), so a retry computes what the step
 /// would have; the gradient tensors may hold partial output then. The exchange ends with the
-/// step-outcome round of collective/outcome.hpp (one all-reduce of one word per step) before
+/// step-outcome round of collective/outcome.hpp (one all-reduce of 12 bytes per step) before
 /// anything is committed; `buckets.checksum` turns on its checksums.
 ///
 /// Gradients are float32, float16 or bfloat16 (`tensor_view<T>`); residuals, sums and decoding
