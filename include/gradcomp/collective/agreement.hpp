@@ -25,6 +25,7 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/wire.hpp>
+#include <gradcomp/cpu/kernels/crc32c.hpp>
 
 #include <bit>
 #include <cstddef>
@@ -116,20 +117,31 @@ inline std::string describe_report(rank_report const& r) {
   return "codec " + codec + ", " + std::to_string(r.count) + " elements, configuration fingerprint " + hex;
 }
 
-/// A packet size `reported` by rank `rank` for a message this rank is about to receive, checked
-/// against `bound`, the most such a packet can hold (a codec's `max_compressed_bytes` for the
-/// agreed size, which every rank computes alike). A larger one comes from a peer that does not
-/// follow the wire format: `format_error`, before anything is allocated from it. `what` names
-/// the collective.
-inline std::size_t checked_peer_bytes(std::uint64_t reported, std::size_t bound, std::size_t rank,
-                                      std::string_view what) {
-  if (reported > bound) {
-    throw format_error(
-        "gradcomp: " + std::string(what) + ": rank " + std::to_string(rank) + " announces a " +
-        std::to_string(reported) + "-byte packet, more than the " + std::to_string(bound) +
-        " bytes its codec can produce for the agreed tensor size; no data was received");
+/// Bytes a report gains under the `checksum` option: its CRC32C and 4 zero bytes.
+inline constexpr std::size_t report_check_bytes = 8;
+
+/// The CRC32C of a report's `body` bytes, seeded with the name of its round (`what`), so that a
+/// report delivered to another round (a message repeated or reordered by the transport) fails
+/// its check like a corrupted one.
+inline std::uint32_t report_seal(std::byte const* p, std::size_t body, std::string_view what) {
+  std::uint32_t const seed = cpu::kernels::crc32c(std::as_bytes(std::span<char const>(what.data(), what.size())));
+  return cpu::kernels::crc32c(std::span<std::byte const>(p, body), seed);
+}
+
+/// Writes the seal of the report of `body` bytes at `p` into the 8 bytes after them (its CRC32C
+/// and 4 zero bytes).
+inline void seal_report(std::byte* p, std::size_t body, std::string_view what) {
+  store_le<std::uint32_t>(p + body, report_seal(p, body, what));
+  store_le<std::uint32_t>(p + body + 4, 0);
+}
+
+/// Checks a sealed report (`body` bytes and their 8-byte seal); `format_error` if it does not match.
+inline void check_report_seal(std::byte const* p, std::size_t body, std::string_view what, std::size_t rank) {
+  if (load_le<std::uint32_t>(p + body) != report_seal(p, body, what) || load_le<std::uint32_t>(p + body + 4) != 0) {
+    throw format_error("gradcomp: " + std::string(what) + ": checksum mismatch on the agreement report of rank " +
+                       std::to_string(rank) + ": it was corrupted on the way (or belongs to another round); every "
+                       "rank that sees it abandons the collective");
   }
-  return static_cast<std::size_t>(reported);
 }
 
 /// One agreement round in flight: each rank's report plus `extra` u64 values per rank.
@@ -137,25 +149,31 @@ class report_round {
  public:
   report_round() = default;
 
-  /// Posts the all-gather of `mine` (and `extra`, the same length on every rank).
+  /// Posts the all-gather of `mine` (and `extra`, the same length on every rank). With
+  /// `checksum` each report carries its seal (`report_check_bytes` more: its CRC32C seeded with
+  /// `what`, the name `finish` will be given), checked by `finish`.
   template <communicator Comm>
-  void post(Comm& comm, rank_report const& mine, std::span<std::uint64_t const> extra) {
+  void post(Comm& comm, rank_report const& mine, std::span<std::uint64_t const> extra, bool checksum = false,
+            std::string_view what = {}) {
     extra_ = extra.size();
     size_ = comm.size();
     rank_ = comm.rank();
-    std::size_t const each = rank_report_bytes + 8 * extra_;
+    checksum_ = checksum;
+    std::size_t const each = each_bytes();
     send_.assign(each, std::byte{0});
     encode_report(mine, extra, send_.data());
+    if (checksum_) seal_report(send_.data(), rank_report_bytes + 8 * extra_, what);
     recv_.assign(each * static_cast<std::size_t>(size_), std::byte{0});
     req_ = comm.iall_gather(const_bytes(send_), writable_bytes(recv_));
   }
 
   /// Waits for the round and applies the rules of the file comment: rethrows `local` on this
-  /// rank if it failed, throws `comm_error` if another rank failed, `config_error` if the
-  /// fingerprints differ. `what` names the collective in messages.
+  /// rank if it failed, throws `format_error` if a report fails its checksum, `comm_error` if
+  /// another rank failed, `config_error` if the fingerprints differ. `what` names the
+  /// collective in messages.
   void finish(std::string_view what, std::exception_ptr local = nullptr) {
     req_.wait();
-    std::size_t const each = rank_report_bytes + 8 * extra_;
+    std::size_t const each = each_bytes();
     reports_.resize(static_cast<std::size_t>(size_));
     extras_.resize(static_cast<std::size_t>(size_) * extra_);
     for (std::size_t r = 0; r < reports_.size(); ++r) {
@@ -164,6 +182,11 @@ class report_round {
       for (std::size_t i = 0; i < extra_; ++i) extras_[r * extra_ + i] = load_le<std::uint64_t>(p + 32 + 8 * i);
     }
     if (local) std::rethrow_exception(local);
+    if (checksum_) {
+      for (std::size_t r = 0; r < reports_.size(); ++r) {
+        check_report_seal(recv_.data() + r * each, rank_report_bytes + 8 * extra_, what, r);
+      }
+    }
     for (std::size_t r = 0; r < reports_.size(); ++r) {
       if (reports_[r].status != 0) {
         throw comm_error("gradcomp: " + std::string(what) + ": rank " + std::to_string(r) +
@@ -192,30 +215,39 @@ class report_round {
     for (std::size_t r = 0; r < b.size(); ++r) b[r] = static_cast<std::size_t>(reports_[r].bytes);
     return b;
   }
-  /// Every rank's `bytes` (after `finish`), each checked to be at most `bound`
-  /// (`checked_peer_bytes`).
-  [[nodiscard]] std::vector<std::size_t> bytes(std::size_t bound, std::string_view what) const {
-    std::vector<std::size_t> b(reports_.size());
-    for (std::size_t r = 0; r < b.size(); ++r)
-      b[r] = checked_peer_bytes(reports_[r].bytes, bound, r, what);
-    return b;
-  }
-  /// Extra value `i` of rank `r` (after `finish`) as a packet size of at most `bound`
-  /// (`checked_peer_bytes`).
-  [[nodiscard]] std::size_t extra_bytes(std::size_t r, std::size_t i, std::size_t bound,
-                                        std::string_view what) const {
-    return checked_peer_bytes(extra(r, i), bound, r, what);
-  }
   /// Ring traffic of the round for this rank.
   [[nodiscard]] std::size_t wire_bytes() const noexcept {
     if (size_ <= 1) return 0;
-    return (rank_report_bytes + 8 * extra_) * static_cast<std::size_t>(size_ - 1);
+    return each_bytes() * static_cast<std::size_t>(size_ - 1);
+  }
+
+  /// After `finish`: checks that every rank's `bytes` (or, with `extra_index`, its extra value
+  /// `extra_index`) is at most `bound` and this rank's equals `own`. A size that breaks this
+  /// was corrupted on the way: `format_error` (on every rank when it was corrupted at its
+  /// sender), before any buffer is sized from it or a payload posted with it.
+  void check_sizes(std::string_view what, std::uint64_t bound, std::uint64_t own,
+                   std::size_t extra_index = static_cast<std::size_t>(-1)) const {
+    for (std::size_t r = 0; r < reports_.size(); ++r) {
+      std::uint64_t const v = extra_index == static_cast<std::size_t>(-1) ? reports_[r].bytes : extra(r, extra_index);
+      bool const mine = r == static_cast<std::size_t>(rank_);
+      if (v > bound || (mine && v != own)) {
+        throw format_error("gradcomp: " + std::string(what) + ": the agreement round reports " + std::to_string(v) +
+                           " bytes for rank " + std::to_string(r) + (mine ? " (this rank sent " + std::to_string(own) + ")" : "") +
+                           ", more than the bound of " + std::to_string(bound) +
+                           " or not what was sent: the report was corrupted on the way");
+      }
+    }
   }
 
  private:
+  [[nodiscard]] std::size_t each_bytes() const noexcept {
+    return rank_report_bytes + 8 * extra_ + (checksum_ ? report_check_bytes : 0);
+  }
+
   std::size_t extra_ = 0;
   int size_ = 1;
   int rank_ = 0;
+  bool checksum_ = false;
   std::vector<std::byte> send_, recv_;
   request req_;
   std::vector<rank_report> reports_;
@@ -226,23 +258,41 @@ class report_round {
 
 /// Checks that every rank passed the same `fingerprint`; throws `config_error` on every rank
 /// otherwise (and `comm_error` from the transport if a rank is gone). Collective: all ranks
-/// call it. `what` names the decision in the message.
+/// call it. `what` names the decision in the message. With `checksum` (the same on every
+/// rank) each report carries its CRC32C: a report corrupted on the way is a `format_error`
+/// rather than a disagreement.
 template <communicator Comm>
-void agree(Comm& comm, std::uint64_t fingerprint, std::string_view what = "agreement") {
+void agree(Comm& comm, std::uint64_t fingerprint, std::string_view what = "agreement", bool checksum = false) {
   detail::report_round round;
   rank_report mine;
   mine.fingerprint = fingerprint;
-  round.post(comm, mine, {});
+  round.post(comm, mine, {}, checksum, what);
   round.finish(what);
 }
 
 /// Rank `root`'s `value` on every rank (a broadcast): the way for ranks to adopt one choice
-/// made at run time, e.g. a controller's compression factor. Collective.
+/// made at run time, e.g. a controller's compression factor. Collective. With `checksum` (the
+/// same on every rank) the value travels with its CRC32C, and a rank that receives a corrupted
+/// one throws `format_error` instead of adopting it.
 template <communicator Comm, class T>
   requires std::is_trivially_copyable_v<T>
-T agree_on_value(Comm& comm, T const& value, int root = 0) {
+T agree_on_value(Comm& comm, T const& value, int root = 0, bool checksum = false) {
   T out = value;
-  comm.broadcast(std::as_writable_bytes(std::span<T>(&out, 1)), root);
+  if (!checksum) {
+    comm.broadcast(std::as_writable_bytes(std::span<T>(&out, 1)), root);
+    return out;
+  }
+  std::vector<std::byte> buf(sizeof(T) + 4);
+  std::memcpy(buf.data(), &value, sizeof(T));
+  detail::store_le<std::uint32_t>(buf.data() + sizeof(T),
+                                  cpu::kernels::crc32c(std::span<std::byte const>(buf.data(), sizeof(T))));
+  comm.broadcast(std::span<std::byte>(buf), root);
+  if (detail::load_le<std::uint32_t>(buf.data() + sizeof(T)) !=
+      cpu::kernels::crc32c(std::span<std::byte const>(buf.data(), sizeof(T)))) {
+    throw format_error("gradcomp: agree_on_value: the value broadcast by rank " + std::to_string(root) +
+                       " fails its checksum: it was corrupted on the way");
+  }
+  std::memcpy(&out, buf.data(), sizeof(T));
   return out;
 }
 

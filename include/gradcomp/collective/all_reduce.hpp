@@ -28,6 +28,7 @@
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/dense.hpp>
 #include <gradcomp/collective/low_rank.hpp>
+#include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/collective/sections.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/low_rank_session.hpp>
@@ -84,15 +85,68 @@ struct local_packet {
   }
 };
 
-/// Compresses `grad` (or, when it is empty, this rank's zero contribution) into `p`.
+/// A source whose error feedback commits in two phases (a `compressor`): the collectives stage
+/// its step and make it current only once every rank has succeeded (`pending_commit`).
+template <class X>
+concept two_phase_source = requires(X& x, tensor_view<float const> g, std::span<std::byte> out,
+                                    std::span<std::byte const> sent, codec_context const& ctx, tensor_id id) {
+  { x.stage(g, out, ctx) } -> std::same_as<std::size_t>;
+  x.prepare_commit(id, x.codec(), sent, ctx);
+  x.apply_commit(id);
+  x.discard(id);
+};
+
+/// The error-feedback steps a collective has staged: `apply` makes them current once the step
+/// succeeded on every rank; otherwise they are discarded (the state stays as before the step).
+template <class Source>
+class pending_commit {
+ public:
+  explicit pending_commit(Source& src) noexcept : src_(src) {}
+  pending_commit(pending_commit const&) = delete;
+  pending_commit& operator=(pending_commit const&) = delete;
+  ~pending_commit() {
+    if constexpr (two_phase_source<Source>) {
+      for (tensor_id id : ids_) src_.discard(id);
+    }
+  }
+  /// Records a staged step of tensor `id`.
+  void add(tensor_id id) { ids_.push_back(id); }
+  /// Makes every staged step current.
+  void apply() {
+    if constexpr (two_phase_source<Source>) {
+      for (tensor_id id : ids_) src_.apply_commit(id);
+    }
+    ids_.clear();
+  }
+
+ private:
+  Source& src_;
+  std::vector<tensor_id> ids_;
+};
+
+/// Compresses `grad` (or, when it is empty, this rank's zero contribution) into `p`, leaving
+/// `tail` spare bytes after the packet's bound (for a checksum trailer). A `two_phase_source`
+/// stages the step (recorded in `pending`; its state changes only at `pending.apply()`);
+/// another source compresses in one go.
 template <class Source>
 void compress_contribution(Source& src, aggregation_kind kind, tensor_view<float const> grad, std::size_t n,
-                           local_packet& p, codec_context const& ctx) {
+                           local_packet& p, codec_context const& ctx, pending_commit<Source>* pending = nullptr,
+                           std::size_t tail = 0) {
   auto const& codec = codec_of(src);
-  p.buf.resize(codec.max_compressed_bytes(n));
+  p.buf.resize(codec.max_compressed_bytes(n) + tail);
   p.section = {};
   if (!grad.empty()) {
-    p.bytes = src.compress(grad, p.buf.span(), ctx);
+    if constexpr (two_phase_source<Source>) {
+      if (pending != nullptr) {
+        p.bytes = src.stage(grad, p.buf.span(), ctx);
+        src.prepare_commit(grad.id(), src.codec(), p.packet(), ctx);
+        pending->add(grad.id());
+      } else {
+        p.bytes = src.compress(grad, p.buf.span(), ctx);
+      }
+    } else {
+      p.bytes = src.compress(grad, p.buf.span(), ctx);
+    }
   } else if (kind == aggregation_kind::gather) {
     p.bytes = 0;
   } else {
@@ -187,6 +241,10 @@ collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<fl
     mine.codec = static_cast<std::uint32_t>(detail::codec_id_of(src));
     std::exception_ptr local;
     detail::local_packet p;
+    using source_type = std::remove_reference_t<Source>;
+    detail::pending_commit<source_type> pending(src);
+    bool const trailer = opt.checksum && kind == aggregation_kind::gather;
+    if (opt.checksum) fp.add("checksum");
     try {
       fp.add(detail::codec_fingerprint(src, n, opt.op, ctx, "all_reduce_compressed"))
           .add(static_cast<std::uint64_t>(grad.id()));
@@ -195,8 +253,9 @@ collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<fl
                            "' is low-rank: all_reduce_compressed needs its low_rank_session (the "
                            "stateful factor object), not the codec");
       }
-      detail::compress_contribution(src, kind, grad, n, p, ctx);
+      detail::compress_contribution(src, kind, grad, n, p, ctx, &pending, trailer ? checksum_trailer_bytes : 0);
       if (kind != aggregation_kind::gather) p.add_frame(fp);
+      if (trailer && p.bytes != 0) p.bytes = detail::add_trailer(p.buf.span(), p.bytes);
       mine.bytes = p.bytes;
     } catch (...) {
       local = std::current_exception();
@@ -204,30 +263,46 @@ collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<fl
     }
     mine.fingerprint = fp.value();
     detail::report_round round;
-    round.post(comm, mine, {});
+    round.post(comm, mine, {}, opt.checksum, "all_reduce_compressed");
     round.finish("all_reduce_compressed", local);
+    round.check_sizes("all_reduce_compressed", codec.max_compressed_bytes(n) + (trailer ? checksum_trailer_bytes : 0),
+                      mine.bytes);
 
     float const alpha = detail::reduction_scale(opt.op, comm.size());
     collective_result res;
     res.packet_bytes = grad.empty() ? 0 : p.bytes;
     res.wire_bytes = round.wire_bytes();
+    // Decoding may fail on this rank alone (a packet corrupted on its way here): it is recorded,
+    // and the outcome round makes every rank fail the step before anything is committed.
+    detail::step_check check(opt.checksum);
     if (kind == aggregation_kind::gather) {
       res.path = collective_path::gather;
-      std::vector<std::size_t> const sizes =
-          round.bytes(codec.max_compressed_bytes(n), "all_reduce_compressed");
+      std::vector<std::size_t> const sizes = round.bytes();
       std::size_t total = 0;
       for (std::size_t s : sizes) total += s;
       detail::raw_buffer all(total);
       comm.all_gather_v(p.packet(), all.span(), std::span<std::size_t const>(sizes));
-      auto const packets = detail::split_packets(std::as_const(all).span(), sizes);
-      detail::decode_gathered(codec, std::span<std::span<std::byte const> const>(packets), out, alpha, ctx);
+      check.guard([&] {
+        auto packets = detail::split_packets(std::as_const(all).span(), sizes);
+        if (trailer) {
+          for (auto& pk : packets) pk = detail::strip_trailer(pk, "all_reduce_compressed");
+        }
+        detail::decode_gathered(codec, std::span<std::span<std::byte const> const>(packets), out, alpha, ctx);
+      });
       res.wire_bytes += detail::ring_all_gather_bytes(sizes, comm.rank());
     } else {
       res.path = kind == aggregation_kind::summable ? collective_path::summable : collective_path::shared_support;
-      comm.all_reduce(p.values(), detail::comm_type_of_dtype(p.section.type), reduce_op::sum);
-      detail::decode_summed(codec, p, out, alpha, ctx);
+      comm_type const vt = detail::comm_type_of_dtype(p.section.type);
+      check.before_sum(p.values(), vt);
+      comm.all_reduce(p.values(), vt, reduce_op::sum);
+      check.after_sum(p.values(), vt);
+      check.guard([&] { detail::decode_summed(codec, p, out, alpha, ctx); });
       res.wire_bytes += detail::ring_all_reduce_bytes(p.section.bytes, comm.size());
     }
+    check.output(out);
+    detail::agree_outcome(comm, check, "all_reduce_compressed");
+    res.wire_bytes += detail::outcome_wire_bytes(opt.checksum, comm.size());
+    pending.apply();
     detail::receive_output(src, grad.id(), out);
     return res;
   }

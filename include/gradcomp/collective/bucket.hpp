@@ -33,6 +33,7 @@
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/dense.hpp>
+#include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/collective/sections.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/request.hpp>
@@ -73,6 +74,10 @@ struct bucket_options {
   reduction op = reduction::sum;
   /// Overlap compressing bucket i+1 with communicating bucket i.
   bool pipeline = true;
+  /// Integrity checks (collective/outcome.hpp): a CRC32C trailer on each rank's message of a
+  /// gather bucket and on the agreement reports, a checksum of every summed bucket, the ranks'
+  /// results compared; a mismatch is a `format_error` on every rank.
+  bool checksum = false;
 };
 
 /// One tensor of a bucketed all-reduce: its gradient (as long as `out`) and its output, of
@@ -149,6 +154,13 @@ struct bucket_slot {
   std::vector<std::byte> gathered;
   request payload;
 
+  // Completes (quietly) what is still in flight, so that no transport writes into the slot's
+  // buffers, or the caller's packets, after a failed call has returned.
+  void quiesce() noexcept {
+    payload = request{};
+    round = report_round{};
+  }
+
   // Clears the per-call state (buffers keep their capacity).
   void reset() {
     units.clear();
@@ -167,8 +179,10 @@ struct bucket_slot {
 template <class Codec>
 class bucket_engine {
  public:
-  bucket_engine(Codec const& codec, aggregation_kind kind, bucket_options const& opt, float alpha)
-      : codec_(codec), kind_(kind), opt_(opt), alpha_(alpha) {}
+  /// Decoding failures, the checksums of summed buckets and the outputs' CRC go to `check`,
+  /// which the caller hands to `agree_outcome` once every bucket is done.
+  bucket_engine(Codec const& codec, aggregation_kind kind, bucket_options const& opt, float alpha, step_check& check)
+      : codec_(codec), kind_(kind), opt_(opt), alpha_(alpha), check_(check) {}
 
   /// Issues every bucket of `plan`. `prepare(b, slot)` does the local work of bucket `b` —
   /// for a compressed bucket it fills `slot.units` and `slot.packets` and calls `assemble`
@@ -179,6 +193,20 @@ class bucket_engine {
            bucket_result& res) {
     std::size_t const nb = plan.size();
     if (nb == 0) return;
+    try {
+      run_buckets(comm, plan, slots, prepare, done, res);
+    } catch (...) {
+      for (bucket_slot& s : slots) s.quiesce();
+      throw;
+    }
+    for (auto const& b : plan) res.dense_buckets += b.dense ? 1 : 0;
+  }
+
+ private:
+  template <communicator Comm, class Prepare, class Done>
+  void run_buckets(Comm& comm, std::span<bucket_plan const> plan, bucket_slot (&slots)[2], Prepare& prepare, Done& done,
+                   bucket_result& res) {
+    std::size_t const nb = plan.size();
     auto finish = [&](std::size_t i, bucket_slot& s) {
       complete(plan[i], s);
       done(i, s);
@@ -204,8 +232,9 @@ class bucket_engine {
       advance(comm, plan[nb - 1], slots[(nb - 1) % 2], res);
       finish(nb - 1, slots[(nb - 1) % 2]);
     }
-    for (auto const& b : plan) res.dense_buckets += b.dense ? 1 : 0;
   }
+
+ public:
 
   /// Dense bucket: fuses the items' gradients (`grad_of(i)`: item i's float32 input, empty for
   /// none) and encodes them in the bucket's dense format.
@@ -266,17 +295,20 @@ class bucket_engine {
       auto bytes_of = [&](local_packet& p) {
         return kind_ == aggregation_kind::gather ? p.buf.span().first(p.bytes) : p.values();
       };
-      // A lone packet is sent from where it is (an all-reduce sums into it).
-      if (s.packets.size() == 1) {
+      // A lone packet is sent from where it is (an all-reduce sums into it). Under the
+      // checksum option a gather bucket's message ends with the CRC32C of its packets.
+      bool const trailer = opt_.checksum && kind_ == aggregation_kind::gather;
+      if (s.packets.size() == 1 && !trailer) {
         s.payload_bytes = bytes_of(*s.packets[0]);
       } else {
-        s.values.resize(total);
+        s.values.resize(total + (trailer ? checksum_trailer_bytes : 0));
         std::size_t at = 0;
         for (local_packet* p : s.packets) {
           auto const src = bytes_of(*p);
           if (!src.empty()) std::memcpy(s.values.data() + at, src.data(), src.size());
           at += src.size();
         }
+        if (trailer) add_trailer(std::span<std::byte>(s.values), total);
         s.payload_bytes = std::span<std::byte>(s.values);
       }
       s.vtype = s.packets.empty() ? comm_type::f32 : comm_type_of_dtype(s.packets[0]->section.type);
@@ -293,12 +325,18 @@ class bucket_engine {
   template <communicator Comm>
   void post_first(Comm& comm, bucket_plan const& b, bucket_slot& s, bucket_result& res) {
     if (b.dense) {
+      check_.before_sum(s.payload_bytes, s.vtype);
       s.payload = comm.iall_reduce(s.payload_bytes, s.vtype, reduce_op::sum);
       res.packet_bytes += s.payload_bytes.size();
       res.wire_bytes += ring_all_reduce_bytes(s.payload_bytes.size(), comm.size());
       return;
     }
-    s.round.post(comm, s.mine, std::span<std::uint64_t const>(s.sizes));
+    // A bucket decoded before failed here: say so in this round, so every rank stops now.
+    if (check_.failed() && !s.local) {
+      s.local = check_.failure();
+      s.mine.status = 1;
+    }
+    s.round.post(comm, s.mine, std::span<std::uint64_t const>(s.sizes), opt_.checksum, "bucketed_all_reduce");
   }
 
   // Second operation: after the agreement round, the payload of a compressed bucket.
@@ -310,13 +348,14 @@ class bucket_engine {
     res.packet_bytes += s.payload_bytes.size();
     if (kind_ == aggregation_kind::gather) {
       auto const w = static_cast<std::size_t>(comm.size());
+      for (std::size_t u = 0; u < s.units.size(); ++u) {
+        s.round.check_sizes("bucketed_all_reduce", codec_.max_compressed_bytes(s.units[u].out.size()), s.sizes[u], u);
+      }
       s.counts.assign(w, 0);
       std::size_t total = 0;
       for (std::size_t r = 0; r < w; ++r) {
-        for (std::size_t u = 0; u < s.units.size(); ++u) {
-          s.counts[r] += s.round.extra_bytes(
-              r, u, codec_.max_compressed_bytes(s.units[u].out.size()), "bucketed_all_reduce");
-        }
+        for (std::size_t u = 0; u < s.units.size(); ++u) s.counts[r] += static_cast<std::size_t>(s.round.extra(r, u));
+        if (opt_.checksum) s.counts[r] += checksum_trailer_bytes;
         total += s.counts[r];
       }
       s.gathered.resize(total);
@@ -325,15 +364,29 @@ class bucket_engine {
                                      std::span<std::size_t const>(s.counts));
     } else {
       res.wire_bytes += ring_all_reduce_bytes(s.payload_bytes.size(), comm.size());
+      check_.before_sum(s.payload_bytes, s.vtype);
       s.payload = comm.iall_reduce(s.payload_bytes, s.vtype, reduce_op::sum);
     }
   }
 
-  // Waits for the payload and decodes the bucket into the units' outputs.
+  // Waits for the payload and decodes the bucket into the units' outputs. A decoding failure
+  // is recorded in the step check (this rank goes on with the other buckets' messages; the
+  // outcome round, or the next bucket's agreement round, makes every rank fail).
   void complete(bucket_plan const& b, bucket_slot& s) {
     s.payload.wait();
+    if (b.dense || kind_ != aggregation_kind::gather) check_.after_sum(s.payload_bytes, s.vtype);
     auto const t0 = std::chrono::steady_clock::now();
     decode_timer timer{t0, decode_s};
+    check_.guard([&] { decode(b, s); });
+    if (check_.failed()) return;
+    if (b.dense || opt_.mode == bucket_compression::per_bucket) {
+      check_.output(std::span<float const>(s.fused_out));
+    } else {
+      for (auto const& u : s.units) check_.output(u.out);
+    }
+  }
+
+  void decode(bucket_plan const& b, bucket_slot& s) {
     codec_context const& ctx = ctx_;
     if (b.dense) {
       if (opt_.small_format == dense_format::f32) {
@@ -358,6 +411,11 @@ class bucket_engine {
       auto const w = s.counts.size();
       std::vector<std::size_t> start(w, 0);
       for (std::size_t r = 1; r < w; ++r) start[r] = start[r - 1] + s.counts[r - 1];
+      if (opt_.checksum) {
+        for (std::size_t r = 0; r < w; ++r) {
+          (void)strip_trailer(std::span<std::byte const>(s.gathered).subspan(start[r], s.counts[r]), "bucketed_all_reduce");
+        }
+      }
       std::vector<std::span<std::byte const>> packets(w);
       for (std::size_t u = 0; u < s.units.size(); ++u) {
         for (std::size_t r = 0; r < w; ++r) {
@@ -398,6 +456,7 @@ class bucket_engine {
   aggregation_kind kind_;
   bucket_options const& opt_;
   float alpha_;
+  step_check& check_;
 };
 
 /// Copies a fused bucket's output back to its items' outputs.
@@ -435,6 +494,7 @@ std::vector<bucket_plan> agree_layout(Comm& comm, Items const& items, bucket_opt
     fp.add("bucketed_all_reduce").add(plan.size()).add(opt.bucket_bytes).add(opt.min_compress_elements);
     fp.add(static_cast<std::uint64_t>(opt.small_format)).add(static_cast<std::uint64_t>(opt.mode));
     fp.add(static_cast<std::uint64_t>(opt.op));
+    if (opt.checksum) fp.add("checksum");
     for (auto const& b : plan) {
       fp.add(b.dense ? 1 : 0).add(b.items.size());
       for (std::size_t i : b.items) fp.add(items[i].out.size()).add(static_cast<std::uint64_t>(items[i].grad.id()));
@@ -446,7 +506,7 @@ std::vector<bucket_plan> agree_layout(Comm& comm, Items const& items, bucket_opt
     mine.status = 1;
   }
   report_round round;
-  round.post(comm, mine, {});
+  round.post(comm, mine, {}, opt.checksum, "bucketed_all_reduce (layout)");
   round.finish("bucketed_all_reduce (layout)", local);
   res.wire_bytes += round.wire_bytes();
   return plan;
@@ -477,8 +537,10 @@ class bucketed_all_reduce {
     std::vector<detail::bucket_plan> const plan = detail::agree_layout(comm, items, opt_, src_, ctx, res);
     res.buckets = plan.size();
     aggregation_kind const kind = detail::aggregation_of(src_);
+    detail::step_check check(opt_.checksum);
+    detail::pending_commit<Source> pending(src_);
     detail::bucket_engine<std::remove_cvref_t<decltype(detail::codec_of(src_))>> engine(
-        detail::codec_of(src_), kind, opt_, detail::reduction_scale(opt_.op, comm.size()));
+        detail::codec_of(src_), kind, opt_, detail::reduction_scale(opt_.op, comm.size()), check);
     engine.ctx_ = ctx;
     auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
       detail::bucket_plan const& b = plan[bi];
@@ -506,7 +568,7 @@ class bucketed_all_reduce {
       s.own.resize(s.units.size());
       try {
         for (std::size_t u = 0; u < s.units.size(); ++u) {
-          detail::compress_contribution(src_, kind, s.units[u].grad, s.units[u].out.size(), s.own[u], ctx);
+          detail::compress_contribution(src_, kind, s.units[u].grad, s.units[u].out.size(), s.own[u], ctx, &pending);
           s.packets.push_back(&s.own[u]);
         }
       } catch (...) {
@@ -518,12 +580,16 @@ class bucketed_all_reduce {
     };
     auto done = [&](std::size_t bi, detail::bucket_slot& s) {
       detail::bucket_plan const& b = plan[bi];
-      if (!b.dense) {
-        for (auto const& u : s.units) detail::receive_output(src_, u.grad.id(), u.out);
-      }
       if (b.dense || opt_.mode == bucket_compression::per_bucket) detail::scatter_fused(b, s, items);
     };
     engine.run(comm, std::span<detail::bucket_plan const>(plan), slots_, prepare, done, res);
+    // Nothing is committed (residuals, EF21 receivers) unless every rank decoded every bucket.
+    detail::agree_outcome(comm, check, "bucketed_all_reduce");
+    res.wire_bytes += detail::outcome_wire_bytes(opt_.checksum, comm.size());
+    pending.apply();
+    if constexpr (requires(Source& x, tensor_id id, std::span<float> o) { x.receive(id, o); }) {
+      receive_outputs(plan, items);
+    }
     return res;
   }
 
@@ -565,6 +631,28 @@ class bucketed_all_reduce {
   }
 
  private:
+  // The receiver side of an increment policy (EF21) turns each compressed output into the
+  // estimate, once the step has succeeded: per tensor, or per concatenated bucket.
+  void receive_outputs(std::vector<detail::bucket_plan> const& plan, std::span<bucket_item const> items) {
+    for (auto const& b : plan) {
+      if (b.dense) continue;
+      if (opt_.mode == bucket_compression::per_tensor) {
+        for (std::size_t i : b.items) detail::receive_output(src_, items[i].grad.id(), items[i].out);
+        continue;
+      }
+      std::vector<float> fused;
+      fused.reserve(b.elements);
+      for (std::size_t i : b.items) fused.insert(fused.end(), items[i].out.begin(), items[i].out.end());
+      detail::receive_output(src_, items[b.items.front()].grad.id(), std::span<float>(fused));
+      std::size_t at = 0;
+      for (std::size_t i : b.items) {
+        std::copy(fused.begin() + static_cast<std::ptrdiff_t>(at),
+                  fused.begin() + static_cast<std::ptrdiff_t>(at + items[i].out.size()), items[i].out.begin());
+        at += items[i].out.size();
+      }
+    }
+  }
+
   Source src_;
   bucket_options opt_;
   detail::bucket_slot slots_[2];

@@ -5,10 +5,12 @@
 /// The low-rank collective: drives a `low_rank_session` (PowerSGD and kin) through its factor
 /// all-reduces. One agreement round first (the session's shape fingerprint, the tensor size and
 /// the options; a rank whose `begin` threw makes every rank throw), then one float32 sum
-/// all-reduce per factor, in place, then `finish`.
+/// all-reduce per factor, in place, then `finish`, then the step-outcome round
+/// (collective/outcome.hpp): a rank whose `finish` failed makes every rank fail the step.
 
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/common.hpp>
+#include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/low_rank_session.hpp>
 #include <gradcomp/config.hpp>
@@ -17,47 +19,104 @@
 #include <cstddef>
 #include <exception>
 #include <span>
+#include <utility>
+#include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
 
-/// Low-rank all-reduce of `grad` into `out` with `session` (see file comment). `grad` empty:
-/// this rank contributes nothing. Collective.
+namespace detail {
+
+/// The exchange of `all_reduce_low_rank` without its outcome round: the agreement round, the
+/// factor all-reduces, `finish`. A failure of `finish` is recorded in `check`; the caller runs
+/// the outcome round (`agree_outcome`) before committing anything.
 template <communicator Comm, low_rank_session Session>
-collective_result all_reduce_low_rank(Comm& comm, Session& session, tensor_view<float const> grad,
-                                      std::span<float> out, codec_context const& ctx = {},
-                                      collective_options const& opt = {}) {
-  detail::check_contribution(grad.size(), out.size(), "all_reduce_low_rank");
+collective_result low_rank_exchange(Comm& comm, Session& session, tensor_view<float const> grad, std::span<float> out,
+                                    codec_context const& ctx, collective_options const& opt, step_check& check) {
   std::size_t const n = out.size();
   rank_report mine;
   mine.count = n;
   std::exception_ptr local;
   try {
-    mine.fingerprint = fingerprint{}
-                           .add("low_rank")
-                           .add(n)
-                           .add(static_cast<std::uint64_t>(opt.op))
-                           .add(session.shape_fingerprint(n))
-                           .value();
+    fingerprint fp;
+    fp.add("low_rank").add(n).add(static_cast<std::uint64_t>(opt.op)).add(session.shape_fingerprint(n));
+    if (opt.checksum) fp.add("checksum");
+    mine.fingerprint = fp.value();
     session.begin(grad, n, ctx);
   } catch (...) {
     local = std::current_exception();
     mine.status = 1;
   }
-  detail::report_round round;
-  round.post(comm, mine, {});
+  report_round round;
+  round.post(comm, mine, {}, opt.checksum, "all_reduce_low_rank");
   round.finish("all_reduce_low_rank", local);
   collective_result res;
   res.path = collective_path::low_rank;
   res.wire_bytes = round.wire_bytes();
+  std::vector<float> zeros;
   for (std::size_t i = 0; i < session.factor_count(); ++i) {
-    std::span<float> f = session.factor(i, ctx);
+    // A factor computed from the previous sum (PowerSGD's Q) may fail on a rank whose sum was
+    // corrupted. A session that states its factor sizes lets that rank go on with zeros (the
+    // outcome round fails the step on every rank); another session's rank leaves here, and
+    // its peers fail on the transport.
+    std::span<float> f;
+    if constexpr (requires(Session const& s) { { s.factor_size(i) } -> std::convertible_to<std::size_t>; }) {
+      if (!check.failed()) {
+        try {
+          f = session.factor(i, ctx);
+        } catch (...) {
+          check.fail(std::current_exception());
+        }
+      }
+      if (check.failed()) {
+        zeros.assign(session.factor_size(i), 0.0f);
+        f = std::span<float>(zeros);
+      }
+    } else {
+      f = session.factor(i, ctx);
+    }
+    check.before_sum(std::as_bytes(f), comm_type::f32);
     comm.all_reduce(std::as_writable_bytes(f), comm_type::f32, reduce_op::sum);
+    check.after_sum(std::as_bytes(f), comm_type::f32);
     res.packet_bytes += f.size_bytes();
-    res.wire_bytes += detail::ring_all_reduce_bytes(f.size_bytes(), comm.size());
+    res.wire_bytes += ring_all_reduce_bytes(f.size_bytes(), comm.size());
   }
   if (grad.empty()) res.packet_bytes = 0;
-  session.finish(out, detail::reduction_scale(opt.op, comm.size()), ctx);
+  check.guard([&] { session.finish(out, reduction_scale(opt.op, comm.size()), ctx); });
+  if (!check.failed()) check.output(out);
   return res;
+}
+
+}  // namespace detail
+
+/// Low-rank all-reduce of `grad` into `out` with `session` (see file comment). `grad` empty:
+/// this rank contributes nothing. Collective. A session with `snapshot()` / `restore(...)`
+/// (`powersgd_session` has them) is restored to its state before the call when the step fails
+/// on any rank; the step ends with the outcome round of collective/outcome.hpp.
+template <communicator Comm, low_rank_session Session>
+collective_result all_reduce_low_rank(Comm& comm, Session& session, tensor_view<float const> grad,
+                                      std::span<float> out, codec_context const& ctx = {},
+                                      collective_options const& opt = {}) {
+  detail::check_contribution(grad.size(), out.size(), "all_reduce_low_rank");
+  if constexpr (requires(Session& s) { s.restore(s.snapshot()); }) {
+    // The session's state is restored unless every rank completed the step.
+    auto saved = session.snapshot();
+    try {
+      detail::step_check check(opt.checksum);
+      collective_result res = detail::low_rank_exchange(comm, session, grad, out, ctx, opt, check);
+      detail::agree_outcome(comm, check, "all_reduce_low_rank");
+      res.wire_bytes += detail::outcome_wire_bytes(opt.checksum, comm.size());
+      return res;
+    } catch (...) {
+      session.restore(std::move(saved));
+      throw;
+    }
+  } else {
+    detail::step_check check(opt.checksum);
+    collective_result res = detail::low_rank_exchange(comm, session, grad, out, ctx, opt, check);
+    detail::agree_outcome(comm, check, "all_reduce_low_rank");
+    res.wire_bytes += detail::outcome_wire_bytes(opt.checksum, comm.size());
+    return res;
+  }
 }
 
 /// `all_reduce_low_rank` of a 16-bit gradient into a 16-bit output: the session works in

@@ -20,10 +20,14 @@
 /// server answer with an error instead of a packet, and every rank throws (`config_error` for a
 /// disagreement, `comm_error` for a failure elsewhere) instead of hanging. Each worker and
 /// server always sends its reports, whatever happened before, so no rank waits for a message
-/// that never comes.
+/// that never comes. Every rank, worker or server, then takes part in the step-outcome round
+/// (collective/outcome.hpp, one all-reduce of 12 bytes over the whole communicator): a worker
+/// that could not decode a server's packet makes every rank fail the step, and the residuals
+/// of both sides are restored (the compressor's step is rolled back) on every rank.
 
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/common.hpp>
+#include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/request.hpp>
@@ -49,6 +53,9 @@ struct ps_options {
   int tag = 0x6770;
   /// `sum` (BytePS) or `average` (the server divides by the number of workers).
   reduction op = reduction::sum;
+  /// A CRC32C trailer on every packet, checked before decoding, and the workers' results
+  /// compared (collective/outcome.hpp). Every rank passes the same value.
+  bool checksum = false;
 };
 
 /// True if this rank is a server under `opt`.
@@ -72,11 +79,31 @@ void check_ps(Comm const& comm, ps_options const& opt) {
   if (opt.tag < 0 || opt.tag == INT32_MAX) throw config_error("gradcomp: parameter-server tags must be >= 0");
 }
 
+/// Bytes of a report message (sealed with its CRC32C under the checksum option).
+inline std::size_t ps_report_bytes(ps_options const& opt) noexcept {
+  return rank_report_bytes + (opt.checksum ? report_check_bytes : 0);
+}
+
+/// Reads a report from `peer` and checks its seal and its packet size against `bound`. A report
+/// that fails is a `format_error`: this rank cannot follow the protocol any further (it does
+/// not know what comes next) and leaves it; its peers fail on the transport.
+inline rank_report ps_read_report(std::span<std::byte const> in, ps_options const& opt, std::uint64_t bound, int peer,
+                                  char const* what) {
+  if (opt.checksum) check_report_seal(in.data(), rank_report_bytes, what, static_cast<std::size_t>(peer));
+  rank_report const r = decode_report(in.data());
+  if (r.bytes > bound) {
+    throw format_error(std::string("gradcomp: ") + what + ": the report of rank " + std::to_string(peer) + " announces a " +
+                       std::to_string(r.bytes) + "-byte packet, more than the bound of " + std::to_string(bound) +
+                       ": it was corrupted on the way");
+  }
+  return r;
+}
+
 template <class TwoWay>
 std::uint64_t ps_fingerprint(TwoWay const& tw, tensor_id id, std::size_t n, ps_options const& opt, int size,
                              codec_context const& ctx) {
-  return two_way_fingerprint(tw, "parameter_server", id, n, static_cast<std::size_t>(opt.servers),
-                             static_cast<std::size_t>(size), opt.op, ctx);
+  return two_way_fingerprint(tw, opt.checksum ? "parameter_server+checksum" : "parameter_server", id, n,
+                             static_cast<std::size_t>(opt.servers), static_cast<std::size_t>(size), opt.op, ctx);
 }
 
 }  // namespace detail
@@ -94,8 +121,11 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
   std::size_t const n = out.size();
   auto const k = static_cast<std::size_t>(opt.servers);
   int const first_server = comm.size() - opt.servers;
+  std::size_t const tail = opt.checksum ? checksum_trailer_bytes : 0;
   collective_result res;
   res.path = collective_path::parameter_server;
+  detail::two_way_step<TwoWay> step(tw);
+  detail::step_check check(opt.checksum);
 
   std::vector<std::vector<std::byte>> packets(k);
   std::vector<std::size_t> sizes(k, 0);
@@ -109,11 +139,12 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
     detail::check_two_way_codec(tw.server_codec(), "parameter-server mode");
     for (std::size_t s = 0; s < k; ++s) {
       auto const [b, e] = shard_range(n, s, k);
-      packets[s].resize(tw.worker_codec().max_compressed_bytes(e - b));
+      packets[s].resize(tw.worker_codec().max_compressed_bytes(e - b) + tail);
       if (!grad.empty()) {
         sizes[s] = tw.compress_shard(grad.span().subspan(b, e - b),
                                      shard_key{grad.id(), static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(k)},
                                      std::span<std::byte>(packets[s]), ctx);
+        if (opt.checksum) sizes[s] = detail::add_trailer(std::span<std::byte>(packets[s]), sizes[s]);
       }
     }
   } catch (...) {
@@ -122,55 +153,62 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
     sizes.assign(k, 0);
   }
   // Push: a report to every server, then the packet when there is one.
-  std::vector<std::vector<std::byte>> reports(k, std::vector<std::byte>(rank_report_bytes));
+  std::size_t const rb = detail::ps_report_bytes(opt);
+  std::vector<std::vector<std::byte>> reports(k, std::vector<std::byte>(rb));
   std::vector<request> pending;
   for (std::size_t s = 0; s < k; ++s) {
     rank_report r = mine;
     r.bytes = sizes[s];
     detail::encode_report(r, {}, reports[s].data());
+    if (opt.checksum) detail::seal_report(reports[s].data(), rank_report_bytes, "ps worker report");
     int const server = first_server + static_cast<int>(s);
     pending.push_back(comm.isend(detail::const_bytes(reports[s]), server, opt.tag));
     if (sizes[s] != 0) pending.push_back(comm.isend(std::span<std::byte const>(packets[s]).first(sizes[s]), server, opt.tag + 1));
     res.packet_bytes += sizes[s];
-    res.wire_bytes += rank_report_bytes + sizes[s];
+    res.wire_bytes += rb + sizes[s];
   }
   // Pull: every server's report, then its packet when it has one.
   std::uint32_t worst = detail::ps_ok;
-  std::exception_ptr malformed;  // a server's reply that breaks the wire format
-  std::vector<std::byte> in(rank_report_bytes), pkt;
+  std::vector<std::byte> in(rb), pkt;
   for (std::size_t s = 0; s < k; ++s) {
     int const server = first_server + static_cast<int>(s);
     comm.recv(std::span<std::byte>(in), server, opt.tag);
-    rank_report const r = detail::decode_report(in.data());
+    auto const [sb, se] = shard_range(n, s, k);
+    rank_report const r = detail::ps_read_report(in, opt, tw.server_codec().max_compressed_bytes(se - sb) + tail, server,
+                                                 "ps server report");
     if (r.status != detail::ps_ok) {
       worst = std::max(worst, r.status);
       continue;
     }
-    auto const [b, e] = shard_range(n, s, k);
-    try {
-      pkt.resize(detail::checked_peer_bytes(r.bytes, tw.server_codec().max_compressed_bytes(e - b),
-                                            static_cast<std::size_t>(server),
-                                            "parameter-server step (pull)"));
-    } catch (format_error const&) {
-      if (!malformed) malformed = std::current_exception();
-      continue;
-    }
+    pkt.resize(static_cast<std::size_t>(r.bytes));
     comm.recv(std::span<std::byte>(pkt), server, opt.tag + 1);
-    if (worst == detail::ps_ok && !local && !malformed) {
-      tw.server_codec().decompress(std::span<std::byte const>(pkt), out.subspan(b, e - b), ctx);
+    if (worst == detail::ps_ok && !local) {
+      check.guard([&] {
+        auto const [b, e] = shard_range(n, s, k);
+        std::span<std::byte const> p(pkt);
+        if (opt.checksum) p = detail::strip_trailer(p, "ps_push_pull");
+        tw.server_codec().decompress(p, out.subspan(b, e - b), ctx);
+      });
     }
   }
   wait_all(pending);
-  if (local) std::rethrow_exception(local);
-  if (malformed) std::rethrow_exception(malformed);
-  if (worst == detail::ps_mismatch) {
-    throw config_error("gradcomp: parameter-server step: the servers found that workers disagree on the codec, its "
-                       "parameters or the tensor size (every rank must use the same); no result");
+  // Every rank, worker or server, ends with the outcome round: a worker whose decoding failed
+  // makes every rank fail the step, servers included, before anyone commits a residual.
+  if (local) {
+    check.fail(local);
+  } else if (worst == detail::ps_mismatch) {
+    check.fail(std::make_exception_ptr(config_error(
+        "gradcomp: parameter-server step: the servers found that workers disagree on the codec, its "
+        "parameters or the tensor size (every rank must use the same); no result")));
+  } else if (worst != detail::ps_ok) {
+    check.fail(std::make_exception_ptr(comm_error(
+        "gradcomp: parameter-server step: a worker or server failed in its local step (see that "
+        "rank's exception); no result")));
   }
-  if (worst != detail::ps_ok) {
-    throw comm_error("gradcomp: parameter-server step: a worker or server failed in its local step (see that "
-                     "rank's exception); no result");
-  }
+  if (!check.failed()) check.output(out);
+  detail::agree_outcome(comm, check, "parameter_server");
+  res.wire_bytes += detail::outcome_wire_bytes(opt.checksum, comm.size());
+  step.commit();
   return res;
 }
 
@@ -201,6 +239,8 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
   auto const [b, e] = shard_range(n, s, k);
   collective_result res;
   res.path = collective_path::parameter_server;
+  detail::two_way_step<TwoWay> step(tw);
+  detail::step_check check(opt.checksum);
 
   std::vector<std::vector<std::byte>> got(static_cast<std::size_t>(workers));
   std::uint32_t status = detail::ps_ok;
@@ -212,20 +252,13 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
     local = std::current_exception();
     status = detail::ps_failed;
   }
-  std::exception_ptr malformed;  // a worker's push that breaks the wire format
-  std::size_t const bound = tw.worker_codec().max_compressed_bytes(e - b);
-  std::vector<std::byte> in(rank_report_bytes);
+  std::size_t const rb = detail::ps_report_bytes(opt);
+  std::uint64_t const bound = tw.worker_codec().max_compressed_bytes(e - b) + (opt.checksum ? checksum_trailer_bytes : 0);
+  std::vector<std::byte> in(rb);
   for (int w = 0; w < workers; ++w) {
     comm.recv(std::span<std::byte>(in), w, opt.tag);
-    rank_report const r = detail::decode_report(in.data());
-    try {
-      got[static_cast<std::size_t>(w)].resize(detail::checked_peer_bytes(
-          r.bytes, bound, static_cast<std::size_t>(w), "parameter-server step (push)"));
-    } catch (format_error const&) {
-      if (!malformed) malformed = std::current_exception();
-      status = std::max(status, detail::ps_failed);
-      continue;
-    }
+    rank_report const r = detail::ps_read_report(in, opt, bound, w, "ps worker report");
+    got[static_cast<std::size_t>(w)].resize(static_cast<std::size_t>(r.bytes));
     if (r.bytes != 0) comm.recv(std::span<std::byte>(got[static_cast<std::size_t>(w)]), w, opt.tag + 1);
     if (r.status != detail::ps_ok) status = std::max(status, detail::ps_failed);
     else if (r.fingerprint != fp || r.count != n) status = std::max(status, detail::ps_mismatch);
@@ -235,10 +268,14 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
   if (status == detail::ps_ok) {
     try {
       std::vector<std::span<std::byte const>> packets(got.begin(), got.end());
-      out.resize(tw.server_codec().max_compressed_bytes(e - b));
+      if (opt.checksum) {
+        for (auto& p : packets) p = detail::strip_trailer(p, "ps_serve");
+      }
+      out.resize(tw.server_codec().max_compressed_bytes(e - b) + (opt.checksum ? checksum_trailer_bytes : 0));
       bytes = tw.reduce_shard(packets, e - b, shard_key{id, static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(k)},
                               opt.op == reduction::average ? 1.0f / static_cast<float>(workers) : 1.0f,
                               std::span<std::byte>(out), ctx);
+      if (opt.checksum) bytes = detail::add_trailer(std::span<std::byte>(out), bytes);
     } catch (...) {
       local = std::current_exception();
       status = detail::ps_failed;
@@ -250,25 +287,30 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
   reply.codec = static_cast<std::uint32_t>(detail::id_of_codec(tw.server_codec()));
   reply.status = status;
   reply.bytes = status == detail::ps_ok ? bytes : 0;
-  std::vector<std::byte> rep(rank_report_bytes);
+  std::vector<std::byte> rep(rb);
   detail::encode_report(reply, {}, rep.data());
+  if (opt.checksum) detail::seal_report(rep.data(), rank_report_bytes, "ps server report");
   std::vector<request> pending;
   for (int w = 0; w < workers; ++w) {
     pending.push_back(comm.isend(detail::const_bytes(rep), w, opt.tag));
     if (status == detail::ps_ok) pending.push_back(comm.isend(std::span<std::byte const>(out).first(bytes), w, opt.tag + 1));
-    res.wire_bytes += rank_report_bytes + (status == detail::ps_ok ? bytes : 0);
+    res.wire_bytes += rb + (status == detail::ps_ok ? bytes : 0);
   }
   wait_all(pending);
   res.packet_bytes = status == detail::ps_ok ? bytes : 0;
-  if (local) std::rethrow_exception(local);
-  if (malformed) std::rethrow_exception(malformed);
-  if (status == detail::ps_mismatch) {
-    throw config_error("gradcomp: parameter-server step: workers disagree with server rank " + std::to_string(comm.rank()) +
-                       " on the codec, its parameters or the tensor size; no result");
+  if (local) {
+    check.fail(local);
+  } else if (status == detail::ps_mismatch) {
+    check.fail(std::make_exception_ptr(config_error(
+        "gradcomp: parameter-server step: workers disagree with server rank " + std::to_string(comm.rank()) +
+        " on the codec, its parameters or the tensor size; no result")));
+  } else if (status != detail::ps_ok) {
+    check.fail(std::make_exception_ptr(
+        comm_error("gradcomp: parameter-server step: a worker failed in its local step (see that rank's exception)")));
   }
-  if (status != detail::ps_ok) {
-    throw comm_error("gradcomp: parameter-server step: a worker failed in its local step (see that rank's exception)");
-  }
+  detail::agree_outcome(comm, check, "parameter_server");
+  res.wire_bytes += detail::outcome_wire_bytes(opt.checksum, comm.size());
+  step.commit();
   return res;
 }
 

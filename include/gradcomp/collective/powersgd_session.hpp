@@ -14,8 +14,11 @@
 /// orthonormalized P); a matrix too small to gain exchanges itself, dense, as one factor. The
 /// session keeps PowerSGD's warm-start Q and error-feedback residual between steps. A rank with
 /// no gradient this step (`grad` empty) contributes a zero gradient: its residual still flows.
-/// If a step failed half-way (a communication error), the next `begin` abandons it first
-/// (`powersgd_state::abort`: the warm-start Q is restored, the gradient stays in the residual).
+/// If a step fails (a communication error, or a failure on another rank reported by the outcome
+/// round), `all_reduce_low_rank` restores the session's `snapshot` taken before it, so the
+/// session is exactly as before the step; a step abandoned outside that collective is
+/// abandoned by the next `begin` (`powersgd_state::abort`: the warm-start Q is restored, the
+/// gradient stays in the residual).
 
 #include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/collective/agreement.hpp>
@@ -29,6 +32,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
@@ -77,12 +81,30 @@ class powersgd_session {
     return state_.mode() == powersgd_mode::dense ? 1 : 2;
   }
 
+  /// Floats of factor `i` (known before it is computed): P (rank × rows) or the dense matrix,
+  /// then Q (rank × cols). `all_reduce_low_rank` uses it to keep taking part in the step with
+  /// zeros when computing a factor failed on this rank (the outcome round then fails the step).
+  [[nodiscard]] std::size_t factor_size(std::size_t i) const noexcept {
+    if (state_.mode() == powersgd_mode::dense) return i == 0 ? state_.size() : 0;
+    return std::size_t{state_.rank()} * (i == 0 ? state_.rows() : state_.cols());
+  }
+
   /// Factor 0 is what `begin` computed; factor 1 (Q) is computed from the summed P.
   std::span<float> factor(std::size_t i, codec_context const& ctx) {
     if (i == 0) return first_;
     if (i == 1 && state_.mode() == powersgd_mode::low_rank) return state_.after_p_reduced(ctx);
     throw config_error("gradcomp: powersgd_session has no factor " + std::to_string(i) + " (it has " +
                        std::to_string(factor_count()) + ")");
+  }
+
+  /// A copy of the whole state (factors, residual, warm start), taken by `all_reduce_low_rank`
+  /// before a step and given back to `restore` if the step fails on any rank, so that a failed
+  /// step leaves the session exactly as it was (the cost: one copy of the residual per step).
+  [[nodiscard]] powersgd_state snapshot() const { return state_; }
+  /// Puts back a `snapshot` (the step in progress, if any, is forgotten).
+  void restore(powersgd_state s) {
+    state_ = std::move(s);
+    first_ = {};
   }
 
   /// out = alpha · P Qᵀ (or alpha · the summed dense matrix); Q becomes the next warm start.

@@ -35,6 +35,7 @@
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/common.hpp>
+#include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/feedback.hpp>
@@ -50,6 +51,7 @@
 #include <cstdint>
 #include <exception>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -117,7 +119,7 @@ class two_way_compressor {
   std::size_t compress_shard(std::span<float const> x, shard_key const& key, std::span<std::byte> out,
                              codec_context const& ctx) {
     tensor_view<float const> const v(x, shard_stream_id(key, two_way_side::worker));
-    return compress_with(wf_, worker_codec_, worker_states_, key, v, out, ctx);
+    return compress_with(wf_, worker_codec_, worker_states_, worker_undo_, key, v, out, ctx);
   }
 
   /// Server side: decompresses the non-empty `packets` (worker packets of one shard of `n`
@@ -137,7 +139,7 @@ class two_way_compressor {
     bool const shared = detail::aggregation_of_codec(server_codec_) == aggregation_kind::shared_support;
     two_way_side const stream = shared ? two_way_side::worker : two_way_side::server;
     tensor_view<float const> const v(std::span<float const>(sum_), shard_stream_id(key, stream));
-    return compress_with(sf_, server_codec_, server_states_, key, v, out, ctx);
+    return compress_with(sf_, server_codec_, server_states_, server_undo_, key, v, out, ctx);
   }
 
   /// The worker residual of `key` (empty until its first step).
@@ -155,18 +157,44 @@ class two_way_compressor {
   /// optim/compressed_adam.hpp, rescales residuals this way).
   template <class F>
   void for_each_state(two_way_side side, tensor_id t, F&& f) {
-    auto visit = [&](auto& states) {
+    auto visit = [&](auto& states, auto& log) {
       auto it = states.lower_bound(shard_key{t, 0, 0});
-      for (; it != states.end() && it->first.tensor == t; ++it) f(std::as_const(it->first), it->second);
+      for (; it != states.end() && it->first.tensor == t; ++it) {
+        remember(states, log, it->first);
+        f(std::as_const(it->first), it->second);
+      }
     };
-    if (side == two_way_side::worker) visit(worker_states_);
-    else visit(server_states_);
+    if (side == two_way_side::worker) visit(worker_states_, worker_undo_);
+    else visit(server_states_, server_undo_);
   }
 
   /// Forgets both sides' state.
   void reset() {
     worker_states_.clear();
     server_states_.clear();
+    worker_undo_.clear();
+    server_undo_.clear();
+    depth_ = 0;
+  }
+
+  /// Opens a step (the collectives of this file do, for each call): until the matching
+  /// `commit_step`, the first change to each shard's state (`compress_shard`, `reduce_shard`,
+  /// `for_each_state`) keeps a copy of it, and `rollback_step` puts every such state back as it
+  /// was (a shard that had none loses it again). Steps nest; the outermost commit keeps the
+  /// changes. Cost: one copy of each state a step touches.
+  void begin_step() noexcept { ++depth_; }
+  /// Keeps the changes of the step (at the outermost level: forgets the copies).
+  void commit_step() noexcept {
+    if (depth_ > 0 && --depth_ == 0) {
+      worker_undo_.clear();
+      server_undo_.clear();
+    }
+  }
+  /// Puts back every state changed since the outermost open step, and closes all steps.
+  void rollback_step() {
+    undo(worker_states_, worker_undo_);
+    undo(server_states_, server_undo_);
+    depth_ = 0;
   }
 
   /// Both sides' error-feedback state ("GCTW" version 1: the worker then the server records,
@@ -211,17 +239,41 @@ class two_way_compressor {
     r.expect_end();
     worker_states_ = std::move(workers);
     server_states_ = std::move(servers);
+    worker_undo_.clear();
+    server_undo_.clear();
+    depth_ = 0;
   }
 
  private:
-  template <class F, class States>
-  static std::size_t compress_with(F const& f, Codec const& c, States& states, shard_key const& key,
-                                   tensor_view<float const> v, std::span<std::byte> out, codec_context const& ctx) {
-    if (auto it = states.find(key); it != states.end()) return f.compress(c, it->second, v, out, ctx);
+  template <class F, class States, class Log>
+  std::size_t compress_with(F const& f, Codec const& c, States& states, Log& log, shard_key const& key,
+                            tensor_view<float const> v, std::span<std::byte> out, codec_context const& ctx) {
+    if (auto it = states.find(key); it != states.end()) {
+      // The policy leaves the state unchanged when it throws, so the copy is taken up front.
+      remember(states, log, key);
+      return f.compress(c, it->second, v, out, ctx);
+    }
     typename F::state fresh;  // enters the map only once a step has succeeded
     std::size_t const bytes = f.compress(c, fresh, v, out, ctx);
+    remember(states, log, key);
     states.emplace(key, std::move(fresh));
     return bytes;
+  }
+
+  // Within a step, keeps the state of `key` as it was before its first change.
+  template <class States, class Log>
+  void remember(States const& states, Log& log, shard_key const& key) {
+    if (depth_ == 0 || log.count(key) != 0) return;
+    auto it = states.find(key);
+    log.emplace(key, it == states.end() ? std::nullopt : std::optional(it->second));
+  }
+  template <class States, class Log>
+  static void undo(States& states, Log& log) {
+    for (auto& [key, before] : log) {
+      if (before) states.insert_or_assign(key, std::move(*before));
+      else states.erase(key);
+    }
+    log.clear();
   }
 
   Codec worker_codec_, server_codec_;
@@ -229,6 +281,9 @@ class two_way_compressor {
   ServerFeedback sf_;
   std::map<shard_key, typename WorkerFeedback::state> worker_states_;
   std::map<shard_key, typename ServerFeedback::state> server_states_;
+  std::map<shard_key, std::optional<typename WorkerFeedback::state>> worker_undo_;
+  std::map<shard_key, std::optional<typename ServerFeedback::state>> server_undo_;
+  int depth_ = 0;
   std::vector<float> sum_;
 };
 
@@ -244,12 +299,162 @@ std::uint64_t two_way_fingerprint(TwoWay const& tw, std::string_view what, tenso
   return f.value();
 }
 
+/// One collective call's step of a two-way compressor: rolled back unless `commit` is called.
+template <class TwoWay>
+class two_way_step {
+ public:
+  explicit two_way_step(TwoWay& tw) noexcept : tw_(tw) { tw_.begin_step(); }
+  two_way_step(two_way_step const&) = delete;
+  two_way_step& operator=(two_way_step const&) = delete;
+  ~two_way_step() {
+    if (done_) return;
+    try {
+      tw_.rollback_step();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while restoring; nothing better to do
+    }
+  }
+  void commit() noexcept {
+    tw_.commit_step();
+    done_ = true;
+  }
+
+ private:
+  TwoWay& tw_;
+  bool done_ = false;
+};
+
 template <class Codec>
 void check_two_way_codec(Codec const& c, char const* who) {
   if (aggregation_of_codec(c) == aggregation_kind::low_rank) {
     throw config_error(std::string("gradcomp: ") + who + " needs a codec whose packets can be decompressed "
                        "one by one; low-rank codecs use all_reduce_low_rank");
   }
+}
+
+}  // namespace detail
+
+namespace detail {
+
+/// `all_reduce_two_way` without its outcome round and its rollback: the two phases and the
+/// final decoding (whose failure is recorded in `check`).
+template <communicator Comm, class TwoWay>
+collective_result two_way_exchange(Comm& comm, TwoWay& tw, tensor_view<float const> grad, std::span<float> out,
+                                   codec_context const& ctx, collective_options const& opt, step_check& check) {
+  std::size_t const n = out.size();
+  auto const w = static_cast<std::size_t>(comm.size());
+  auto const me = static_cast<std::size_t>(comm.rank());
+  std::size_t const tail = opt.checksum ? checksum_trailer_bytes : 0;
+  std::uint64_t fp = 0;
+  collective_result res;
+  res.path = collective_path::two_way;
+
+  // Phase 1: worker compression of every shard, sizes and agreement, all-to-all.
+  std::vector<std::size_t> offset(w + 1, 0), my_sizes(w, 0);
+  raw_buffer send;
+  rank_report mine;
+  mine.count = n;
+  mine.codec = static_cast<std::uint32_t>(id_of_codec(tw.worker_codec()));
+  std::exception_ptr local;
+  try {
+    fp = two_way_fingerprint(tw, "all_reduce_two_way", grad.id(), n, w, opt.checksum ? 1 : 0, opt.op, ctx);
+    mine.fingerprint = fp;
+    check_two_way_codec(tw.worker_codec(), "all_reduce_two_way");
+    check_two_way_codec(tw.server_codec(), "all_reduce_two_way");
+    std::size_t cap = 0;
+    for (std::size_t s = 0; s < w; ++s) {
+      auto const [b, e] = shard_range(n, s, w);
+      cap += tw.worker_codec().max_compressed_bytes(e - b) + tail;
+    }
+    send.resize(cap);
+    std::size_t at = 0;
+    for (std::size_t s = 0; s < w && !grad.empty(); ++s) {
+      auto const [b, e] = shard_range(n, s, w);
+      my_sizes[s] = tw.compress_shard(grad.span().subspan(b, e - b), shard_key{grad.id(), static_cast<std::uint32_t>(s),
+                                      static_cast<std::uint32_t>(w)}, send.span().subspan(at), ctx);
+      if (opt.checksum) my_sizes[s] = add_trailer(send.span().subspan(at), my_sizes[s]);
+      at += my_sizes[s];
+    }
+  } catch (...) {
+    local = std::current_exception();
+    mine.status = 1;
+  }
+  std::vector<std::uint64_t> extra(my_sizes.begin(), my_sizes.end());
+  report_round round1;
+  round1.post(comm, mine, extra, opt.checksum, "all_reduce_two_way (worker phase)");
+  round1.finish("all_reduce_two_way (worker phase)", local);
+  for (std::size_t s = 0; s < w; ++s) {
+    auto const [b, e] = shard_range(n, s, w);
+    round1.check_sizes("all_reduce_two_way (worker phase)", tw.worker_codec().max_compressed_bytes(e - b) + tail,
+                       my_sizes[s], s);
+  }
+  std::vector<std::size_t> recv_counts(w);
+  std::size_t recv_total = 0;
+  for (std::size_t p = 0; p < w; ++p) {
+    recv_counts[p] = static_cast<std::size_t>(round1.extra(p, me));
+    recv_total += recv_counts[p];
+  }
+  std::size_t send_total = 0;
+  for (std::size_t s = 0; s < w; ++s) {
+    send_total += my_sizes[s];
+    if (s != me) res.wire_bytes += my_sizes[s];
+  }
+  res.packet_bytes = send_total;
+  raw_buffer recv(recv_total);
+  comm.all_to_all_v(std::as_const(send).span().first(send_total), std::span<std::size_t const>(my_sizes),
+                    recv.span(), std::span<std::size_t const>(recv_counts));
+  res.wire_bytes += round1.wire_bytes();
+
+  // Phase 2: this rank serves shard `me`.
+  auto const [mb, me_end] = shard_range(n, me, w);
+  std::vector<std::byte> spkt;
+  std::size_t sbytes = 0;
+  rank_report mine2;
+  mine2.count = n;
+  mine2.codec = static_cast<std::uint32_t>(id_of_codec(tw.server_codec()));
+  mine2.fingerprint = fp;
+  std::exception_ptr local2;
+  try {
+    std::vector<std::span<std::byte const>> packets(w);
+    std::size_t at = 0;
+    for (std::size_t p = 0; p < w; ++p) {
+      packets[p] = std::as_const(recv).span().subspan(at, recv_counts[p]);
+      at += recv_counts[p];
+    }
+    if (opt.checksum) {
+      for (auto& pk : packets) pk = strip_trailer(pk, "all_reduce_two_way (server phase)");
+    }
+    spkt.resize(tw.server_codec().max_compressed_bytes(me_end - mb) + tail);
+    sbytes = tw.reduce_shard(packets, me_end - mb, shard_key{grad.id(), static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(w)},
+                             reduction_scale(opt.op, comm.size()), std::span<std::byte>(spkt), ctx);
+    if (opt.checksum) sbytes = add_trailer(std::span<std::byte>(spkt), sbytes);
+    mine2.bytes = sbytes;
+  } catch (...) {
+    local2 = std::current_exception();
+    mine2.status = 1;
+  }
+  report_round round2;
+  round2.post(comm, mine2, {}, opt.checksum, "all_reduce_two_way (server phase)");
+  round2.finish("all_reduce_two_way (server phase)", local2);
+  round2.check_sizes("all_reduce_two_way (server phase)",
+                     tw.server_codec().max_compressed_bytes(n / w + (n % w != 0 ? 1 : 0)) + tail, sbytes);
+  std::vector<std::size_t> const sizes = round2.bytes();
+  std::size_t total = 0;
+  for (std::size_t s : sizes) total += s;
+  raw_buffer all(total);
+  comm.all_gather_v(std::span<std::byte const>(spkt).first(sbytes), all.span(), std::span<std::size_t const>(sizes));
+  res.wire_bytes += round2.wire_bytes() + ring_all_gather_bytes(sizes, comm.rank());
+  check.guard([&] {
+    std::size_t at = 0;
+    for (std::size_t s = 0; s < w; ++s) {
+      auto const [b, e] = shard_range(n, s, w);
+      std::span<std::byte const> pk = std::as_const(all).span().subspan(at, sizes[s]);
+      if (opt.checksum) pk = strip_trailer(pk, "all_reduce_two_way");
+      tw.server_codec().decompress(pk, out.subspan(b, e - b), ctx);
+      at += sizes[s];
+    }
+  });
+  if (!check.failed()) check.output(out);
+  return res;
 }
 
 }  // namespace detail
@@ -262,109 +467,12 @@ template <communicator Comm, class TwoWay>
 collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<float const> grad, std::span<float> out,
                                      codec_context const& ctx = {}, collective_options const& opt = {}) {
   detail::check_contribution(grad.size(), out.size(), "all_reduce_two_way");
-  std::size_t const n = out.size();
-  auto const w = static_cast<std::size_t>(comm.size());
-  auto const me = static_cast<std::size_t>(comm.rank());
-  std::uint64_t fp = 0;
-  collective_result res;
-  res.path = collective_path::two_way;
-
-  // Phase 1: worker compression of every shard, sizes and agreement, all-to-all.
-  std::vector<std::size_t> offset(w + 1, 0), my_sizes(w, 0);
-  detail::raw_buffer send;
-  rank_report mine;
-  mine.count = n;
-  mine.codec = static_cast<std::uint32_t>(detail::id_of_codec(tw.worker_codec()));
-  std::exception_ptr local;
-  try {
-    fp = detail::two_way_fingerprint(tw, "all_reduce_two_way", grad.id(), n, w, 0, opt.op, ctx);
-    mine.fingerprint = fp;
-    detail::check_two_way_codec(tw.worker_codec(), "all_reduce_two_way");
-    detail::check_two_way_codec(tw.server_codec(), "all_reduce_two_way");
-    std::size_t cap = 0;
-    for (std::size_t s = 0; s < w; ++s) {
-      auto const [b, e] = shard_range(n, s, w);
-      cap += tw.worker_codec().max_compressed_bytes(e - b);
-    }
-    send.resize(cap);
-    std::size_t at = 0;
-    for (std::size_t s = 0; s < w && !grad.empty(); ++s) {
-      auto const [b, e] = shard_range(n, s, w);
-      my_sizes[s] = tw.compress_shard(grad.span().subspan(b, e - b), shard_key{grad.id(), static_cast<std::uint32_t>(s),
-                                      static_cast<std::uint32_t>(w)}, send.span().subspan(at), ctx);
-      at += my_sizes[s];
-    }
-  } catch (...) {
-    local = std::current_exception();
-    mine.status = 1;
-  }
-  std::vector<std::uint64_t> extra(my_sizes.begin(), my_sizes.end());
-  detail::report_round round1;
-  round1.post(comm, mine, extra);
-  round1.finish("all_reduce_two_way (worker phase)", local);
-  auto const [mb, me_end] = shard_range(n, me, w);
-  std::size_t const worker_bound = tw.worker_codec().max_compressed_bytes(me_end - mb);
-  std::vector<std::size_t> recv_counts(w);
-  std::size_t recv_total = 0;
-  for (std::size_t p = 0; p < w; ++p) {
-    recv_counts[p] = round1.extra_bytes(p, me, worker_bound, "all_reduce_two_way (worker phase)");
-    recv_total += recv_counts[p];
-  }
-  std::size_t send_total = 0;
-  for (std::size_t s = 0; s < w; ++s) {
-    send_total += my_sizes[s];
-    if (s != me) res.wire_bytes += my_sizes[s];
-  }
-  res.packet_bytes = send_total;
-  detail::raw_buffer recv(recv_total);
-  comm.all_to_all_v(std::as_const(send).span().first(send_total), std::span<std::size_t const>(my_sizes),
-                    recv.span(), std::span<std::size_t const>(recv_counts));
-  res.wire_bytes += round1.wire_bytes();
-
-  // Phase 2: this rank serves shard `me`.
-  std::vector<std::byte> spkt;
-  std::size_t sbytes = 0;
-  rank_report mine2;
-  mine2.count = n;
-  mine2.codec = static_cast<std::uint32_t>(detail::id_of_codec(tw.server_codec()));
-  mine2.fingerprint = fp;
-  std::exception_ptr local2;
-  try {
-    std::vector<std::span<std::byte const>> packets(w);
-    std::size_t at = 0;
-    for (std::size_t p = 0; p < w; ++p) {
-      packets[p] = std::as_const(recv).span().subspan(at, recv_counts[p]);
-      at += recv_counts[p];
-    }
-    spkt.resize(tw.server_codec().max_compressed_bytes(me_end - mb));
-    sbytes = tw.reduce_shard(packets, me_end - mb, shard_key{grad.id(), static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(w)},
-                             detail::reduction_scale(opt.op, comm.size()), std::span<std::byte>(spkt), ctx);
-    mine2.bytes = sbytes;
-  } catch (...) {
-    local2 = std::current_exception();
-    mine2.status = 1;
-  }
-  detail::report_round round2;
-  round2.post(comm, mine2, {});
-  round2.finish("all_reduce_two_way (server phase)", local2);
-  std::vector<std::size_t> sizes(w);
-  std::size_t total = 0;
-  for (std::size_t s = 0; s < w; ++s) {
-    auto const [b, e] = shard_range(n, s, w);
-    sizes[s] = detail::checked_peer_bytes(round2.reports()[s].bytes,
-                                          tw.server_codec().max_compressed_bytes(e - b), s,
-                                          "all_reduce_two_way (server phase)");
-    total += sizes[s];
-  }
-  detail::raw_buffer all(total);
-  comm.all_gather_v(std::span<std::byte const>(spkt).first(sbytes), all.span(), std::span<std::size_t const>(sizes));
-  res.wire_bytes += round2.wire_bytes() + detail::ring_all_gather_bytes(sizes, comm.rank());
-  std::size_t at = 0;
-  for (std::size_t s = 0; s < w; ++s) {
-    auto const [b, e] = shard_range(n, s, w);
-    tw.server_codec().decompress(std::as_const(all).span().subspan(at, sizes[s]), out.subspan(b, e - b), ctx);
-    at += sizes[s];
-  }
+  detail::two_way_step<TwoWay> step(tw);
+  detail::step_check check(opt.checksum);
+  collective_result res = detail::two_way_exchange(comm, tw, grad, out, ctx, opt, check);
+  detail::agree_outcome(comm, check, "all_reduce_two_way");
+  res.wire_bytes += detail::outcome_wire_bytes(opt.checksum, comm.size());
+  step.commit();
   return res;
 }
 

@@ -17,6 +17,13 @@
 /// passes. Blocking form (`step_blocking`): mix, then update, with nothing outstanding in
 /// between. Both use W^(k) at iteration k and give bit-identical parameters.
 ///
+/// Failures: an iteration whose mixing fails throws and leaves x, the optimizer's moments and
+/// the iteration count as they were (the mixer writes x only once its exchange succeeded, and
+/// the update runs after it). In the overlapped form the exchange launched at the end of
+/// iteration k belongs to iteration k+1: a failure to launch it is thrown by the next `step`
+/// (or `drain`). Either way no mixing is outstanding afterwards; on a new communicator,
+/// `start(x)` and `step` redo the failed iteration exactly.
+///
 /// Element types: the parameters are float32 (the master copy that is mixed); gradients may be
 /// float, half or bfloat16 when the local optimizer accepts them (`sgd`, `adam`, `accum_adam`
 /// do: moments in float32, the 16-bit gradient widened exactly), bit-identical to the float32
@@ -31,6 +38,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <string>
 #include <utility>
@@ -86,11 +94,23 @@ class decentralized_optimizer {
           "gradcomp: decentralized_optimizer::step needs an outstanding mixing; call "
           "start(x) before the first step (or use step_blocking)");
     }
-    mixer_.wait_mixing(x);
     pending_ = false;
+    if (start_failure_) {
+      // The exchange of x^(k) could not even be launched: this step fails, nothing changes.
+      std::exception_ptr e = std::move(start_failure_);
+      start_failure_ = nullptr;
+      std::rethrow_exception(e);
+    }
+    mixer_.wait_mixing(x);
     opt_.step(x, g);
     ++k_;
-    mixer_.start_mixing(std::span<float const>(x), k_);
+    // The exchange of x^(k+1) belongs to the next iteration: a failure to launch it is that
+    // iteration's failure (this one has completed), reported by the next `step`.
+    try {
+      mixer_.start_mixing(std::span<float const>(x), k_);
+    } catch (...) {
+      start_failure_ = std::current_exception();
+    }
     pending_ = true;
   }
 
@@ -113,8 +133,13 @@ class decentralized_optimizer {
   /// `start(x)` resumes (with W^(k) again).
   void drain(std::span<float> x) {
     if (!pending_) return;
-    mixer_.wait_mixing(x);
     pending_ = false;
+    if (start_failure_) {
+      std::exception_ptr e = std::move(start_failure_);
+      start_failure_ = nullptr;
+      std::rethrow_exception(e);
+    }
+    mixer_.wait_mixing(x);
   }
 
   /// Exact global averaging (periodic consensus, or evaluation): drain, replace x by the mean
@@ -143,6 +168,7 @@ class decentralized_optimizer {
   Mixer mixer_;
   std::uint64_t k_ = 0;
   bool pending_ = false;
+  std::exception_ptr start_failure_;  // launching the outstanding mixing failed (see step)
 };
 
 GRADCOMP_NAMESPACE_END

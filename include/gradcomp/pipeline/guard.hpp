@@ -200,6 +200,17 @@ class divergence_guard {
   template <communicator Comm>
   guard_verdict check(Comm& comm, std::uint64_t step, std::span<guard_tensor const> tensors,
                       bool watch_residual, std::optional<double> loss, std::size_t& wire_bytes) {
+    auto sum = [&](std::span<double> v) {
+      comm.all_reduce(std::as_writable_bytes(v), comm_type::f64, reduce_op::sum);
+    };
+    return check_with(sum, comm.size(), step, tensors, watch_residual, loss, wire_bytes);
+  }
+  /// `check` with the all-reduce done by `sum(std::span<double>)` over `world` ranks (the
+  /// pipeline passes its checked statistics reduction, so that with the checksum option a
+  /// corrupted sum fails the step instead of steering one rank's verdict).
+  template <class Sum>
+  guard_verdict check_with(Sum&& sum, int world, std::uint64_t step, std::span<guard_tensor const> tensors,
+                           bool watch_residual, std::optional<double> loss, std::size_t& wire_bytes) {
     std::size_t const t = tensors.size();
     buf_.assign(2 * t + 2, 0.0);
     for (std::size_t i = 0; i < t; ++i) {
@@ -210,10 +221,9 @@ class divergence_guard {
       buf_[2 * t] = *loss;
       buf_[2 * t + 1] = 1.0;
     }
-    comm.all_reduce(std::as_writable_bytes(std::span<double>(buf_)), comm_type::f64,
-                    reduce_op::sum);
+    sum(std::span<double>(buf_));
     std::size_t const bytes = buf_.size() * sizeof(double);
-    auto const w = static_cast<std::size_t>(comm.size());
+    auto const w = static_cast<std::size_t>(world);
     wire_bytes += w <= 1 ? 0 : 2 * bytes * (w - 1) / w;
     return judge(step, tensors, watch_residual);
   }

@@ -30,9 +30,13 @@
 ///    nothing when g was sent and the residual kept. With EF21 the receiver side turns the
 ///    averaged increments into the gradient estimate.
 ///
-/// A failure anywhere (a NaN gradient on one rank, mismatched layouts, a lost peer) throws on
-/// every rank and leaves the pipeline's state — residuals, controller, step counter — as it
-/// was before the step; the gradient tensors may hold partial output then.
+/// A failure anywhere (a NaN gradient on one rank, mismatched layouts, a lost peer, a packet
+/// one rank cannot decode) throws on every rank and leaves the pipeline's state — residuals,
+/// controller, PowerSGD sessions, two-way residuals, layer accumulators, step counter — exactly
+/// as it was before the step (`save` gives the same bytes), so a retry computes what the step
+/// would have; the gradient tensors may hold partial output then. The exchange ends with the
+/// step-outcome round of collective/outcome.hpp (one all-reduce of 12 bytes per step) before
+/// anything is committed; `buckets.checksum` turns on its checksums.
 ///
 /// Between the agreement and the decision, the divergence guard (pipeline/guard.hpp, on by
 /// default) sums the ranks' gradient and residual norms and losses in one small all-reduce and
@@ -56,6 +60,7 @@
 #include <gradcomp/collective/bucket.hpp>
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/low_rank.hpp>
+#include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/collective/powersgd_session.hpp>
 #include <gradcomp/collective/sections.hpp>
 #include <gradcomp/collective/two_way.hpp>
@@ -312,9 +317,13 @@ class gradient_pipeline {
   /// Overlapped use, first call of a step: the backward pass is about to produce gradients.
   template <communicator Comm>
   void begin(Comm& comm, pipeline_step_info const& info = {}) {
-    if (open_) abandon();
+    if (open_) {
+      rollback();
+      abandon();
+    }
     open_ = true;
     info_ = info;
+    step_check_ = detail::step_check(opt_.buckets.checksum);
     t_begin_ = clock::now();
     rank_ = comm.rank();
     size_ = comm.size();
@@ -574,7 +583,9 @@ class gradient_pipeline {
   }
 
   void accumulate_layer(entry const& e) {
-    std::vector<float>& acc = accumulators_[e.id];
+    auto const found = accumulators_.find(e.id);
+    accumulator_undo_.emplace_back(e.id, found == accumulators_.end() ? std::nullopt : std::optional(found->second));
+    std::vector<float>& acc = accumulators_[e.id];  // (put back if the step fails)
     if (plan_.accumulate_layers) {
       if (acc.size() != e.n) acc.assign(e.n, 0.0f);
       for (std::size_t i = 0; i < e.n; ++i) acc[i] += e.raw32[i];
@@ -655,9 +666,29 @@ class gradient_pipeline {
       return st;
     } catch (...) {
       if (snapshot) ctrl_ = std::move(snapshot);
+      rollback();
       abandon();
       throw;
     }
+  }
+
+  // A failed step: PowerSGD sessions, two-way residuals and layer accumulators go back to what
+  // they were before it (residuals were only prepared, `abandon` discards them).
+  void rollback() noexcept {
+    try {
+      for (auto& [id, before] : session_undo_) {
+        if (before) sessions_.at(id).restore(std::move(*before));
+        else sessions_.erase(id);
+      }
+      if (two_way_) std::visit([](auto& tw) { tw.rollback_step(); }, *two_way_);
+      for (auto& [id, acc] : accumulator_undo_) {
+        if (acc) accumulators_[id] = std::move(*acc);
+        else accumulators_.erase(id);
+      }
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while restoring
+    }
+    session_undo_.clear();
+    accumulator_undo_.clear();
   }
 
   template <communicator Comm>
@@ -681,8 +712,8 @@ class gradient_pipeline {
     if (guard_->enabled()) {
       auto const t0 = clock::now();
       bool const watch = !low_rank_ && !two_way_ && opt_.feedback != "none";
-      gv = guard_->check(comm, step_, std::span<guard_tensor const>(guard_tensors_), watch,
-                         info_.loss, br.wire_bytes);
+      gv = guard_->check_with([&](std::span<double> v) { sum_stats(comm, v); }, comm.size(), step_,
+                              std::span<guard_tensor const>(guard_tensors_), watch, info_.loss, br.wire_bytes);
       communicate += seconds(t0, clock::now());
       st.gradient_norm = gv.gradient;
       st.residual_norm = gv.residual;
@@ -718,9 +749,7 @@ class gradient_pipeline {
       s.workers = static_cast<std::uint32_t>(size_);
       s.learning_rate = info_.learning_rate;
       s.next_learning_rate = info_.next_learning_rate;
-      agree(
-          s, [&](std::span<double> v) { comm.all_reduce(std::as_writable_bytes(v), comm_type::f64, reduce_op::sum); },
-          [&](std::span<double> v) { comm.all_reduce(std::as_writable_bytes(v), comm_type::f64, reduce_op::max); });
+      agree(s, [&](std::span<double> v) { sum_stats(comm, v); }, [&](std::span<double> v) { max_stats(comm, v); });
       communicate += seconds(t0, clock::now());
       snapshot.emplace(*ctrl_);
       decision const d = ctrl_->decide(s);
@@ -736,7 +765,7 @@ class gradient_pipeline {
     } else if (opt_.measure_gain && !low_rank_) {
       double sums[2] = {ef_norm_, levels_ > 0 ? comp_norms_[0] : 0.0};
       auto const t0 = clock::now();
-      comm.all_reduce(std::as_writable_bytes(std::span<double>(sums)), comm_type::f64, reduce_op::sum);
+      sum_stats(comm, std::span<double>(sums));
       communicate += seconds(t0, clock::now());
       st.gain = sums[0] > 0.0 ? sums[1] / sums[0] : 1.0;
     }
@@ -774,6 +803,13 @@ class gradient_pipeline {
     } else {
       send_packets(comm, plan, k, br, decode);
     }
+    // Every rank decoded everything (and, with the checksum option, got intact data) before
+    // anyone commits: the step-outcome round (collective/outcome.hpp).
+    detail::agree_outcome(comm, step_check_, "gradient_pipeline", step_);
+    br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
+    if (two_way_) std::visit([](auto& tw) { tw.commit_step(); }, *two_way_);
+    session_undo_.clear();
+    accumulator_undo_.clear();
     communicate += seconds(t_send, clock::now()) - decode;
 
     // Commit exactly what was sent, then the receiver side and the 16-bit outputs.
@@ -857,6 +893,21 @@ class gradient_pipeline {
     }
   }
 
+  // The statistics all-reduces (sums and maxima over ranks), covered by the step check: with
+  // the checksum option a corrupted statistic fails the step rather than steer a decision.
+  template <communicator Comm>
+  void sum_stats(Comm& comm, std::span<double> v) {
+    step_check_.before_sum(std::as_bytes(v), comm_type::f64);
+    comm.all_reduce(std::as_writable_bytes(v), comm_type::f64, reduce_op::sum);
+    step_check_.after_sum(std::as_bytes(v), comm_type::f64);
+    step_check_.result(std::as_bytes(v));
+  }
+  template <communicator Comm>
+  void max_stats(Comm& comm, std::span<double> v) {
+    comm.all_reduce(std::as_writable_bytes(v), comm_type::f64, reduce_op::max);
+    step_check_.result(std::as_bytes(v));
+  }
+
   // The step's agreement round: layout (ids, sizes, order, bucketing), configuration
   // (codec, feedback, controller, step) and each rank's local status.
   template <communicator Comm>
@@ -873,6 +924,7 @@ class gradient_pipeline {
       fp.add(opt_.two_way ? 1 : 0).add(step_).add(opt_.buckets.bucket_bytes).add(opt_.buckets.min_compress_elements);
       fp.add(static_cast<std::uint64_t>(opt_.buckets.small_format)).add(static_cast<std::uint64_t>(opt_.buckets.op));
       fp.add(opt_.measure_gain ? 1 : 0).add(opt_.guard);
+      if (opt_.buckets.checksum) fp.add("checksum");
       for (auto const& it : items) fp.add(it.out.size()).add(static_cast<std::uint64_t>(it.grad.id()));
       mine.fingerprint = fp.value();
     } catch (...) {
@@ -880,7 +932,7 @@ class gradient_pipeline {
     }
     if (local) mine.status = 1;
     detail::report_round round;
-    round.post(comm, mine, {});
+    round.post(comm, mine, {}, opt_.buckets.checksum, "gradient_pipeline");
     round.finish("gradient_pipeline", local);
     br.wire_bytes += round.wire_bytes();
     return plan;
@@ -892,7 +944,8 @@ class gradient_pipeline {
                     double& decode) {
     any_codec const& codec = level_codecs_[k];
     aggregation_kind const kind = codec.aggregation();
-    detail::bucket_engine<any_codec> engine(codec, kind, opt_.buckets, detail::reduction_scale(opt_.buckets.op, size_));
+    detail::bucket_engine<any_codec> engine(codec, kind, opt_.buckets, detail::reduction_scale(opt_.buckets.op, size_),
+                                            step_check_);
     engine.ctx_ = ctx_;
     auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
       detail::bucket_plan const& b = plan[bi];
@@ -928,7 +981,7 @@ class gradient_pipeline {
     dense_opt.small_format = dense_format::f32;
     std::vector<detail::bucket_plan> const plan = detail::plan_buckets(std::span<bucket_item const>(items), dense_opt);
     detail::bucket_engine<any_codec> engine(base_, base_.aggregation(), dense_opt,
-                                            detail::reduction_scale(dense_opt.op, size_));
+                                            detail::reduction_scale(dense_opt.op, size_), step_check_);
     engine.ctx_ = ctx_;
     auto input = [&](std::size_t i) -> std::span<float const> {
       entry const& e = pending_[i];
@@ -953,7 +1006,8 @@ class gradient_pipeline {
   // bucketed calls.
   template <communicator Comm>
   void send_per_tensor(Comm& comm, bucket_result& br, double& decode) {
-    collective_options const copt{opt_.buckets.op};
+    collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
+    if (two_way_) std::visit([](auto& tw) { tw.begin_step(); }, *two_way_);
     std::vector<bucket_item> dense;
     for (auto const& e : pending_) {
       if (!e.large) {
@@ -967,10 +1021,14 @@ class gradient_pipeline {
         if (it == sessions_.end()) {
           auto const [rows, cols] = shape_of(e.id, e.n);
           it = sessions_.emplace(e.id, powersgd_session(rows, cols, *low_rank_, e.id)).first;
+          session_undo_.emplace_back(e.id, std::nullopt);
+        } else {
+          session_undo_.emplace_back(e.id, it->second.snapshot());
         }
-        r = all_reduce_low_rank(comm, it->second, g, e.out32, ctx_, copt);
+        r = detail::low_rank_exchange(comm, it->second, g, e.out32, ctx_, copt, step_check_);
       } else {
-        r = std::visit([&](auto& tw) { return all_reduce_two_way(comm, tw, g, e.out32, ctx_, copt); }, *two_way_);
+        r = std::visit([&](auto& tw) { return detail::two_way_exchange(comm, tw, g, e.out32, ctx_, copt, step_check_); },
+                       *two_way_);
       }
       br.packet_bytes += r.packet_bytes;
       br.wire_bytes += r.wire_bytes;
@@ -984,7 +1042,8 @@ class gradient_pipeline {
     bucket_options o = opt_.buckets;
     o.min_compress_elements = std::numeric_limits<std::size_t>::max();
     std::vector<detail::bucket_plan> const plan = detail::plan_buckets(std::span<bucket_item const>(dense), o);
-    detail::bucket_engine<any_codec> engine(base_, base_.aggregation(), o, detail::reduction_scale(o.op, size_));
+    detail::bucket_engine<any_codec> engine(base_, base_.aggregation(), o, detail::reduction_scale(o.op, size_),
+                                            step_check_);
     engine.ctx_ = ctx_;
     auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
       s.reset();
@@ -1043,6 +1102,9 @@ class gradient_pipeline {
   double compress_s_ = 0.0;
   codec_context ctx_;
   std::vector<float> scratch_;
+  detail::step_check step_check_;  // failures after the data moved, checksums (outcome round)
+  std::vector<std::pair<tensor_id, std::optional<powersgd_state>>> session_undo_;  // sessions before the step
+  std::vector<std::pair<tensor_id, std::optional<std::vector<float>>>> accumulator_undo_;  // the same, accumulators
 
   // Across steps.
   std::uint64_t step_ = 0;

@@ -175,12 +175,14 @@ TEST_CASE("all_reduce_compressed reports the path and the traffic", "[collective
     REQUIRE(res[static_cast<std::size_t>(r)].path == gc::collective_path::gather);
     REQUIRE(res[static_cast<std::size_t>(r)].packet_bytes == (r == 1 ? 0 : topk_packet));
   }
-  // Ring all-gather: rank 0 forwards every packet but rank 1's (empty) one.
-  REQUIRE(res[0].wire_bytes == 3 * gc::rank_report_bytes + 3 * topk_packet);
+  // Ring all-gather: rank 0 forwards every packet but rank 1's (empty) one; then the
+  // step-outcome round (a ring all-reduce of three 4-byte words).
+  std::size_t const outcome = gc::detail::outcome_wire_bytes(false, 4);
+  REQUIRE(res[0].wire_bytes == 3 * gc::rank_report_bytes + 3 * topk_packet + outcome);
   scenario d{"fp16", 4, 1000, 1, false, -1, gc::reduction::sum};
   REQUIRE_NOTHROW(run(d, &res));
   REQUIRE(res[0].path == gc::collective_path::summable);
-  REQUIRE(res[0].wire_bytes == 3 * gc::rank_report_bytes + 2 * 3 * 2000 / 4);
+  REQUIRE(res[0].wire_bytes == 3 * gc::rank_report_bytes + 2 * 3 * 2000 / 4 + outcome);
 }
 
 TEST_CASE("dense baselines: f32 exact, 16-bit within the per-peer rounding bound", "[collective]") {

@@ -450,14 +450,17 @@ TEST_CASE("compressed Adam with the identity codec equals All-Reduce Adam bit fo
     CHECK(rc[0].test_loss == ra[0].test_loss);
     // Wire bytes of the dense ring all-reduce: 2(n-1)/n of the gradient per step, plus the
     // gradient pipeline's agreement round (a ring all-gather of one rank_report per rank) and
-    // the divergence guard's all-reduce of 2T + 2 doubles (T = 6 tensors).
+    // the divergence guard's all-reduce of 2T + 2 doubles (T = 6 tensors) and the step-outcome
+    // round (a ring all-reduce of three 4-byte words).
     double const grad_bytes = static_cast<double>(ra[0].parameters * sizeof(float));
     double const guard_bytes = static_cast<double>(
         gradcomp::detail::ring_all_reduce_bytes((2 * 6 + 2) * sizeof(double), world));
     CHECK(ra[0].wire_bytes_per_worker ==
           static_cast<double>(o.steps) *
               (2.0 * (world - 1) / world * grad_bytes +
-               static_cast<double>((world - 1) * gradcomp::rank_report_bytes) + guard_bytes));
+               static_cast<double>((world - 1) * gradcomp::rank_report_bytes +
+                                   gradcomp::detail::outcome_wire_bytes(false, world)) +
+               guard_bytes));
     // Adam really moved the model, and a lossy codec gives other parameters: the equality
     // above is not vacuous.
     train::mlp const init(train::model_sizes(o, d), o.seed);
