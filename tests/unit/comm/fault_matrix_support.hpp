@@ -19,7 +19,7 @@
 //     duplicate nobody matched, a flipped bit the protocol ignores) — never a split outcome,
 //     never a different result;
 //   - drop, stall and truncate that took effect must fail the step; delay must not.
-// The one documented exception (docs/reliability-faults.md): a corruption of the step-outcome
+// The one documented exception (docs/reliability.md, "Faults injected into collectives"): a corruption of the step-outcome
 // round itself delivered to one rank makes that rank alone fail; the others commit.
 // Corruption and duplication run with the `checksum` option on; the other faults with it off
 // (the default).
