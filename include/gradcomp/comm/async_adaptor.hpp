@@ -86,10 +86,19 @@ class queued_request final : public request::state {
     return c_->done;
   }
 
+  // `request` calls this once. The error is moved out under the lock, so the exception object
+  // is owned by the waiting thread alone from here on: the worker never releases the last
+  // reference to an exception the caller is still handling (libstdc++ counts references to
+  // exceptions in code ThreadSanitizer does not see, which it reported as a race).
   void wait() override {
-    std::unique_lock lock(c_->mutex);
-    c_->cv.wait(lock, [&] { return c_->done; });
-    if (c_->error) std::rethrow_exception(c_->error);
+    std::exception_ptr e;
+    {
+      std::unique_lock lock(c_->mutex);
+      c_->cv.wait(lock, [&] { return c_->done; });
+      e = std::move(c_->error);
+      c_->error = nullptr;
+    }
+    if (e) std::rethrow_exception(e);
   }
 
  private:
