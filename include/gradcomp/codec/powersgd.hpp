@@ -935,7 +935,9 @@ class powersgd {
     }
     std::byte const* v = packet.data() + header_bytes;
     std::vector<float> vals(static_cast<std::size_t>(h.payload_bytes / 4));
-    std::memcpy(vals.data(), v, vals.size() * 4);  // little-endian host (codec_base asserts it)
+    if (!vals.empty()) {  // memcpy with a null pointer is undefined even for 0 bytes
+      std::memcpy(vals.data(), v, vals.size() * 4);  // little-endian host (codec_base asserts it)
+    }
     if (h.variant == detail::psgd::variant_dense) {
       for (std::size_t i = 0; i < out.size(); ++i) {
         out[i] = add ? from_float<T>(std::fma(alpha, vals[i], to_float(out[i])))

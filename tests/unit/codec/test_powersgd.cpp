@@ -529,6 +529,17 @@ TEST_CASE("powersgd rejects malformed packets with format_error", "[codec][power
     CHECK_THROWS_AS(gc::decompress_any(std::span<std::byte const>(p), std::span<float>(none)), gc::format_error);
   }
   {
+    // Regression (issue 15, fuzz campaign): an empty dense-variant packet (0 elements, no
+    // payload) passed a null pointer to memcpy in decode, undefined even for 0 bytes (UBSan's
+    // nonnull-attribute check). It decodes to nothing, in both modes.
+    std::vector<std::byte> p(gc::header_bytes);
+    gc::write_header(p, {gc::codec_id::powersgd, gc::dtype::f32, 1, 0, 0, 0, 0});
+    std::vector<float> none;
+    CHECK_NOTHROW(gc::decompress_any(std::span<std::byte const>(p), std::span<float>(none)));
+    CHECK_NOTHROW(gc::decompress_any(std::span<std::byte const>(p), std::span<float>(none), 0.5f,
+                                     true));
+  }
+  {
     auto p = good;
     put_u32(p, field::param1, 3);
     expect_format(p, "rank vs payload");
