@@ -9,6 +9,7 @@
 #   drop   rank 1 is killed: both survivors end in comm_error with their state unchanged.
 # Each rank must report within a few timeouts, and every job end within 60 s (no hang).
 
+include("${CMAKE_CURRENT_LIST_DIR}/mpi_job.cmake")
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 list(APPEND flags --mca orte_abort_on_non_zero_status 0)
 set(timeout_ms 1500)
@@ -16,15 +17,7 @@ set(collectives "all_reduce_compressed(gather)" "all_reduce_compressed(summable)
                 "gradient_pipeline")
 
 function(run_job args expect_ranks expect_collectives)
-  string(TIMESTAMP start "%s")
-  execute_process(
-    COMMAND "${MPIEXEC}" ${flags} -n 3 "${PROGRAM}" ${args}
-    RESULT_VARIABLE rc
-    OUTPUT_VARIABLE out
-    ERROR_VARIABLE err
-    TIMEOUT 90)
-  string(TIMESTAMP stop "%s")
-  math(EXPR elapsed "${stop} - ${start}")
+  gradcomp_mpi_job(3 ${args})
   message(STATUS "${FAULT} ${args}: exit status ${rc}, ${elapsed} s\n${out}")
   if(rc MATCHES "timeout" OR elapsed GREATER 60)
     message(FATAL_ERROR "the job did not end in time (${elapsed} s)\n${err}")

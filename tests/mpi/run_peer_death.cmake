@@ -9,19 +9,12 @@
 #            says the all-reduce timed out (2 s), then abort the job themselves.
 # Either way the whole run must end well within 60 s.
 
+include("${CMAKE_CURRENT_LIST_DIR}/mpi_job.cmake")
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 if(MODE STREQUAL "survive")
   list(APPEND flags --mca orte_abort_on_non_zero_status 0)
 endif()
-string(TIMESTAMP start "%s")
-execute_process(
-  COMMAND "${MPIEXEC}" ${flags} -n 3 "${PROGRAM}" 2000
-  RESULT_VARIABLE rc
-  OUTPUT_VARIABLE out
-  ERROR_VARIABLE err
-  TIMEOUT 90)
-string(TIMESTAMP stop "%s")
-math(EXPR elapsed "${stop} - ${start}")
+gradcomp_mpi_job(3 2000)
 message(STATUS "exit status: ${rc}, ${elapsed} s\n${out}\n${err}")
 
 if(rc EQUAL 0 OR rc MATCHES "timeout")
