@@ -269,11 +269,13 @@ void check(subject const& s) {
   INFO(s.name << ": " << t.cells << " cells, " << t.failed << " failed on every rank as required, "
               << t.succeeded << " succeeded bit-identically (" << t.harmless
               << " with a fault that changed nothing that matters), " << t.split
-              << " outcome-round splits, " << secs << " s" << all);
+              << " outcome-round splits, " << t.slow_reruns << " cells re-run with the slow times, "
+              << secs << " s" << all);
   CHECK(t.problems.empty());
   CHECK(t.cells > 0);
   WARN(s.name << ": " << t.cells << " cells in " << secs << " s (" << t.failed
-              << " failed everywhere, " << t.succeeded << " succeeded)");
+              << " failed everywhere, " << t.succeeded << " succeeded, " << t.split
+              << " outcome-round splits; " << t.slow_reruns << " re-run with the slow times)");
 }
 
 }  // namespace
