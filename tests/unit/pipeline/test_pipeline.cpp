@@ -103,6 +103,7 @@ TEST_CASE("pipeline agrees with the reference under every controller, taking the
       {"topk:ratio=0.01", "ef21", "gravac:theta_min=4,theta_max=64,epsilon=1,window=2,dense=keep"},
       {"topk:ratio=0.01", "dgc:momentum=0.5", "gravac:theta_min=4,theta_max=64,epsilon=0.5,window=2"},
       {"topk:ratio=0.01", "residual", "accordion:low=2,high=40,interval=3,accumulation=2"},
+      {"topk:ratio=0.01", "residual", "ef_window:min=4,max=256,window=2"},
       {"approx_topk:ratio=0.01", "residual", "static:factor=20"},
       {"randomk:ratio=0.01", "residual", "schedule:0=4,2=50"},
       {"topk:ratio=0.01", "residual", "dense"},
@@ -146,7 +147,8 @@ TEST_CASE("pipeline error feedback conserves mass when the controller changes th
   // sum over steps of (world x the averaged output) + sum over ranks of the final residual
   // equals the sum of every rank's gradients over the steps (residual feedback, large tensors)
   for (std::string const ctrl : {"schedule:0=4,2=30,4=1,5=100", "gravac:theta_min=4,theta_max=64,epsilon=0.4,window=2",
-                                 "gravac:theta_min=4,theta_max=64,epsilon=1,window=2,dense=keep"}) {
+                                 "gravac:theta_min=4,theta_max=64,epsilon=1,window=2,dense=keep",
+                                 "ef_window:min=4,max=64,window=2"}) {
     INFO(ctrl);
     int const world = 3;
     std::uint64_t const steps = 8;
@@ -194,6 +196,7 @@ TEST_CASE("pipeline: a run resumed from a checkpoint is bit-identical to one tha
   std::vector<config> const configs = {
       {"topk:ratio=0.01", "residual", "gravac:theta_min=4,theta_max=256,epsilon=0.3,window=2"},
       {"topk:ratio=0.01", "ef21", "accordion:low=2,high=40,interval=3,accumulation=2"},
+      {"topk:ratio=0.01", "residual", "ef_window:min=4,max=256,window=3"},
       {"topk:ratio=0.01", "dgc:momentum=0.9", "schedule:0=4,3=20"},
       {"qsgd:levels=7,bucket=256", "residual", ""},
       {"powersgd:rank=2", "residual", ""},
