@@ -12,7 +12,7 @@
 /// `ctrl.decide(stats)` answers what to send and how to update the residual (`decision`).
 ///
 /// The controllers are the library's (`gradcomp/adapt/`): every `gradcomp::make_controller` spec
-/// works (dense, static, schedule, dgc_warmup, gravac, accordion).
+/// works (dense, static, schedule, dgc_warmup, gravac, accordion, ef_window).
 
 #include <gradcomp/adapt/any_controller.hpp>
 

@@ -94,7 +94,7 @@ struct outcome {
       "  --codec SPEC           dense | a gradcomp codec spec (fp16, onebit, identity, int8, ...)\n"
       "                         | topk (factor chosen by --controller)      [dense]\n"
       "  --controller SPEC      static:factor=F | schedule:0=F0,STEP=F1,... | gravac:... |\n"
-      "                         accordion:... (the last two need gradcomp's adapt/ headers)\n"
+      "                         accordion:... | ef_window[:...] (docs/adaptive.md)\n"
       "                                                                     [static:factor=100]\n"
       "  --no-ef                no error feedback\n"
       "  --no-lr-cap            onebit + EF with sgd: keep --lr above the safe value lr / "

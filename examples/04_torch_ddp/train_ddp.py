@@ -22,7 +22,9 @@ same seed on the same batches; only the DDP communication hook differs:
   gradcomp-powersgd-r4 gradcomp.hook, PowerSGD rank 4 (its residual on, from step 2)
   gradcomp-gravac      gradcomp.hook, top-k under the GraVAC controller (factors 10 to 1000)
 
-(gradcomp-powersgd-r1 exists too, for --bench and --rows.) The data is an embedded synthetic
+(gradcomp-powersgd-r1 exists too, for --bench and --rows; so do gradcomp-accordion, top-k under
+Accordion at 10 / 1000, and gradcomp-ef-window, top-k under the ef_window controller with its
+defaults, for --rows.) The data is an embedded synthetic
 image task by default, or a directory (--data): an ImageFolder tree or MNIST-format IDX files.
 It prints one table (test accuracy, bytes sent per worker, time per step, time in the hook per
 step) and writes OUT/summary.csv, OUT/curves.csv (every step), OUT/evals.csv (the test
@@ -336,6 +338,12 @@ ROWS = {
     "gradcomp-gravac": ("gradcomp GraVAC topk", "gradcomp",
                         {"codec": "topk:ratio=0.01", "feedback": "residual",
                          "controller": "gravac"}),
+    "gradcomp-accordion": ("gradcomp Accordion topk", "gradcomp",
+                           {"codec": "topk:ratio=0.01", "feedback": "residual",
+                            "controller": "accordion"}),
+    "gradcomp-ef-window": ("gradcomp ef_window topk", "gradcomp",
+                           {"codec": "topk:ratio=0.01", "feedback": "residual",
+                            "controller": "ef_window"}),
 }
 DEFAULT_ROWS = ["torch-allreduce", "torch-fp16", "torch-powersgd-r1", "torch-powersgd-r4",
                 "gradcomp-fp16", "gradcomp-topk-ef", "gradcomp-onebit-ef",
@@ -373,6 +381,12 @@ def make_hook(name, cfg, per_worker_batch):
         window = max(1, cfg["steps"] // 10)
         options["controller"] = (
             "gravac:theta_min=10,theta_max=1000,epsilon=0.1,window=%d" % window)
+    elif options.get("controller") == "accordion":
+        # The levels and scaled interval of examples/03_train_mlp's demo row.
+        interval = max(1, cfg["steps"] // 10)
+        options["controller"] = "accordion:low=10,high=1000,interval=%d,accumulation=%d" % (
+            interval, max(1, cfg["steps"] // 50))
+    # "ef_window" is passed as it is: its defaults do not depend on the run's length.
     options.setdefault("start_iter", 1)
     state = gradcomp.GradcompState(seed=cfg["seed"], batch_size=per_worker_batch, **options)
     return state, gradcomp.hook, None
@@ -564,6 +578,8 @@ def run_table_row(name, cfg, task, rank, world):
                       "train_acc": acc, "bytes": sent})
         if ROWS[name][1] == "gradcomp":
             profile.append(gradcomp_profile(trainer.state))
+            st = trainer.state.last_stats
+            steps[-1].update(factor=st.get("factor", ""), gain=st.get("gain", ""))
         if (s + 1) % cfg["eval_every"] == 0 or s + 1 == cfg["steps"]:
             evals.append((s + 1, trainer.accuracy(), sent))
     trainer.close()
@@ -771,7 +787,8 @@ def write_outputs(out, rows, cfg, params):
     with open(out / "curves.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["row_index", "row", "step", "loss", "loss_mean10", "train_accuracy",
-                    "test_accuracy", "bytes_per_worker", "step_ms", "hook_ms"])
+                    "test_accuracy", "bytes_per_worker", "step_ms", "hook_ms", "factor",
+                    "gain"])
         for i, r in enumerate(rows):
             evals = {s: a for s, a, _ in r["evals"]}
             recent = []
@@ -781,7 +798,8 @@ def write_outputs(out, rows, cfg, params):
                 w.writerow([i, r["name"], int(s["step"]), "%.5f" % s["loss"],
                             "%.5f" % statistics.fmean(recent), "%.4f" % s["train_acc"],
                             "" if acc is None else "%.4f" % acc, int(s["bytes"]),
-                            "%.3f" % (1e3 * s["seconds"]), "%.3f" % (1e3 * s["hook_s"])])
+                            "%.3f" % (1e3 * s["seconds"]), "%.3f" % (1e3 * s["hook_s"]),
+                            s.get("factor", ""), s.get("gain", "")])
     with open(out / "evals.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["row_index", "row", "step", "test_accuracy", "bytes_per_worker"])

@@ -45,8 +45,8 @@ class GradcompState:
       codec: codec spec, e.g. "fp16", "topk:ratio=0.01", "onebit", "qsgd:levels=15",
         "randomk:ratio=0.01", "powersgd:rank=4".
       feedback: "none", "residual", "ef21" or "dgc[:momentum=0.9,...]".
-      controller: "" (the codec as given), "gravac:...", "accordion:...", "static:factor=100",
-        "schedule:...".
+      controller: "" (the codec as given), "gravac:...", "accordion:...", "ef_window[:...]",
+        "static:factor=100", "schedule:...".
       guard: the divergence guard, "raise" (default), "skip", "dense" or "off", optionally with
         ":factor=F,residual_factor=R,window=W,warmup=N,max_skips=S" (docs/pipeline.md, "Divergence guard"): a
         non-finite or exploding gradient, residual or reported loss raises on every rank,

@@ -49,7 +49,9 @@ inline constexpr std::string_view controller_specs[] = {
     "current,"
     "dense=keep,smoothing=0.5",
     "accordion:interval=2,accumulation=1",
-    "accordion:interval=3,accumulation=2,scope=whole_model"};
+    "accordion:interval=3,accumulation=2,scope=whole_model",
+    "ef_window:window=2",
+    "ef_window:min=2,max=64,ratio=4,window=3,max_delay=0.5,settled=1,climb=16,start=64"};
 
 /// A gradient pipeline's options, as strings (`pipeline_options` has the meaning).
 struct pipeline_setup {

@@ -259,6 +259,8 @@ RESUME = [
     dict(codec="powersgd:rank=2", feedback="residual", start_iter=2),
     dict(codec="topk:ratio=0.01", feedback="residual", controller="gravac:theta_min=2,theta_max=200",
          measured_timing=False, batch_size=16),
+    dict(codec="topk:ratio=0.01", feedback="residual",
+         controller="ef_window:min=2,max=200,window=2,max_delay=0.5"),
     dict(codec="topk:ratio=0.05", feedback="residual", two_way=True),
 ]
 

@@ -7,6 +7,7 @@
 /// "gravac:theta_min=10,theta_max=1000,policy=exponential").
 
 #include <gradcomp/adapt/accordion.hpp>
+#include <gradcomp/adapt/ef_window.hpp>
 #include <gradcomp/adapt/gravac.hpp>
 #include <gradcomp/adapt/protocol.hpp>
 #include <gradcomp/adapt/schedule.hpp>
@@ -134,7 +135,8 @@ static_assert(controller<any_controller>);
 ///   policy=exponential|geometric,step_factor=2,ratio=2,smoothing=0,gain=ratio|separate,
 ///   throughput=window_mean|last,base=initial|current,dense=flush|keep`;
 /// - `accordion:low=1.0101,high=10,eta=0.5,interval=1000,accumulation=100,
-///   scope=any_layer|whole_model`.
+///   scope=any_layer|whole_model`;
+/// - `ef_window:min=10,max=1000,ratio=2,window=40,max_delay=20,settled=0.75,climb=4,start=0`.
 /// Omitted options take the defaults of the config structs. Unknown names, keys or values
 /// and invalid parameters raise `config_error` (grammar and messages: `spec_options`,
 /// core/spec.hpp).
@@ -203,8 +205,21 @@ inline any_controller make_controller(std::string_view spec) {
     o.finish();
     return any_controller(accordion_controller(c), label);
   }
+  if (name == "ef_window") {
+    ef_window_config c;
+    c.factor_min = o.number("min", c.factor_min);
+    c.factor_max = o.number("max", c.factor_max);
+    c.ratio = o.number("ratio", c.ratio);
+    c.window = o.count("window", c.window);
+    c.max_delay = o.number("max_delay", c.max_delay);
+    c.settled = o.number("settled", c.settled);
+    c.climb = o.number("climb", c.climb);
+    c.start = o.number("start", c.start);
+    o.finish();
+    return any_controller(ef_window_controller(c), label);
+  }
   throw config_error("gradcomp: unknown controller '" + std::string(name) +
-                     "' (expected dense, static, schedule, dgc_warmup, gravac or accordion)");
+                     "' (expected dense, static, schedule, dgc_warmup, gravac, accordion or ef_window)");
 }
 
 GRADCOMP_NAMESPACE_END

@@ -9,7 +9,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -103,6 +105,7 @@ TEST_CASE("pipeline agrees with the reference under every controller, taking the
       {"topk:ratio=0.01", "ef21", "gravac:theta_min=4,theta_max=64,epsilon=1,window=2,dense=keep"},
       {"topk:ratio=0.01", "dgc:momentum=0.5", "gravac:theta_min=4,theta_max=64,epsilon=0.5,window=2"},
       {"topk:ratio=0.01", "residual", "accordion:low=2,high=40,interval=3,accumulation=2"},
+      {"topk:ratio=0.01", "residual", "ef_window:min=4,max=256,window=2,max_delay=0.5"},
       {"approx_topk:ratio=0.01", "residual", "static:factor=20"},
       {"randomk:ratio=0.01", "residual", "schedule:0=4,2=50"},
       {"topk:ratio=0.01", "residual", "dense"},
@@ -146,7 +149,8 @@ TEST_CASE("pipeline error feedback conserves mass when the controller changes th
   // sum over steps of (world x the averaged output) + sum over ranks of the final residual
   // equals the sum of every rank's gradients over the steps (residual feedback, large tensors)
   for (std::string const ctrl : {"schedule:0=4,2=30,4=1,5=100", "gravac:theta_min=4,theta_max=64,epsilon=0.4,window=2",
-                                 "gravac:theta_min=4,theta_max=64,epsilon=1,window=2,dense=keep"}) {
+                                 "gravac:theta_min=4,theta_max=64,epsilon=1,window=2,dense=keep",
+                                 "ef_window:min=4,max=64,window=2,max_delay=0.5"}) {
     INFO(ctrl);
     int const world = 3;
     std::uint64_t const steps = 8;
@@ -158,6 +162,7 @@ TEST_CASE("pipeline error feedback conserves mass when the controller changes th
     std::vector<double> sent_sum(20000, 0.0), grad_sum(20000, 0.0), residual_sum(20000, 0.0);
     std::mutex mu;
     std::vector<gc::send_kind> kinds;
+    std::vector<double> factors;
     REQUIRE_NOTHROW(gc::run_in_process(world, [&](gc::in_process_communicator& comm) {
       gc::gradient_pipeline pipe(opt);
       std::vector<double> sent(20000, 0.0), gs(20000, 0.0);
@@ -166,6 +171,7 @@ TEST_CASE("pipeline error feedback conserves mass when the controller changes th
         for (std::size_t i = 0; i < 20000; ++i) gs[i] += grads[0][i];
         gc::pipeline_stats const st = pipe.step(comm, views(grads), {.backprop_s = 0.01, .batch_size = 8});
         if (comm.rank() == 0) kinds.push_back(st.sent);
+        if (comm.rank() == 0) factors.push_back(st.factor);
         if (comm.rank() == 0) {
           for (std::size_t i = 0; i < 20000; ++i) sent[i] += static_cast<double>(grads[0][i]) * world;
         }
@@ -187,6 +193,7 @@ TEST_CASE("pipeline error feedback conserves mass when the controller changes th
     bool changed = false;
     for (std::size_t s = 1; s < kinds.size(); ++s) changed |= kinds[s] != kinds[0];
     if (ctrl.rfind("schedule", 0) == 0) CHECK(changed);
+    if (ctrl.rfind("ef_window", 0) == 0) CHECK(std::adjacent_find(factors.begin(), factors.end(), std::not_equal_to<>()) != factors.end());
   }
 }
 
@@ -194,6 +201,7 @@ TEST_CASE("pipeline: a run resumed from a checkpoint is bit-identical to one tha
   std::vector<config> const configs = {
       {"topk:ratio=0.01", "residual", "gravac:theta_min=4,theta_max=256,epsilon=0.3,window=2"},
       {"topk:ratio=0.01", "ef21", "accordion:low=2,high=40,interval=3,accumulation=2"},
+      {"topk:ratio=0.01", "residual", "ef_window:min=4,max=256,window=3,max_delay=0.5"},
       {"topk:ratio=0.01", "dgc:momentum=0.9", "schedule:0=4,3=20"},
       {"qsgd:levels=7,bucket=256", "residual", ""},
       {"powersgd:rank=2", "residual", ""},

@@ -1,0 +1,351 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+// adapt/ef_window.hpp: the window controller for error feedback. On a model of error feedback
+// whose delay grows with the factor it settles on the highest rung whose delay fits, from
+// below and from above; it does not move up while the residual is still filling and moves
+// down when the residual keeps growing; its window measurements are Little's law and the
+// energy balance, checked by hand; its state round-trips bit for bit and hostile states,
+// specs, parameters and statistics are rejected with the library's errors.
+
+#include <catch2/catch.hpp>
+
+#include "adapt_support.hpp"
+
+#include <gradcomp/adapt/any_controller.hpp>
+#include <gradcomp/adapt/ef_window.hpp>
+#include <gradcomp/core/error.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace adapt_test;
+namespace gc = gradcomp;
+using Catch::Matchers::Contains;
+
+// Error feedback with a sparsifier, reduced to energies: each step a fresh gradient of energy
+// `inflow` joins the residual (E = R + inflow: the fresh gradient is uncorrelated with the
+// residual), the sent factor f keeps the fraction q(f) = 1 / (1 + f / kappa) of E, and the
+// residual keeps the rest. In steady state R / C = f / kappa: the delay grows in proportion to
+// the factor, as it does for top-k (docs/training.md).
+struct ef_model {
+  double kappa = 8.0;
+  double residual = 0.0;
+  std::function<double(std::uint64_t)> inflow = [](std::uint64_t) { return 1.0; };
+
+  [[nodiscard]] double kept(double f) const { return 1.0 / (1.0 + f / kappa); }
+
+  template <class C>
+  gc::decision step(C& c) {
+    gc::step_plan const p = c.plan();
+    gc::step_stats s;
+    s.step = p.step;
+    s.ef_norm_sq = residual + inflow(p.step);
+    for (double f : p.measure) s.compressed_norm_sq.push_back(kept(f) * s.ef_norm_sq);
+    s.workers = 2;
+    s.batch_size = 32;
+    gc::decision d = c.decide(s);
+    residual = s.ef_norm_sq - kept(d.factor) * s.ef_norm_sq;
+    return d;
+  }
+};
+
+// The factor of every window boundary's next window, for `windows` windows.
+template <class C>
+std::vector<double> run_windows(C& c, ef_model& m, std::size_t windows, std::uint64_t window) {
+  std::vector<double> out;
+  for (std::size_t w = 0; w < windows; ++w) {
+    for (std::uint64_t i = 0; i < window; ++i) (void)m.step(c);
+    out.push_back(c.factor());
+  }
+  return out;
+}
+
+void put_u64_at(std::vector<std::byte>& b, std::size_t at, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i)
+    b[at + static_cast<std::size_t>(i)] = static_cast<std::byte>((v >> (8 * i)) & 0xffu);
+}
+
+}  // namespace
+
+TEST_CASE("ef_window models the controller concept; ladder, start and plan",
+          "[ef_window][controller]") {
+  STATIC_REQUIRE(gc::controller<gc::ef_window_controller>);
+  gc::ef_window_controller c;
+  CHECK(c.rungs() == std::vector<double>{10, 20, 40, 80, 160, 320, 640, 1000});
+  CHECK(c.factor() == 80.0);  // highest rung <= sqrt(10 * 1000) = 100
+  CHECK(factors(c.plan()) == "80,160");
+  CHECK_FALSE(c.plan().accumulate_layers);
+  CHECK_FALSE(c.plan().report_layers);
+
+  gc::ef_window_config top;
+  top.start = 1000.0;
+  gc::ef_window_controller t(top);
+  CHECK(t.factor() == 1000.0);
+  CHECK(factors(t.plan()) == "640,1000");  // at the top the current rung is the candidate
+  ef_model m;
+  gc::decision const d = m.step(t);
+  CHECK(code(d) == "c1000");
+  CHECK(d.residual == gc::residual_rule::subtract_sent);
+
+  gc::ef_window_config low;
+  low.start = 33.0;
+  CHECK(gc::ef_window_controller(low).factor() == 20.0);  // rounded down to a rung
+}
+
+TEST_CASE("ef_window window measurements: Little's law delay and energy-balance delivery",
+          "[ef_window]") {
+  gc::ef_window_config cfg;
+  cfg.window = 2;
+  gc::ef_window_controller c(cfg);
+  auto step = [&](double e, double sent) {
+    gc::step_stats s;
+    s.step = c.plan().step;
+    s.ef_norm_sq = e;
+    s.compressed_norm_sq = {sent, sent / 2};
+    return c.decide(s);
+  };
+  // R after each step: 6 - 2 = 4, then 10 - 4 = 6. Delay (4 + 6) / (2 + 4) = 5/3 steps;
+  // inflow = sent 6 + residual growth (6 - 0) = 12, delivered 6 / 12.
+  (void)step(6.0, 2.0);
+  gc::decision const d = step(10.0, 4.0);
+  CHECK(d.gain == Approx(0.4));
+  CHECK(c.last_window().step == 1);
+  CHECK(c.last_window().delay == Approx(10.0 / 6.0));
+  CHECK(c.last_window().delivered == Approx(0.5));
+  CHECK(c.last_window().from == 80.0);
+  CHECK(c.last_window().to == 80.0);  // delay fits, but the residual is still filling
+  // Next window: R goes 6 -> 5 -> 4; it shrank, so everything that came in went out.
+  (void)step(8.0, 3.0);
+  (void)step(8.0, 4.0);
+  CHECK(c.last_window().delay == Approx(9.0 / 7.0));
+  CHECK(c.last_window().delivered == 1.0);
+  // Settled with delay 9/7 at 80: the delay model allows far more, one move is capped at 4x.
+  CHECK(c.last_window().to == 320.0);
+  CHECK(c.factor() == 320.0);
+}
+
+TEST_CASE("ef_window settles on the highest rung whose delay fits, from below and from above",
+          "[ef_window]") {
+  // Steady delay f / kappa against max_delay 20: the answer is the highest rung <= 20 kappa.
+  struct row {
+    double kappa, start, expect;
+  };
+  // (kappa is kept off the exact boundaries f / kappa = 20, where rounding would decide.)
+  for (row const r :
+       {row{8.5, 0.0, 160.0}, row{8.5, 10.0, 160.0}, row{8.5, 1000.0, 160.0}, row{2.2, 0.0, 40.0},
+        row{4.4, 1000.0, 80.0}, row{100.0, 0.0, 1000.0}, row{0.25, 0.0, 10.0}}) {
+    CAPTURE(r.kappa, r.start);
+    gc::ef_window_config cfg;
+    cfg.start = r.start;
+    gc::ef_window_controller c(cfg);
+    ef_model m;
+    m.kappa = r.kappa;
+    std::vector<double> const trace = run_windows(c, m, 30, cfg.window);
+    // Settled, and stays: the last 20 windows all chose the expected rung.
+    for (std::size_t w = 10; w < trace.size(); ++w) {
+      CAPTURE(w);
+      CHECK(trace[w] == r.expect);
+    }
+    if (r.expect < 1000.0) {
+      double const next = r.expect * 2 > 1000.0 ? 1000.0 : r.expect * 2;
+      CHECK(next / r.kappa > cfg.max_delay);  // the rung above would not fit
+    }
+    if (r.expect > 10.0) CHECK(c.last_window().delay <= cfg.max_delay);
+    CHECK(c.last_window().delivered > 0.99);
+  }
+}
+
+TEST_CASE("ef_window moves down while the residual keeps growing and never moves up",
+          "[ef_window]") {
+  gc::ef_window_controller c;
+  std::uint64_t step = 0;
+  double residual = 0.0;
+  std::vector<double> factors_seen;
+  // Each step the residual grows by one unit and the sent energy stays at 0.05: nothing that
+  // arrives is delivered, whatever the factor.
+  for (int w = 0; w < 8; ++w) {
+    for (std::uint64_t i = 0; i < c.config().window; ++i) {
+      gc::step_stats s;
+      s.step = step++;
+      s.ef_norm_sq = residual + 1.05;
+      s.compressed_norm_sq = {0.05, 0.025};
+      (void)c.decide(s);
+      residual += 1.0;
+    }
+    CHECK(c.last_window().delivered < 0.1);
+    factors_seen.push_back(c.factor());
+  }
+  for (std::size_t i = 1; i < factors_seen.size(); ++i)
+    CHECK(factors_seen[i] <= factors_seen[i - 1]);
+  CHECK(factors_seen.front() < 80.0);
+  CHECK(factors_seen.back() == 10.0);
+}
+
+TEST_CASE("ef_window stays while the residual fills, then moves up once it is settled",
+          "[ef_window]") {
+  gc::ef_window_config cfg;
+  cfg.window = 10;
+  gc::ef_window_controller c(cfg);
+  std::uint64_t step = 0;
+  auto window = [&](double r0, double dr) {  // R goes r0 + dr, r0 + 2 dr, ...; sent 1 a step
+    for (int i = 1; i <= 10; ++i) {
+      gc::step_stats s;
+      s.step = step++;
+      double const r = r0 + dr * i;
+      s.ef_norm_sq = r + 1.0;
+      s.compressed_norm_sq = {1.0, 0.5};
+      (void)c.decide(s);
+    }
+  };
+  window(0.0, 0.5);  // R 0.5 ... 5: delay 2.75, delivered 10 / 15
+  CHECK(c.last_window().delay == Approx(2.75));
+  CHECK(c.last_window().delivered == Approx(10.0 / 15.0));
+  CHECK(c.factor() == 80.0);
+  window(5.0, 0.0);  // R stays at 5: delay 5, delivered 1; 80 * 20 / 5 = 320 = the 4x cap
+  CHECK(c.last_window().delivered == 1.0);
+  CHECK(c.factor() == 320.0);
+}
+
+TEST_CASE(
+    "ef_window: no gradient keeps the factor; nothing sent of a non-zero gradient falls "
+    "to the bottom",
+    "[ef_window]") {
+  gc::ef_window_config cfg;
+  cfg.window = 2;
+  gc::ef_window_controller c(cfg);
+  for (int i = 0; i < 2; ++i) {
+    gc::step_stats s;
+    s.step = c.plan().step;
+    s.compressed_norm_sq = {0.0, 0.0};
+    (void)c.decide(s);
+  }
+  CHECK(c.last_window().delay == 0.0);
+  CHECK(c.factor() == 320.0);  // zero delay, settled: one capped move up
+  for (int i = 0; i < 2; ++i) {
+    gc::step_stats s;
+    s.step = c.plan().step;
+    s.ef_norm_sq = 1.0;
+    s.compressed_norm_sq = {0.0, 0.0};
+    (void)c.decide(s);
+  }
+  CHECK(std::isinf(c.last_window().delay));
+  CHECK(c.factor() == 10.0);
+}
+
+TEST_CASE("ef_window state: bit-identical round trip, the same decisions afterwards",
+          "[ef_window]") {
+  gc::any_controller a = gc::make_controller("ef_window:window=7");
+  ef_model m;
+  m.kappa = 6.0;
+  for (int i = 0; i < 53; ++i) (void)m.step(a);  // mid-window, after several moves
+  std::vector<std::byte> const saved = a.save();
+  gc::any_controller b = gc::make_controller("ef_window:window=7");
+  b.load(saved);
+  CHECK(b.save() == saved);
+  ef_model mb = m;
+  for (int i = 0; i < 40; ++i) {
+    gc::decision const da = m.step(a), db = mb.step(b);
+    CHECK(code(da) == code(db));
+    CHECK(da.gain == db.gain);
+    CHECK(da.next == db.next);
+  }
+  CHECK(a.save() == b.save());
+}
+
+TEST_CASE("ef_window rejects hostile states with format_error and keeps its own", "[ef_window]") {
+  gc::any_controller a = gc::make_controller("ef_window");
+  ef_model m;
+  for (int i = 0; i < 45; ++i) (void)m.step(a);
+  std::vector<std::byte> const good = a.save();
+  std::vector<std::byte> const before = gc::make_controller("ef_window").save();
+  // Layout from the end: plan 48 bytes (step, 2 factors with their count, 2 flags), event 40,
+  // residual sums 32, window count 8, rung 8, fingerprint 8.
+  std::size_t const n = good.size();
+  std::size_t const rung = n - 136, count = n - 128, sums = n - 120, event = n - 88, plan = n - 48;
+  auto rejected = [&](std::vector<std::byte> const& bytes, char const* why) {
+    gc::any_controller c = gc::make_controller("ef_window");
+    std::string const msg = thrown<gc::format_error>([&] { c.load(bytes); });
+    CHECK_THAT(msg, Contains(why));
+    CHECK(c.save() == before);
+  };
+  auto with = [&](std::size_t at, std::uint64_t v) {
+    std::vector<std::byte> b = good;
+    put_u64_at(b, at, v);
+    return b;
+  };
+  auto const nan = std::bit_cast<std::uint64_t>(std::numeric_limits<double>::quiet_NaN());
+  rejected(with(rung, 8), "off the ladder");
+  rejected(with(count, 44), "the window holds");
+  rejected(with(sums + 8, std::bit_cast<std::uint64_t>(-1.0)), "window sum");
+  rejected(with(sums, nan), "window sum");
+  rejected(with(event + 16, std::bit_cast<std::uint64_t>(1.5)), "last window event");
+  rejected(with(plan + 16, std::bit_cast<std::uint64_t>(3.0)), "plan is not the one");
+  rejected(with(plan + 40, 1), "plan is not the one");
+  rejected(std::vector<std::byte>(good.begin(), good.end() - 9), "length");
+  {
+    gc::any_controller other = gc::make_controller("ef_window:max_delay=10");
+    CHECK_THAT(thrown<gc::format_error>([&] { other.load(good); }),
+               Contains("another configuration"));
+  }
+  {
+    gc::any_controller g = gc::make_controller("gravac");
+    CHECK_THAT(thrown<gc::format_error>([&] { g.load(good); }), Contains("another kind"));
+  }
+}
+
+TEST_CASE("ef_window spec, parameters and statistics are checked", "[ef_window][controller]") {
+  gc::any_controller a = gc::make_controller(
+      "ef_window:min=4,max=512,ratio=4,window=9,max_delay=12.5,settled=0.5,climb=16,start=64");
+  auto const* c = a.target<gc::ef_window_controller>();
+  REQUIRE(c != nullptr);
+  CHECK(c->config().factor_min == 4.0);
+  CHECK(c->config().factor_max == 512.0);
+  CHECK(c->config().window == 9);
+  CHECK(c->config().max_delay == 12.5);
+  CHECK(c->config().settled == 0.5);
+  CHECK(c->config().climb == 16.0);
+  CHECK(c->rungs() == std::vector<double>{4, 16, 64, 256, 512});
+  CHECK(c->factor() == 64.0);
+
+  auto msg = [](char const* spec) {
+    return thrown<gc::config_error>([&] { (void)gc::make_controller(spec); });
+  };
+  CHECK_THAT(msg("ef_window:window=1"), Contains("window"));
+  CHECK_THAT(msg("ef_window:max=10"), Contains("factor_max"));
+  CHECK_THAT(msg("ef_window:min=1"), Contains("factor_min"));
+  CHECK_THAT(msg("ef_window:ratio=1"), Contains("ratio"));
+  CHECK_THAT(msg("ef_window:max_delay=0"), Contains("max_delay"));
+  CHECK_THAT(msg("ef_window:settled=0"), Contains("settled"));
+  CHECK_THAT(msg("ef_window:settled=1.5"), Contains("settled"));
+  CHECK_THAT(msg("ef_window:climb=1.5"), Contains("climb"));
+  CHECK_THAT(msg("ef_window:start=2000"), Contains("start"));
+  CHECK_THAT(msg("ef_window:ratio=1.0000001"), Contains("4096 rungs"));
+  CHECK_THAT(msg("ef_window:delay=3"), Contains("delay"));
+  CHECK_THAT(msg("nosuch"), Contains("ef_window"));
+
+  gc::ef_window_controller w;
+  gc::step_plan const p0 = w.plan();
+  gc::step_stats s;
+  s.step = 0;
+  s.compressed_norm_sq = {1.0};
+  CHECK_THAT(thrown<gc::config_error>([&] { (void)w.decide(s); }),
+             Contains("one per measured factor"));
+  s.compressed_norm_sq = {1.0, -1.0};
+  CHECK_THROWS_AS(w.decide(s), gc::numeric_error);
+  s.compressed_norm_sq = {1.0, 0.5};
+  s.ef_norm_sq = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_AS(w.decide(s), gc::numeric_error);
+  s.step = 3;
+  s.ef_norm_sq = 1.0;
+  CHECK_THAT(thrown<gc::config_error>([&] { (void)w.decide(s); }), Contains("expected step 0"));
+  CHECK(w.plan() == p0);
+  CHECK(w.last_window() == gc::ef_window_event{});
+}
