@@ -43,6 +43,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -111,6 +112,8 @@ struct outcome {
       "  --momentum X           [0.9]     --weight-decay X   [0]\n"
       "  --hidden A,B,...       hidden layer widths                           [1024,512]\n"
       "  --eval-every N         steps between curve points                    [50]\n"
+      "  --eval-subset N        test examples scored at curve points before the last; 0: all\n"
+      "                         (time to accuracy needs all)                  [1024]\n"
       "  --seed N               model / batch order seed                      [1]\n"
       "  --mnist DIR            train on MNIST-format IDX files in DIR instead of the synthetic "
       "task\n"
@@ -199,6 +202,9 @@ std::vector<run_spec> demo_runs(std::size_t steps) {
       {"Accordion", ex("topk", true,
                        "accordion:low=10,high=1000,interval=" + w + ",accumulation=" +
                            std::to_string(std::max<std::size_t>(1, steps / 50)))},
+      // The error-feedback window controller with its defaults, the same on every task and run
+      // length (docs/training.md, "An adaptive controller for error feedback").
+      {"ef_window", ex("topk", true, "ef_window")},
   };
 }
 
@@ -212,12 +218,13 @@ void write_outputs(std::filesystem::path const& dir, std::vector<outcome> const&
   std::filesystem::create_directories(dir);
   {
     std::ofstream f(dir / "curves.csv");
-    f << "run,label,step,train_loss,test_accuracy,bytes_per_worker,factor,gain\n";
+    f << "run,label,step,train_loss,test_accuracy,bytes_per_worker,factor,gain,train_s\n";
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (!runs[i].result) continue;
       for (auto const& p : runs[i].result->curve) {
         f << i << ',' << csv_quote(runs[i].spec.label) << ',' << p.step << ',' << p.train_loss
-          << ',' << p.test_accuracy << ',' << p.bytes << ',' << p.factor << ',' << p.gain << '\n';
+          << ',' << p.test_accuracy << ',' << p.bytes << ',' << p.factor << ',' << p.gain << ','
+          << p.train_s << '\n';
       }
     }
   }
@@ -567,6 +574,10 @@ int run(int argc, char** argv) {
       o.hidden = parse_sizes(value());
     else if (a == "--eval-every")
       o.eval_every = count();
+    else if (a == "--eval-subset") {
+      o.eval_subset = whole(true);
+      if (o.eval_subset == 0) o.eval_subset = std::numeric_limits<std::size_t>::max();
+    }
     else if (a == "--seed")
       o.seed = count();
     else if (a == "--mnist")

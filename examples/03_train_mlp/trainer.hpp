@@ -217,6 +217,9 @@ struct curve_point {
   double bytes = 0.0;          ///< cumulative bytes sent per worker (mean over ranks)
   double factor = 1.0;         ///< factor of the last step
   double gain = 1.0;  ///< mean of ‖C(g_ef)‖² / ‖g_ef‖² of what was sent since the previous point
+  /// Seconds of training steps since the start (evaluation excluded), mean over ranks: the
+  /// clock of a time-to-accuracy curve.
+  double train_s = 0.0;
 };
 
 /// The outcome of a run (the same on every rank).
@@ -698,7 +701,8 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       }
       auto const [l, c] = evaluate(*model, data.test, b, e);
       double const gsent = gossip_sent();
-      double v[5] = {loss_sum, static_cast<double>(loss_count), c, bytes + gsent, wire + gsent};
+      double v[6] = {loss_sum, static_cast<double>(loss_count), c, bytes + gsent, wire + gsent,
+                     stepping};
       all_sum(v);
       curve_point p;
       p.step = step + 1;
@@ -707,6 +711,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       p.bytes = v[3] / world;
       p.factor = factor;
       p.gain = gain_sum / static_cast<double>(loss_count);
+      p.train_s = v[5] / world;
       res.curve.push_back(p);
       loss_sum = 0.0;
       gain_sum = 0.0;

@@ -24,7 +24,8 @@ same seed on the same batches; only the DDP communication hook differs:
 
 (gradcomp-powersgd-r1 exists too, for --bench and --rows; so do gradcomp-accordion, top-k under
 Accordion at 10 / 1000, and gradcomp-ef-window, top-k under the ef_window controller with its
-defaults, for --rows.) The data is an embedded synthetic
+defaults, for --rows; and reference-topk-ef, top-k 1 % + error feedback in plain torch ops,
+to check gradcomp-topk-ef against.) The data is an embedded synthetic
 image task by default, or a directory (--data): an ImageFolder tree or MNIST-format IDX files.
 It prints one table (test accuracy, bytes sent per worker, time per step, time in the hook per
 step) and writes OUT/summary.csv, OUT/curves.csv (every step), OUT/evals.csv (the test
@@ -344,6 +345,8 @@ ROWS = {
     "gradcomp-ef-window": ("gradcomp ef_window topk", "gradcomp",
                            {"codec": "topk:ratio=0.01", "feedback": "residual",
                             "controller": "ef_window"}),
+    "reference-topk-ef": ("reference topk 1% +EF (plain torch)", "reference",
+                          {"ratio": 0.01, "min_elements": 4096, "start_iter": 1}),
 }
 DEFAULT_ROWS = ["torch-allreduce", "torch-fp16", "torch-powersgd-r1", "torch-powersgd-r4",
                 "gradcomp-fp16", "gradcomp-topk-ef", "gradcomp-onebit-ef",
@@ -372,6 +375,9 @@ def make_hook(name, cfg, per_worker_batch):
             start_powerSGD_iter=POWERSGD_START, use_error_feedback=True, warm_start=True,
             random_seed=cfg["seed"])
         return state, powerSGD_hook.powerSGD_hook, count_powersgd
+    if kind == "reference":
+        state = ReferenceTopkState(o["ratio"], o["min_elements"], o["start_iter"])
+        return state, reference_topk_hook, count_reference
     gradcomp = import_gradcomp()
     options = dict(o)
     if options.get("controller") == "gravac":
@@ -390,6 +396,54 @@ def make_hook(name, cfg, per_worker_batch):
     options.setdefault("start_iter", 1)
     state = gradcomp.GradcompState(seed=cfg["seed"], batch_size=per_worker_batch, **options)
     return state, gradcomp.hook, None
+
+
+class ReferenceTopkState:
+    """State of the plain-PyTorch top-k + error feedback hook (row reference-topk-ef): gradcomp's
+    `gradcomp-topk-ef` arithmetic written with torch ops only, to tell a defect of gradcomp's
+    path from a property of the method. Per parameter of at least `min_elements` elements:
+    acc = g + e, keep the ceil(ratio * n) entries of largest |acc| (ties: torch.topk's order),
+    e = acc - kept; smaller parameters go dense; the first `start_iter` iterations all-reduce
+    plainly. The kept values are summed with a dense all-reduce (the sum a sparse exchange
+    computes); the byte counter counts what a sparse packet would carry, a 4-byte index and a
+    4-byte value per kept entry, and 4 bytes per element of a dense tensor."""
+
+    def __init__(self, ratio, min_elements, start_iter):
+        self.ratio, self.min_elements, self.start_iter = ratio, min_elements, start_iter
+        self.residuals = {}
+        self.iteration = 0
+        self.sent = 0
+
+
+def reference_topk_hook(state, bucket):
+    buf = bucket.buffer()
+    compress = state.iteration >= state.start_iter
+    if bucket.is_last():
+        state.iteration += 1
+    offset = 0
+    for p in bucket.parameters():
+        n = p.numel()
+        view = buf.narrow(0, offset, n)
+        offset += n
+        if not compress or n < state.min_elements:
+            state.sent += 4 * n
+            continue
+        e = state.residuals.get(id(p))
+        acc = view + e if e is not None else view.clone()
+        k = max(1, math.ceil(state.ratio * n))
+        keep = acc.abs().topk(k).indices
+        kept = torch.zeros_like(acc)
+        kept[keep] = acc[keep]
+        state.residuals[id(p)] = acc - kept
+        view.copy_(kept)
+        state.sent += 8 * k
+    world = dist.get_world_size()
+    return dist.all_reduce(buf, async_op=True).get_future().then(
+        lambda f: f.value()[0].div_(world))
+
+
+def count_reference(state, bucket):
+    return 0  # counted by the hook itself (state.sent), after it has chosen what to keep
 
 
 class HookTimer:
@@ -435,6 +489,8 @@ def timed_hook(timer, bucket):
 def sent_bytes(timer):
     if timer.counter is None:
         return timer.state.totals["bytes_sent"]
+    if isinstance(timer.state, ReferenceTopkState):
+        return timer.state.sent
     return timer.bytes
 
 
