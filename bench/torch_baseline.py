@@ -12,7 +12,9 @@ Times, on float32 N(0, 1) input of 2^24 elements with torch.set_num_threads(1):
   torch.sign(x, out=preallocated)  (float32 signs, not bit-packed)
 and prints GB/s (input bytes n * 4 / median time) next to gradcomp's numbers for the same
 work, taken from RESULTS.json (gradcomp_bench_codecs --benchmark_out=..., e.g. the
-build/bench/codecs.json that bench/run_codecs.sh writes) when given.
+build/bench/codecs.json that bench/run_codecs.sh writes) when given, with their ratio, and one
+line per counterpart: "target torch/OP: measured R, needed 1.00, met|missed" (issue 17: gradcomp
+at least as fast as PyTorch on each).
 
 Preallocated outputs are used because a library that reuses its buffers should be compared
 with them; allocating variants also pay page faults on a fresh 32-64 MiB tensor.
@@ -81,13 +83,24 @@ def main():
     ]
     print("PyTorch %s, 1 thread, n = 2^24 float32; GB/s = n * 4 / median time" % torch.__version__)
     print()
-    print("| operation | PyTorch GB/s | gradcomp counterpart | gradcomp GB/s |")
-    print("|---|---:|---|---:|")
+    print("| operation | PyTorch GB/s | gradcomp counterpart | gradcomp GB/s | gradcomp / PyTorch |")
+    print("|---|---:|---|---:|---:|")
+    targets = []
     for label, fn, counterpart in cases:
         gbs = N * 4 / median_seconds(fn) / 1e9
         theirs = ours.get(counterpart)
-        print("| %s | %.2f | %s %s | %s |" % (label, gbs, counterpart[0], counterpart[1],
-                                             "%.2f" % theirs if theirs is not None else "—"))
+        ratio = theirs / gbs if theirs is not None and gbs > 0 else None
+        print("| %s | %.2f | %s %s | %s | %s |" % (
+            label, gbs, counterpart[0], counterpart[1],
+            "%.2f" % theirs if theirs is not None else "—",
+            "%.2f" % ratio if ratio is not None else "—"))
+        if ratio is not None:
+            targets.append("target torch/%s %s: measured %.2f, needed 1.00, %s" % (
+                counterpart[0], counterpart[1], ratio, "met" if ratio >= 1.0 else "missed"))
+    if targets:
+        print()
+        for t in targets:
+            print(t)
     return 0
 
 
