@@ -86,8 +86,11 @@ struct outcome {
       "  --per-layer            cadam: one optimizer (codec scale) per layer (onebitadam: always)\n"
       "  --compress momentum|gradient|update  onebitadam: what the ranks compress: the\n"
       "                         momentum, the gradient, or the update m/sqrt(v) [momentum]\n"
-      "  --variance frozen|refresh  onebitadam: keep v, or refresh it from the ranks' local\n"
-      "                         second moments at steps 2T, 4T, 8T, ...          [frozen]\n"
+      "  --variance frozen|refresh|factored  onebitadam: keep v, or refresh it from the\n"
+      "                         ranks' local second moments at steps 2T, 4T, 8T, ..., or\n"
+      "                         no warm-up and Adafactor's factored v, averaged at steps\n"
+      "                         1..--sync-first and every --sync-every         [frozen]\n"
+      "  --sync-first N [4]  --sync-every K [8]  --variance factored: the v schedule\n"
       "  --global-average-every K  decentralized: exact average every K steps (0 never) [0]\n"
       "  --blocking             decentralized: mix, then step (default: overlapped)\n"
       "  --beta1 X [0.9]  --beta2 X [0.999]  --eps X [1e-8]  --adamw-decay X [0] (Adam family)\n"
@@ -518,10 +521,16 @@ int run(int argc, char** argv) {
       o.warmup = count();
     else if (a == "--variance") {
       std::string const v = value();
-      if (v != "frozen" && v != "refresh") {
-        throw gradcomp::config_error("train: --variance wants frozen or refresh, got '" + v + "'");
+      if (v != "frozen" && v != "refresh" && v != "factored") {
+        throw gradcomp::config_error("train: --variance wants frozen, refresh or factored, got '" +
+                                     v + "'");
       }
       o.refresh_variance = v == "refresh";
+      o.factored_variance = v == "factored";
+    } else if (a == "--sync-first") {
+      o.sync_first = count();
+    } else if (a == "--sync-every") {
+      o.sync_every = whole(true);
     } else if (a == "--per-layer") {
       o.per_layer = true;
     } else if (a == "--compress") {
