@@ -58,6 +58,7 @@ struct run_spec {
   std::string topology = "exp";
   std::uint32_t accum = 4;
   double lr = 0.0;  // 0: the command line's (or the optimizer's default)
+  bool factored = false;  // onebitadam: --variance factored
 };
 
 struct outcome {
@@ -334,6 +335,8 @@ std::vector<run_spec> decentralized_runs() {
   accum.accum = 4;
   run_spec dpsgd = spec("D-PSGD exp", k::dpsgd);
   dpsgd.lr = 0.05;
+  run_spec factored = spec("1-bit Adam factored", k::onebitadam, "onebit");
+  factored.factored = true;
   return {
       spec("All-Reduce Adam", k::adam),
       spec("DAdam exp", k::dadam),
@@ -344,6 +347,7 @@ std::vector<run_spec> decentralized_runs() {
       spec("CAdam topk 1%", k::cadam, "topk:ratio=0.01"),
       spec("1-bit Adam onebit", k::onebitadam, "onebit"),
       spec("1-bit Adam topk 1%", k::onebitadam, "topk:ratio=0.01"),
+      factored,
   };
 }
 
@@ -701,6 +705,12 @@ int run(int argc, char** argv) {
       opts.optimizer = spec.optimizer;
       opts.topology = spec.topology;
       opts.accum = spec.accum;
+      if (spec.factored) {  // no warm-up, the momentum compressed (whatever the command line)
+        opts.factored_variance = true;
+        opts.warmup = 0;
+        opts.refresh_variance = opts.precondition = false;
+        opts.compress_momentum = true;
+      }
       if (spec.lr > 0.0) opts.learning_rate = spec.lr;
       // In the demo, --global-average-every applies to the gossip runs only.
       if (demo && !train::is_decentralized(spec.optimizer)) opts.global_average_every = 0;
