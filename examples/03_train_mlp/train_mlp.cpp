@@ -57,7 +57,7 @@ struct run_spec {
   train::optimizer_kind optimizer = train::optimizer_kind::sgd;
   std::string topology = "exp";
   std::uint32_t accum = 4;
-  double lr = 0.0;  // 0: the command line's (or the optimizer's default)
+  double lr = 0.0;        // 0: the command line's (or the optimizer's default)
   bool factored = false;  // onebitadam: --variance factored
 };
 

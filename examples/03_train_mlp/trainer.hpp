@@ -52,8 +52,8 @@
 #include <gradcomp/optim/adam.hpp>
 #include <gradcomp/optim/comm_mixer.hpp>
 #include <gradcomp/optim/compressed_adam.hpp>
-#include <gradcomp/optim/factored_onebit_adam.hpp>
 #include <gradcomp/optim/decentralized.hpp>
+#include <gradcomp/optim/factored_onebit_adam.hpp>
 #include <gradcomp/optim/onebit_adam.hpp>
 #include <gradcomp/optim/sgd.hpp>
 #include <gradcomp/topology/topology.hpp>
@@ -521,13 +521,13 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       gossip.emplace<3>(gradcomp::sgd(so), std::move(mixer));
     }
   } else if (kind == optimizer_kind::onebitadam && o.factored_variance) {
-    pipeline = "no warm-up: the momentum through two-way " + two_way_codec +
-               " with worker and server error feedback from step 1, v factored (rows and "
-               "columns of each matrix) and averaged at steps 1.." +
-               std::to_string(o.sync_first) +
-               (o.sync_every != 0 ? " and every " + std::to_string(o.sync_every)
-                                  : std::string(" only")) +
-               ", per layer";
+    pipeline =
+        "no warm-up: the momentum through two-way " + two_way_codec +
+        " with worker and server error feedback from step 1, v factored (rows and "
+        "columns of each matrix) and averaged at steps 1.." +
+        std::to_string(o.sync_first) +
+        (o.sync_every != 0 ? " and every " + std::to_string(o.sync_every) : std::string(" only")) +
+        ", per layer";
   } else if (kind == optimizer_kind::onebitadam) {
     pipeline = std::to_string(onebit.front().options().warmup) +
                " steps of dense all-reduce Adam, then v " +

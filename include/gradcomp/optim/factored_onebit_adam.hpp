@@ -274,8 +274,7 @@ class factored_onebit_adam {
     if (opt_.rows != 0 && m.size() % opt_.rows != 0)
       r.fail("its size is not a multiple of its rows");
     std::size_t const nstat = t == 0 ? 0 : stat_size(m.size());
-    if (loc.size() != nstat || synced.size() != nstat)
-      r.fail("its statistics have the wrong size");
+    if (loc.size() != nstat || synced.size() != nstat) r.fail("its statistics have the wrong size");
     two_way_type tw = tw_;
     std::vector<std::byte> const tstate = r.get_bytes();
     tw.load(tstate);
@@ -316,9 +315,9 @@ class factored_onebit_adam {
     } else {
       double const total = row_total();
       for (std::size_t i = 0; i < opt_.rows; ++i) {
-        factors_[i] =
-            total > 0.0 ? static_cast<float>(std::sqrt(static_cast<double>(synced_[i]) / total))
-                        : 0.0f;
+        factors_[i] = total > 0.0
+                          ? static_cast<float>(std::sqrt(static_cast<double>(synced_[i]) / total))
+                          : 0.0f;
       }
       for (std::size_t j = opt_.rows; j < synced_.size(); ++j) {
         factors_[j] = std::sqrt(synced_[j]);
@@ -331,9 +330,9 @@ class factored_onebit_adam {
   factored_onebit_adam_options opt_;
   two_way_type tw_;
   std::uint64_t t_ = 0, t_sync_ = 0;
-  std::vector<float> m_;       // the agreed momentum
-  std::vector<float> loc_;     // this rank's statistics
-  std::vector<float> synced_;  // the statistics of the last sync (every rank alike)
+  std::vector<float> m_;        // the agreed momentum
+  std::vector<float> loc_;      // this rank's statistics
+  std::vector<float> synced_;   // the statistics of the last sync (every rank alike)
   std::vector<float> factors_;  // cache of denominator_factors (derived from synced_)
   std::uint64_t factors_t_ = 0;
   std::vector<float> local_, next_;

@@ -290,9 +290,7 @@ class onebit_adam {
   }
 
  private:
-  [[nodiscard]] float update_bound() const noexcept {
-    return detail::adam_update_bound(opt_.adam);
-  }
+  [[nodiscard]] float update_bound() const noexcept { return detail::adam_update_bound(opt_.adam); }
 
   // A refresh step: 2T, 4T, 8T, ...
   [[nodiscard]] bool refresh_at(std::uint64_t t) const noexcept {

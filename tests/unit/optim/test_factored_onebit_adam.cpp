@@ -48,8 +48,10 @@ TEST_CASE("factored_onebit_adam: v is the ranks' mean of the factored statistics
   quadratic_problem const p(ranks, rows * cols, true, 0.4, 77);
   for (std::size_t mrows : {rows, std::size_t{0}}) {
     INFO("rows " << mrows);
-    gc::factored_onebit_adam_options const o{
-        .adam = {.lr = 0.01, .weight_decay = 0.05}, .rows = mrows, .sync_first = 2, .sync_every = 3};
+    gc::factored_onebit_adam_options const o{.adam = {.lr = 0.01, .weight_decay = 0.05},
+                                             .rows = mrows,
+                                             .sync_first = 2,
+                                             .sync_every = 3};
     std::size_t const nstat = mrows == 0 ? p.d : rows + cols;
     // the ranks' trajectories, recorded by the ranks (the reference needs their gradients)
     std::mutex mu;
@@ -57,31 +59,31 @@ TEST_CASE("factored_onebit_adam: v is the ranks' mean of the factored statistics
     std::vector<std::vector<std::vector<float>>> xs(ranks);     // x before each step
     std::vector<std::vector<float>> seen;                       // rank 0's v after each step
     std::vector<std::uint64_t> last;                            // rank 0's last sync
-    REQUIRE_NOTHROW(gc::run_in_process(static_cast<int>(ranks), [&](gc::in_process_communicator&
-                                                                        comm) {
-      auto const r = static_cast<std::size_t>(comm.rank());
-      fadam opt(gc::make_codec("onebit"), o);
-      std::vector<float> x(p.d, 0.25f);
-      std::vector<std::vector<float>> gs, before, vs;
-      std::vector<std::uint64_t> ls;
-      for (std::uint64_t s = 0; s < 12; ++s) {
-        std::vector<float> const g = p.gradient(r, x, s);
-        gs.push_back(g);
-        before.push_back(x);
-        opt.step(comm, x, view(g), context(s));
-        vs.push_back(opt.second_moment());
-        ls.push_back(opt.last_sync());
-        RANK_REQUIRE(opt.local_statistics().size() == nstat);
-        RANK_REQUIRE(opt.agreed_statistics().size() == nstat);
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      grads[r] = std::move(gs);
-      xs[r] = std::move(before);
-      if (r == 0) {
-        seen = std::move(vs);
-        last = std::move(ls);
-      }
-    }));
+    REQUIRE_NOTHROW(
+        gc::run_in_process(static_cast<int>(ranks), [&](gc::in_process_communicator& comm) {
+          auto const r = static_cast<std::size_t>(comm.rank());
+          fadam opt(gc::make_codec("onebit"), o);
+          std::vector<float> x(p.d, 0.25f);
+          std::vector<std::vector<float>> gs, before, vs;
+          std::vector<std::uint64_t> ls;
+          for (std::uint64_t s = 0; s < 12; ++s) {
+            std::vector<float> const g = p.gradient(r, x, s);
+            gs.push_back(g);
+            before.push_back(x);
+            opt.step(comm, x, view(g), context(s));
+            vs.push_back(opt.second_moment());
+            ls.push_back(opt.last_sync());
+            RANK_REQUIRE(opt.local_statistics().size() == nstat);
+            RANK_REQUIRE(opt.agreed_statistics().size() == nstat);
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          grads[r] = std::move(gs);
+          xs[r] = std::move(before);
+          if (r == 0) {
+            seen = std::move(vs);
+            last = std::move(ls);
+          }
+        }));
     std::vector<std::vector<double>> loc(ranks, std::vector<double>(nstat, 0.0));
     std::vector<double> agreed(nstat, 0.0);
     std::uint64_t const expected_syncs[] = {1, 2, 5, 8, 11};
@@ -168,9 +170,10 @@ TEST_CASE("factored_onebit_adam: the update divides the mean momentum by the agr
   }));
 }
 
-TEST_CASE("factored_onebit_adam: syncs at steps 1..sync_first and every sync_every, and pays "
-          "exactly their all-reduce",
-          "[optim][factored_onebit_adam]") {
+TEST_CASE(
+    "factored_onebit_adam: syncs at steps 1..sync_first and every sync_every, and pays "
+    "exactly their all-reduce",
+    "[optim][factored_onebit_adam]") {
   constexpr std::size_t rows = 8, cols = 12;
   quadratic_problem const p(4, rows * cols, true, 0.3, 3);
   for (std::uint64_t every : {5u, 0u}) {
@@ -307,10 +310,9 @@ TEST_CASE("factored_onebit_adam: a checkpoint resumes bit-identically, before an
       }
       RANK_REQUIRE(a.save() == b.save());
       // another shape or schedule, a truncated buffer: format_error, nothing changed
-      for (auto const& other : {gc::factored_onebit_adam_options{.rows = 4, .sync_first = 2,
-                                                                  .sync_every = 4},
-                                gc::factored_onebit_adam_options{.rows = 6, .sync_first = 3,
-                                                                  .sync_every = 4}}) {
+      for (auto const& other :
+           {gc::factored_onebit_adam_options{.rows = 4, .sync_first = 2, .sync_every = 4},
+            gc::factored_onebit_adam_options{.rows = 6, .sync_first = 3, .sync_every = 4}}) {
         fadam c(gc::make_codec("onebit"), other);
         bool threw = false;
         try {
@@ -331,16 +333,17 @@ TEST_CASE("factored_onebit_adam: a checkpoint resumes bit-identically, before an
   }
 }
 
-TEST_CASE("factored_onebit_adam reaches the optimum of a heterogeneous quadratic; bad options "
-          "are errors",
-          "[optim][factored_onebit_adam]") {
+TEST_CASE(
+    "factored_onebit_adam reaches the optimum of a heterogeneous quadratic; bad options "
+    "are errors",
+    "[optim][factored_onebit_adam]") {
   quadratic_problem const p(4, 8 * 8, true, 0.05, 32);
   std::vector<double> const opt = p.optimum();
   double start = 0.0;
   for (double v : opt) start = std::max(start, std::abs(v));
-  for (auto const& run : {std::pair{"onebit", std::size_t{8}}, std::pair{"onebit", std::size_t{0}},
-                          std::pair{"topk:ratio=0.1", std::size_t{8}},
-                          std::pair{"identity", std::size_t{8}}}) {
+  for (auto const& run :
+       {std::pair{"onebit", std::size_t{8}}, std::pair{"onebit", std::size_t{0}},
+        std::pair{"topk:ratio=0.1", std::size_t{8}}, std::pair{"identity", std::size_t{8}}}) {
     std::mutex mu;
     double err = 0.0;
     REQUIRE_NOTHROW(gc::run_in_process(4, [&](gc::in_process_communicator& comm) {
