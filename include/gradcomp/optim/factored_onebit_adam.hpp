@@ -144,6 +144,7 @@ class factored_onebit_adam {
     local_.resize(n);
     std::vector<double> sq(nstat, 0.0);
     std::size_t const rows = opt_.rows, cols = rows != 0 ? n / rows : 0;
+    std::size_t row = 0, col = 0;  // element i's (matrix), advanced without a division
     for (std::size_t i = 0; i < n; ++i) {
       float xi = x[i];
       float const gi = detail::adam_decay(xi, gs[i], c);  // L2: wd*x joins the gradient
@@ -152,8 +153,12 @@ class factored_onebit_adam {
       if (rows == 0) {
         sq[i] = q;
       } else {
-        sq[i / cols] += q;
-        sq[rows + i % cols] += q;
+        sq[row] += q;
+        sq[rows + col] += q;
+        if (++col == cols) {
+          col = 0;
+          ++row;
+        }
       }
     }
     std::vector<float> loc(nstat);
@@ -188,12 +193,22 @@ class factored_onebit_adam {
     c.bc2_sqrt = detail::adam_coefficients_for(opt_.adam, t_sync_).bc2_sqrt;
     float const bound = detail::adam_update_bound(opt_.adam);
     std::vector<float> const& f = denominator_factors(n);
+    row = col = 0;
     for (std::size_t i = 0; i < n; ++i) {
       float const mi = w > 1 ? next_[i] * inv : next_[i];
       m_[i] = mi;
       float xi = x[i];
       (void)detail::adam_decay(xi, 0.0f, c);  // decoupled decay scales x
-      float const root = rows == 0 ? f[i] : f[i / cols] * f[rows + i % cols];  // sqrt(v_i)
+      float root = 0.0f;                      // sqrt(v_i)
+      if (rows == 0) {
+        root = f[i];
+      } else {
+        root = f[row] * f[rows + col];
+        if (++col == cols) {
+          col = 0;
+          ++row;
+        }
+      }
       float const denom = root / c.bc2_sqrt + c.eps;
       x[i] = xi - c.step_size * std::clamp(mi / denom, -bound, bound);
     }
