@@ -46,13 +46,17 @@
 /// the steps are somewhat smaller than All-Reduce Adam's (`onebit_adam`'s variance refresh
 /// has the same property).
 ///
-/// Bytes per step and rank (float32, `wire_bytes` is the modeled ring traffic): the two-way
-/// collective of the momentum, what the codec makes of n floats twice (onebit: about n/32 *
-/// 2(W-1)/W * ... plus headers and agreement, the same as `onebit_adam` after its warm-up),
-/// plus on a sync step a ring all-reduce of s = r + c (matrix) or n (vector) floats,
-/// 2(W-1)/W * 4s bytes. For the training example's 784-1024-512-10 MLP (1,333,770
-/// parameters) s summed over the six tensors is 5,412 floats: 32.5 kB a sync on 4 ranks
-/// against 8.0 MB for one dense step, so 25 syncs cost about a tenth of one dense step.
+/// Bytes per step and rank (`wire_bytes`, the modeled ring traffic): the two-way collective of
+/// the momentum, an all-to-all of the compressed shards and an all-gather of the server
+/// packets, (W-1)/W of the compressed vector each (onebit: 2(W-1)/W * n/8 bytes plus a header
+/// per packet and the agreement round, what `onebit_adam` pays after its warm-up; a dense
+/// step pays 2(W-1)/W * 4n), plus on a sync step a ring all-reduce of s = r + c (matrix) or
+/// n (vector) floats, 2(W-1)/W * 4s bytes. So a run of S steps with k syncs saves
+/// 1 / (1/rho + k*s / (S*n)) over All-Reduce Adam for a codec saving rho. For the training
+/// example's 784-1024-512-10 MLP (1,333,770 parameters) s summed over the six tensors is
+/// 5,412 floats: 32.5 kB a sync on 4 ranks against 8.0 MB for a dense step, so the default
+/// schedule's 16 syncs in 100 steps cost 0.5 MB, 0.07 of one dense step (docs/training.md,
+/// "1-bit Adam without a warm-up").
 ///
 /// Float32 parameters and gradients; one object per parameter span (a layer's weight matrix,
 /// `rows` rows of size / rows columns, row-major; or a vector with `rows` = 0), the two-way
