@@ -58,7 +58,8 @@ struct run_spec {
   train::optimizer_kind optimizer = train::optimizer_kind::sgd;
   std::string topology = "exp";
   std::uint32_t accum = 4;
-  double lr = 0.0;  // 0: the command line's (or the optimizer's default)
+  double lr = 0.0;        // 0: the command line's (or the optimizer's default)
+  bool factored = false;  // onebitadam: --variance factored
 };
 
 struct outcome {
@@ -87,8 +88,11 @@ struct outcome {
       "  --per-layer            cadam: one optimizer (codec scale) per layer (onebitadam: always)\n"
       "  --compress momentum|gradient|update  onebitadam: what the ranks compress: the\n"
       "                         momentum, the gradient, or the update m/sqrt(v) [momentum]\n"
-      "  --variance frozen|refresh  onebitadam: keep v, or refresh it from the ranks' local\n"
-      "                         second moments at steps 2T, 4T, 8T, ...          [frozen]\n"
+      "  --variance frozen|refresh|factored  onebitadam: keep v, or refresh it from the\n"
+      "                         ranks' local second moments at steps 2T, 4T, 8T, ..., or\n"
+      "                         no warm-up and Adafactor's factored v, averaged at steps\n"
+      "                         1..--sync-first and every --sync-every         [frozen]\n"
+      "  --sync-first N [4]  --sync-every K [8]  --variance factored: the v schedule\n"
       "  --global-average-every K  decentralized: exact average every K steps (0 never) [0]\n"
       "  --blocking             decentralized: mix, then step (default: overlapped)\n"
       "  --beta1 X [0.9]  --beta2 X [0.999]  --eps X [1e-8]  --adamw-decay X [0] (Adam family)\n"
@@ -338,6 +342,8 @@ std::vector<run_spec> decentralized_runs() {
   accum.accum = 4;
   run_spec dpsgd = spec("D-PSGD exp", k::dpsgd);
   dpsgd.lr = 0.05;
+  run_spec factored = spec("1-bit Adam factored", k::onebitadam, "onebit");
+  factored.factored = true;
   return {
       spec("All-Reduce Adam", k::adam),
       spec("DAdam exp", k::dadam),
@@ -348,6 +354,7 @@ std::vector<run_spec> decentralized_runs() {
       spec("CAdam topk 1%", k::cadam, "topk:ratio=0.01"),
       spec("1-bit Adam onebit", k::onebitadam, "onebit"),
       spec("1-bit Adam topk 1%", k::onebitadam, "topk:ratio=0.01"),
+      factored,
   };
 }
 
@@ -525,10 +532,16 @@ int run(int argc, char** argv) {
       o.warmup = count();
     else if (a == "--variance") {
       std::string const v = value();
-      if (v != "frozen" && v != "refresh") {
-        throw gradcomp::config_error("train: --variance wants frozen or refresh, got '" + v + "'");
+      if (v != "frozen" && v != "refresh" && v != "factored") {
+        throw gradcomp::config_error("train: --variance wants frozen, refresh or factored, got '" +
+                                     v + "'");
       }
       o.refresh_variance = v == "refresh";
+      o.factored_variance = v == "factored";
+    } else if (a == "--sync-first") {
+      o.sync_first = count();
+    } else if (a == "--sync-every") {
+      o.sync_every = whole(true);
     } else if (a == "--per-layer") {
       o.per_layer = true;
     } else if (a == "--compress") {
@@ -703,6 +716,12 @@ int run(int argc, char** argv) {
       opts.optimizer = spec.optimizer;
       opts.topology = spec.topology;
       opts.accum = spec.accum;
+      if (spec.factored) {  // no warm-up, the momentum compressed (whatever the command line)
+        opts.factored_variance = true;
+        opts.warmup = 0;
+        opts.refresh_variance = opts.precondition = false;
+        opts.compress_momentum = true;
+      }
       if (spec.lr > 0.0) opts.learning_rate = spec.lr;
       // In the demo, --global-average-every applies to the gossip runs only.
       if (demo && !train::is_decentralized(spec.optimizer)) opts.global_average_every = 0;

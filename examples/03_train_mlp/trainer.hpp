@@ -24,6 +24,10 @@
 ///   onebitadam 1-bit Adam's scheme (`gradcomp::onebit_adam`): `warmup` steps of exact Adam
 ///              (dense all-reduce), then the second moment frozen and the momentum sent
 ///              through `all_reduce_two_way` with the codec and error feedback on both sides;
+///              with `factored_variance`, `gradcomp::factored_onebit_adam` instead: no
+///              warm-up, the momentum compressed from step 1, Adafactor's factored second
+///              moment (row and column statistics of each weight matrix, per coordinate for
+///              the biases) averaged by the ranks at steps 1..sync_first and every sync_every;
 ///   dadam      decentralized Adam: no gradient exchange; `decentralized_optimizer<adam,
 ///              comm_mixer>` gossips the parameters over `topology`, overlapped with the next
 ///              forward and backward pass (the gradient is taken at the rank's own un-mixed x);
@@ -49,6 +53,7 @@
 #include <gradcomp/optim/comm_mixer.hpp>
 #include <gradcomp/optim/compressed_adam.hpp>
 #include <gradcomp/optim/decentralized.hpp>
+#include <gradcomp/optim/factored_onebit_adam.hpp>
 #include <gradcomp/optim/onebit_adam.hpp>
 #include <gradcomp/optim/sgd.hpp>
 #include <gradcomp/topology/topology.hpp>
@@ -198,6 +203,11 @@ struct train_options {
   /// onebitadam: compress the update m / d (d = sqrt(v)/sqrt(1-b2^T) + eps) rather than m: the
   /// better form for top-k; onebit does better with m (docs/training.md, "Compressed Adam").
   bool precondition = false;
+  /// onebitadam: no warm-up; a factored second moment agreed at a schedule
+  /// (`gradcomp::factored_onebit_adam`), the momentum compressed from step 1.
+  bool factored_variance = false;
+  std::size_t sync_first = 4;  ///< factored: the ranks average v at steps 1..sync_first
+  std::size_t sync_every = 8;  ///< factored: ... and then every sync_every steps (0: never)
   /// cadam: one optimizer per layer tensor (tensor id = its index), so that every tensor gets
   /// its own codec scale; false: one over the flat parameter vector (tensor id 0). onebitadam
   /// always runs per layer.
@@ -387,6 +397,19 @@ inline void check_optimizer_options(train_options const& o) {
   if (o.optimizer == optimizer_kind::accumadam && o.accum == 0) {
     throw gradcomp::config_error("train: accumadam needs an accumulation window >= 1, got 0");
   }
+  if (o.factored_variance) {
+    if (o.optimizer != optimizer_kind::onebitadam) {
+      throw gradcomp::config_error("train: --variance factored applies to onebitadam only");
+    }
+    if (o.warmup != 0 || o.refresh_variance || o.precondition || !o.compress_momentum) {
+      throw gradcomp::config_error(
+          "train: --variance factored has no warm-up and compresses the momentum (no --warmup, "
+          "--compress gradient or update)");
+    }
+    if (o.sync_first == 0) {
+      throw gradcomp::config_error("train: --sync-first wants at least 1 (step 1 needs a v)");
+    }
+  }
   if (o.global_average_every != 0 && !is_decentralized(o.optimizer)) {
     throw gradcomp::config_error(
         "train: --global-average-every applies to the decentralized optimizers (dadam, "
@@ -456,9 +479,17 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   cctx.parallel_threshold = std::numeric_limits<std::size_t>::max();  // ranks are threads already
   cctx.seed = o.exchange.seed;
   std::vector<gradcomp::onebit_adam<gradcomp::any_codec>> onebit;
+  std::vector<gradcomp::factored_onebit_adam<gradcomp::any_codec>> factored;
   std::string const two_way_codec = o.exchange.codec == "dense" ? "identity" : o.exchange.codec;
   for (std::size_t k = 0; k < spans.size(); ++k) {
-    if (kind == optimizer_kind::onebitadam) {
+    if (kind == optimizer_kind::onebitadam && o.factored_variance) {
+      gradcomp::factored_onebit_adam_options fo;
+      fo.adam = adam_settings(o);
+      fo.rows = k % 2 == 0 ? net.sizes()[k / 2] : 0;  // W_l: sizes[l] rows; b_l: a vector
+      fo.sync_first = o.sync_first;
+      fo.sync_every = o.sync_every;
+      factored.emplace_back(gradcomp::make_codec(two_way_codec), fo);
+    } else if (kind == optimizer_kind::onebitadam) {
       gradcomp::onebit_adam_options oo;
       oo.adam = adam_settings(o);
       oo.warmup = o.warmup != 0 ? o.warmup : default_onebit_warmup(o.steps);
@@ -492,6 +523,14 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       so.weight_decay = o.weight_decay;
       gossip.emplace<3>(gradcomp::sgd(so), std::move(mixer));
     }
+  } else if (kind == optimizer_kind::onebitadam && o.factored_variance) {
+    pipeline =
+        "no warm-up: the momentum through two-way " + two_way_codec +
+        " with worker and server error feedback from step 1, v factored (rows and "
+        "columns of each matrix) and averaged at steps 1.." +
+        std::to_string(o.sync_first) +
+        (o.sync_every != 0 ? " and every " + std::to_string(o.sync_every) : std::string(" only")) +
+        ", per layer";
   } else if (kind == optimizer_kind::onebitadam) {
     pipeline = std::to_string(onebit.front().options().warmup) +
                " steps of dense all-reduce Adam, then v " +
@@ -661,7 +700,9 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
             wire += static_cast<double>(r.wire_bytes);
           }
         };
-        if (kind == optimizer_kind::onebitadam) {
+        if (kind == optimizer_kind::onebitadam && o.factored_variance) {
+          step_spans(factored);
+        } else if (kind == optimizer_kind::onebitadam) {
           step_spans(onebit);
         } else {
           step_spans(cadam);

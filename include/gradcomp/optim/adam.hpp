@@ -37,6 +37,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -133,6 +134,16 @@ GRADCOMP_FORCEINLINE float adam_apply(float x, float m, float v,
                                       adam_coefficients const& c) noexcept {
   float const denom = std::sqrt(v) / c.bc2_sqrt + c.eps;
   return x - c.step_size * (m / denom);
+}
+
+// The largest |m / sqrt(v)| Adam's own moments allow (Cauchy-Schwarz on the two exponential
+// averages): (1-b1) / sqrt((1-b2)(1-b1^2/b2)), 7.27 with the default betas; infinite when
+// b1^2 >= b2. The optimizers whose v is not Adam's own (frozen, factored) clip the normalized
+// step m / (sqrt(v)/sqrt(1-b2^t) + eps) to it.
+inline float adam_update_bound(adam_options const& o) noexcept {
+  double const b1 = o.beta1, b2 = o.beta2;
+  if (b1 * b1 >= b2 || b2 <= 0.0) return std::numeric_limits<float>::infinity();
+  return static_cast<float>((1.0 - b1) / std::sqrt((1.0 - b2) * (1.0 - b1 * b1 / b2)));
 }
 
 inline void check_step_spans(std::size_t nx, std::size_t ng, std::size_t state, char const* who) {

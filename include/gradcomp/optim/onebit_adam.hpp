@@ -290,13 +290,7 @@ class onebit_adam {
   }
 
  private:
-  // The largest |m / sqrt(v)| Adam's own moments allow (Cauchy-Schwarz on the two exponential
-  // averages): (1-b1) / sqrt((1-b2)(1-b1^2/b2)); infinite when b1^2 >= b2.
-  [[nodiscard]] float update_bound() const noexcept {
-    double const b1 = opt_.adam.beta1, b2 = opt_.adam.beta2;
-    if (b1 * b1 >= b2 || b2 <= 0.0) return std::numeric_limits<float>::infinity();
-    return static_cast<float>((1.0 - b1) / std::sqrt((1.0 - b2) * (1.0 - b1 * b1 / b2)));
-  }
+  [[nodiscard]] float update_bound() const noexcept { return detail::adam_update_bound(opt_.adam); }
 
   // A refresh step: 2T, 4T, 8T, ...
   [[nodiscard]] bool refresh_at(std::uint64_t t) const noexcept {

@@ -499,6 +499,42 @@ TEST_CASE("1-bit Adam: the warm-up is All-Reduce Adam; then every rank still agr
   }
 }
 
+TEST_CASE("1-bit Adam with a factored v: no warm-up, every rank agrees, bad options rejected",
+          "[train][optim]") {
+  train::data_split const d = tiny_data();
+  int const world = 2;
+  train::train_options o = adam_options(train::optimizer_kind::onebitadam);
+  o.steps = 12;
+  o.factored_variance = true;
+  o.sync_first = 2;
+  o.sync_every = 3;
+  for (std::string codec : {"onebit", "topk:ratio=0.1"}) {
+    INFO(codec);
+    o.exchange.codec = codec;
+    std::vector<train::run_result> r;
+    auto const x = train_ranks(world, d, o, &r);
+    CHECK(max_abs_diff(x[1], x[0]) == 0.0);
+    CHECK(std::isfinite(r[0].test_loss));
+    CHECK(r[0].pipeline.find("no warm-up") != std::string::npos);
+    CHECK(r[0].pipeline.find("steps 1..2 and every 3") != std::string::npos);
+  }
+  auto bad = [&](train::train_options const& b) {
+    CHECK_THROWS_AS(train::check_options(b, d), gradcomp::config_error);
+  };
+  train::train_options b = o;
+  b.warmup = 3;  // no warm-up in this form
+  bad(b);
+  b = o;
+  b.precondition = true;
+  bad(b);
+  b = o;
+  b.sync_first = 0;
+  bad(b);
+  b = o;
+  b.optimizer = train::optimizer_kind::cadam;
+  bad(b);
+}
+
 TEST_CASE("scaled sign with error feedback: the learning-rate cap", "[train]") {
   // A(delta) = sqrt(1-delta) / (1 - sqrt(1-delta)): 1 at delta = 3/4, about 2/delta when small
   CHECK(train::sign_residual_amplification(0.75) == Approx(1.0));
