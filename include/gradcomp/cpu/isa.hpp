@@ -149,8 +149,9 @@ inline isa effective_isa(isa requested) noexcept {
 /// `cpu::execution` or a test forces) turns into a compile-time tag. `best` means
 /// `machine_isa()`. The caller passes a level the machine supports; on a build without x86
 /// SIMD every level maps to `scalar_tag`. Adding an ISA means a tag above and a case here.
+/// Forced inline: the per-bucket kernels (`block_minmax`, ...) go through it on every call.
 template <class Fn>
-decltype(auto) dispatch(isa level, Fn&& fn) {
+GRADCOMP_FORCEINLINE decltype(auto) dispatch(isa level, Fn&& fn) {
   if (level == isa::best) level = machine_isa();
 #if GRADCOMP_X86_SIMD
   switch (level) {
