@@ -35,7 +35,7 @@ TEST_CASE("cuda/thrust-cpp: onebit element functions match the CPU block kernel"
     for (std::size_t b = 0; b < blocks; ++b) {
       std::size_t const len = n - 4096 * b < 4096 ? n - 4096 * b : 4096;
       double const ref = gradcomp::cpu::kernels::scalar::onebit_pack_block(
-          x.data() + 4096 * b, len, ref_bits.data() + 512 * b);
+          gradcomp::cpu::scalar_tag{}, x.data() + 4096 * b, len, ref_bits.data() + 512 * b);
       block_sums[b] = ops::onebit_block_sum(lanes.data(), b);
       CHECK(std::bit_cast<std::uint64_t>(block_sums[b]) == std::bit_cast<std::uint64_t>(ref));
     }

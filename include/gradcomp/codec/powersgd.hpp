@@ -36,8 +36,8 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
-#include <gradcomp/core/serialize.hpp>
 #include <gradcomp/core/philox.hpp>
+#include <gradcomp/core/serialize.hpp>
 #include <gradcomp/core/spec.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/core/wire.hpp>
@@ -46,6 +46,7 @@
 #include <gradcomp/cpu/kernels/finite.hpp>
 #include <gradcomp/cpu/kernels/gemm.hpp>
 #include <gradcomp/cpu/parallel.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -548,7 +549,7 @@ class powersgd_state {
   // one task per block of rows does all three while the block is in cache.
   template <element T>
   void update_and_project(tensor_view<T const> g, bool fresh, codec_context const& ctx) {
-    constexpr std::size_t block_rows = 16;
+    constexpr std::size_t block_rows = cpu::powersgd_block_rows;
     std::size_t const r = rank_;
     float* m = m_.data();
     float* p = p_.data();

@@ -39,6 +39,7 @@
 #include <gradcomp/core/philox.hpp>
 #include <gradcomp/cpu/kernels/feistel.hpp>
 #include <gradcomp/cpu/parallel.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -269,7 +270,8 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
     cpu::for_each_chunk(k, 64, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
       for (std::size_t j = b; j < e; ++j) {
 #if defined(__GNUC__) || defined(__clang__)
-        if (j + 16 < e) __builtin_prefetch(x + idx[j + 16]);
+        if (j + cpu::gather_prefetch_ahead < e)
+          __builtin_prefetch(x + idx[j + cpu::gather_prefetch_ahead]);
 #endif
         float const f = to_float(x[idx[j]]);
         detail::sparse::store_value(v, vals, j, Scaled ? f * s : f);

@@ -26,6 +26,7 @@
 #include <gradcomp/cpu/isa.hpp>
 #include <gradcomp/cpu/kernels/topk.hpp>
 #include <gradcomp/cpu/parallel.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -291,14 +292,14 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
     bool nonfinite = false;
     if (n < ctx.parallel_threshold || ctx.threads().size() == 1) {
       // One thread: one pass in index order straight into the result.
-      constexpr std::size_t block = 4096;
+      constexpr std::size_t block = cpu::topk_serial_block;
       idx.resize(room(n, block));
       values.resize(idx.size());
       nonfinite = scan(0, n, block, idx, values);
     } else {
       // Per chunk on the pool (buffers sized here, on the calling thread), then joined in
       // chunk order.
-      constexpr std::size_t block = 512;  // small: each chunk needs room for one block
+      constexpr std::size_t block = cpu::topk_chunk_block;  // small: room for one per chunk
       std::size_t const chunks = cpu::chunk_count(n, 64);
       std::vector<std::vector<std::uint32_t>> at(chunks);
       std::vector<std::vector<float>> v(chunks);

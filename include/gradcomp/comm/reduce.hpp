@@ -15,6 +15,7 @@
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/cpu/isa.hpp>
 #include <gradcomp/cpu/kernels/convert.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -43,7 +44,7 @@ void reduce_typed(std::byte* acc, std::byte const* in, std::size_t count, Op op)
 // element, at every ISA level.
 template <cpu::kernels::half_format F>
 void sum_16bit(std::byte* acc, std::byte const* in, std::size_t count) noexcept {
-  constexpr std::size_t block = 1024;  // floats on the stack: 4 KiB, stays in L1
+  constexpr std::size_t block = cpu::reduce_16bit_block;  // on the stack, stays in L1
   cpu::isa const level = cpu::machine_isa();
   float sum[block];
   for (std::size_t at = 0; at < count; at += block) {

@@ -11,6 +11,7 @@
 #include <gradcomp/cpu/execution.hpp>
 #include <gradcomp/cpu/isa.hpp>
 #include <gradcomp/cpu/thread_pool.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +28,7 @@ struct codec_context {
   /// Pool to run on; `nullptr` means `cpu::default_thread_pool()`.
   cpu::thread_pool* pool = nullptr;
   /// Tensors smaller than this many elements run on the calling thread only.
-  std::size_t parallel_threshold = std::size_t{1} << 18;
+  std::size_t parallel_threshold = cpu::default_parallel_threshold;
   /// Highest SIMD level to use (`best` = whatever the machine has). Packets do not depend on it.
   cpu::isa isa = cpu::isa::best;
 

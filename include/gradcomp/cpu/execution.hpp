@@ -10,6 +10,7 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/isa.hpp>
 #include <gradcomp/cpu/thread_pool.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <cstddef>
 
@@ -17,12 +18,12 @@ GRADCOMP_NAMESPACE_BEGIN
 namespace cpu {
 
 /// How a kernel runs. Value type; the default runs on the process-wide pool above 2^18 elements
-/// with the best ISA of the machine.
+/// (`default_parallel_threshold`, cpu/tuning.hpp) with the best ISA of the machine.
 struct execution {
   /// Pool to run on; `nullptr` means `default_thread_pool()`.
   thread_pool* pool = nullptr;
   /// Tensors smaller than this many elements run on the calling thread only.
-  std::size_t parallel_threshold = std::size_t{1} << 18;
+  std::size_t parallel_threshold = default_parallel_threshold;
   /// Highest SIMD level to use (`best` = whatever the machine has). Results do not depend on it.
   cpu::isa isa = cpu::isa::best;
 

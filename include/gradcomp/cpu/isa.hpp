@@ -2,15 +2,27 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// Instruction-set levels of the CPU backend and their run-time detection. Kernels exist for
-/// each level; a call uses the best level both the machine and its `cpu::execution` allow.
-/// Every level produces byte-identical packets.
+/// Instruction-set levels of the CPU backend, their run-time detection, the ISA tag types and
+/// the one dispatcher from a run-time level to a tag. Kernels exist for each level; a call uses
+/// the best level both the machine and its `cpu::execution` allow. Every level produces
+/// byte-identical packets.
+///
+/// Tags, in the manner of xsimd's architecture tags: `avx512_tag` derives from `avx2_tag`,
+/// which derives from `scalar_tag`, and each names the next weaker one as its `fallback`. Each
+/// tag is declared in the namespace that holds its level's kernels (`cpu::kernels::avx512`,
+/// ...), so an unqualified call `kernel(tag, args...)` finds the kernels of every level by
+/// argument-dependent lookup, and overload resolution picks the strongest one not above the
+/// tag: a kernel that has no AVX-512 version runs its AVX2 one, then its scalar one. A public
+/// kernel entry point is then one line, `return dispatch(level, [&](auto t) { return
+/// kernel(t, args...); });`.
 
 #include <gradcomp/config.hpp>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #if GRADCOMP_X86_SIMD
 #  include <cpuid.h>
@@ -37,6 +49,41 @@ constexpr char const* isa_name(isa i) noexcept {
   }
   return "unknown";
 }
+
+namespace kernels {
+namespace scalar {
+/// Tag of the portable C++ kernels; the end of every fallback chain.
+struct isa_tag {
+  static constexpr cpu::isa level = cpu::isa::scalar;
+  using fallback = void;
+};
+}  // namespace scalar
+namespace avx2 {
+/// Tag of the AVX2 kernels; falls back to scalar.
+struct isa_tag : scalar::isa_tag {
+  static constexpr cpu::isa level = cpu::isa::avx2;
+  using fallback = scalar::isa_tag;
+};
+}  // namespace avx2
+namespace avx512 {
+/// Tag of the AVX-512 kernels; falls back to AVX2.
+struct isa_tag : avx2::isa_tag {
+  static constexpr cpu::isa level = cpu::isa::avx512;
+  using fallback = avx2::isa_tag;
+};
+}  // namespace avx512
+}  // namespace kernels
+
+/// Tag of the portable kernels (any architecture).
+using scalar_tag = kernels::scalar::isa_tag;
+/// Tag of the AVX2 + FMA + F16C + BMI2 kernels (x86-64 only).
+using avx2_tag = kernels::avx2::isa_tag;
+/// Tag of the AVX-512 F/BW/DQ/VL kernels (x86-64 only).
+using avx512_tag = kernels::avx512::isa_tag;
+
+/// Whether `T` is one of the ISA tags.
+template <class T>
+inline constexpr bool is_isa_tag = std::is_base_of_v<scalar_tag, T>;
 
 namespace detail {
 
@@ -95,6 +142,25 @@ inline isa machine_isa() noexcept {
 inline isa effective_isa(isa requested) noexcept {
   isa const m = machine_isa();
   return static_cast<unsigned>(requested) < static_cast<unsigned>(m) ? requested : m;
+}
+
+/// Calls `fn` with the tag of `level` and returns what it returns: the one place where a
+/// run-time level (from `effective_isa`, which applies `GRADCOMP_ISA` and the level a
+/// `cpu::execution` or a test forces) turns into a compile-time tag. `best` means
+/// `machine_isa()`. The caller passes a level the machine supports; on a build without x86
+/// SIMD every level maps to `scalar_tag`. Adding an ISA means a tag above and a case here.
+/// Forced inline: the per-bucket kernels (`block_minmax`, ...) go through it on every call.
+template <class Fn>
+GRADCOMP_FORCEINLINE decltype(auto) dispatch(isa level, Fn&& fn) {
+  if (level == isa::best) level = machine_isa();
+#if GRADCOMP_X86_SIMD
+  switch (level) {
+    case isa::avx512: return std::forward<Fn>(fn)(avx512_tag{});
+    case isa::avx2: return std::forward<Fn>(fn)(avx2_tag{});
+    default: break;
+  }
+#endif
+  return std::forward<Fn>(fn)(scalar_tag{});
 }
 
 }  // namespace cpu

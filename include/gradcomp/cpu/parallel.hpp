@@ -7,17 +7,14 @@
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/execution.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <cstddef>
 
 GRADCOMP_NAMESPACE_BEGIN
 namespace cpu {
 
-/// Elements per parallel chunk before alignment (a tuning constant: large enough to amortise
-/// the hand-off to a worker, small enough to balance two to a few dozen threads).
-inline constexpr std::size_t chunk_elements = std::size_t{1} << 16;
-
-/// Chunk length for `align`: `chunk_elements` rounded up to a multiple of `align`.
+/// Chunk length for `align`: `chunk_elements` (cpu/tuning.hpp) rounded up to a multiple of `align`.
 constexpr std::size_t chunk_length(std::size_t align) noexcept {
   if (align == 0) align = 1;
   return (chunk_elements + align - 1) / align * align;

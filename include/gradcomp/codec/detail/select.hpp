@@ -28,6 +28,7 @@
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cpu/kernels/select.hpp>
 #include <gradcomp/cpu/parallel.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -136,7 +137,7 @@ struct candidates {
 inline std::uint64_t collect(std::span<segment const> segs, std::uint32_t bound,
                              std::vector<std::vector<candidates>>& parts, codec_id who,
                              codec_context const& ctx) {
-  constexpr std::size_t block = 2048;
+  constexpr std::size_t block = cpu::select_collect_block;
   cpu::isa const level = cpu::effective_isa(ctx.isa);
   parts.resize(segs.size());
   std::uint64_t total = 0;

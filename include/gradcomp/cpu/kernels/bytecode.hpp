@@ -20,8 +20,9 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/philox.hpp>
 #include <gradcomp/cpu/isa.hpp>
-#include <gradcomp/cpu/kernels/bucket.hpp>
 #include <gradcomp/cpu/kernels/philox.hpp>
+#include <gradcomp/cpu/kernels/window.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <bit>
 #include <cfloat>
@@ -74,7 +75,7 @@ inline float first_zero(float init, float const* x, std::size_t n) noexcept {
 namespace scalar {
 
 /// min and max of x[0, n); returns false if an element is NaN or infinite.
-inline bool block_minmax(float const* x, std::size_t n, float& lo, float& hi) noexcept {
+inline bool block_minmax(isa_tag, float const* x, std::size_t n, float& lo, float& hi) noexcept {
   bool bad = false;
   for (std::size_t i = 0; i < n; ++i) {
     float const v = x[i];
@@ -86,7 +87,7 @@ inline bool block_minmax(float const* x, std::size_t n, float& lo, float& hi) no
 }
 
 /// Largest biased exponent of x[0, n) (255 for NaN/Inf).
-inline unsigned block_max_exponent(float const* x, std::size_t n) noexcept {
+inline unsigned block_max_exponent(isa_tag, float const* x, std::size_t n) noexcept {
   unsigned e = 0;
   for (std::size_t i = 0; i < n; ++i) {
     unsigned const v = (std::bit_cast<std::uint32_t>(x[i]) >> 23) & 0xffu;
@@ -133,16 +134,17 @@ inline std::uint8_t natural_code(float x, unsigned emax, std::uint32_t draw) noe
 GRADCOMP_SIMD_DIAGNOSTICS_PUSH
 namespace avx512 {
 
-GRADCOMP_TARGET_AVX512 inline bool block_minmax(float const* x, std::size_t n, float& lo, float& hi) noexcept {
+GRADCOMP_TARGET_AVX512 inline bool block_minmax(isa_tag, float const* x, std::size_t n, float& lo,
+                                                float& hi) noexcept {
   float const lo0 = lo, hi0 = hi;
   __m512 mn = _mm512_set1_ps(lo);
   __m512 mx = _mm512_set1_ps(hi);
   __m512 const big = _mm512_set1_ps(FLT_MAX);
   __mmask16 bad = 0;
   for (std::size_t i = 0; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + 2048, _MM_HINT_T0);  // the next bucket
-    __mmask16 const live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
-    __m512 const v = _mm512_maskz_loadu_ps(live, x + i);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    __mmask16 const live = live16(n - i);
+    __m512 const v = load16(x + i, live);
     bad |= _mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(v), big, _CMP_NLE_UQ);
     // min(v, m) = v < m ? v : m, as the scalar loop (a NaN element never enters).
     mn = _mm512_mask_min_ps(mn, live, v, mn);
@@ -155,13 +157,13 @@ GRADCOMP_TARGET_AVX512 inline bool block_minmax(float const* x, std::size_t n, f
   return bad == 0;
 }
 
-GRADCOMP_TARGET_AVX512 inline unsigned block_max_exponent(float const* x, std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX512 inline unsigned block_max_exponent(isa_tag, float const* x,
+                                                          std::size_t n) noexcept {
   __m512i m = _mm512_setzero_si512();
   __m512i const ef = _mm512_set1_epi32(0xff);
   for (std::size_t i = 0; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + 2048, _MM_HINT_T0);  // the next bucket
-    __mmask16 const live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
-    __m512i const v = _mm512_maskz_loadu_epi32(live, x + i);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    __m512i const v = load16_bits(x + i, live16(n - i));
     m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_srli_epi32(v, 23), ef));
   }
   return _mm512_reduce_max_epu32(m);
@@ -195,9 +197,10 @@ GRADCOMP_TARGET_AVX512 inline __m512 offsets16(philox16 const& g, unsigned k) no
 }
 
 // int8 codes of [begin, end) (begin multiple of 128, end multiple of 128 or tensor end).
-GRADCOMP_TARGET_AVX512 inline void int8_encode(float const* x, std::size_t begin, std::size_t end,
-                                               std::size_t bucket_len, int8_bucket const* buckets,
-                                               bool stochastic, random_stream const& rs,
+GRADCOMP_TARGET_AVX512 inline void int8_encode(isa_tag, float const* x, std::size_t begin,
+                                               std::size_t end, std::size_t bucket_len,
+                                               int8_bucket const* buckets, bool stochastic,
+                                               random_stream const& rs,
                                                std::uint8_t* codes) noexcept {
   bucket_cursor cur(bucket_len, begin);
   philox_schedule const ks = philox_prepare(rs);
@@ -218,66 +221,40 @@ GRADCOMP_TARGET_AVX512 inline void int8_encode(float const* x, std::size_t begin
     for (unsigned k = 0; k < 8; ++k) {
       std::size_t const w0 = g0 + 16 * k;
       if (w0 >= end) break;
-      std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
-      __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
-      bool const single = cur.advance(w0, valid);
-      std::size_t const b0 = cur.index();
-      __m512 inv, bias;
-      if (single) {
-        inv = _mm512_set1_ps(buckets[b0].inv);
-        bias = _mm512_set1_ps(buckets[b0].bias);
-      } else {
-        alignas(64) float a[16], b[16];
-        for (unsigned l = 0; l < 16; ++l) {
-          std::size_t const bk = l < valid ? (w0 + l) / bucket_len : b0;
-          a[l] = buckets[bk].inv;
-          b[l] = buckets[bk].bias;
-        }
-        inv = _mm512_load_ps(a);
-        bias = _mm512_load_ps(b);
-      }
-      __m128i const c = int8_codes16(_mm512_maskz_loadu_ps(live, x + w0), inv, bias, stochastic,
+      std::size_t const valid = window_valid(w0, end);
+      __mmask16 const live = live16(valid);
+      window_buckets const w = window_at(cur, bucket_len, w0, valid);
+      __m512 const inv = lanes_ps(w, [&](std::size_t b) { return buckets[b].inv; });
+      __m512 const bias = lanes_ps(w, [&](std::size_t b) { return buckets[b].bias; });
+      __m128i const c = int8_codes16(load16(x + w0, live), inv, bias, stochastic,
                                      stochastic ? offsets16(g, k) : zero);
-      _mm_mask_storeu_epi8(codes + w0, live, c);
+      store_bytes16(codes + w0, live, c);
     }
   }
 }
 
-GRADCOMP_TARGET_AVX512 inline void int8_decode(std::uint8_t const* codes, std::size_t begin,
-                                               std::size_t end, std::size_t bucket_len,
-                                               float const* los, float const* steps, float* out,
-                                               float alpha, bool add) noexcept {
+GRADCOMP_TARGET_AVX512 inline void int8_decode(isa_tag, std::uint8_t const* codes,
+                                               std::size_t begin, std::size_t end,
+                                               std::size_t bucket_len, float const* los,
+                                               float const* steps, float* out, float alpha,
+                                               bool add) noexcept {
   __m512 const a = _mm512_set1_ps(alpha);
   bucket_cursor cur(bucket_len, begin);
   for (std::size_t w0 = begin; w0 < end; w0 += 16) {
-    std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
-    __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
-    bool const single = cur.advance(w0, valid);
-    std::size_t const b0 = cur.index();
-    __m512 lo, st;
-    if (single) {
-      lo = _mm512_set1_ps(los[b0]);
-      st = _mm512_set1_ps(steps[b0]);
-    } else {
-      alignas(64) float l_[16], s_[16];
-      for (unsigned l = 0; l < 16; ++l) {
-        std::size_t const bk = l < valid ? (w0 + l) / bucket_len : b0;
-        l_[l] = los[bk];
-        s_[l] = steps[bk];
-      }
-      lo = _mm512_load_ps(l_);
-      st = _mm512_load_ps(s_);
-    }
-    __m512 const q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, codes + w0)));
-    __m512 v = _mm512_fmadd_ps(q, st, lo);
-    if (add) v = _mm512_fmadd_ps(a, v, _mm512_maskz_loadu_ps(live, out + w0));
-    _mm512_mask_storeu_ps(out + w0, live, v);
+    std::size_t const valid = window_valid(w0, end);
+    __mmask16 const live = live16(valid);
+    window_buckets const w = window_at(cur, bucket_len, w0, valid);
+    __m512 const lo = lanes_ps(w, [&](std::size_t b) { return los[b]; });
+    __m512 const st = lanes_ps(w, [&](std::size_t b) { return steps[b]; });
+    __m512 const q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(load_bytes16(codes + w0, live)));
+    store_or_add16(out + w0, live, _mm512_fmadd_ps(q, st, lo), a, add);
   }
 }
 
-GRADCOMP_TARGET_AVX512 inline void natural_encode(float const* x, std::size_t begin, std::size_t end,
-                                                  std::size_t bucket_len, std::uint8_t const* emax,
-                                                  random_stream const& rs, std::uint8_t* codes) noexcept {
+GRADCOMP_TARGET_AVX512 inline void natural_encode(isa_tag, float const* x, std::size_t begin,
+                                                  std::size_t end, std::size_t bucket_len,
+                                                  std::uint8_t const* emax, random_stream const& rs,
+                                                  std::uint8_t* codes) noexcept {
   bucket_cursor cur(bucket_len, begin);
   philox_schedule const ks = philox_prepare(rs);
   for (std::size_t g0 = begin; g0 < end; g0 += 128) {
@@ -285,21 +262,13 @@ GRADCOMP_TARGET_AVX512 inline void natural_encode(float const* x, std::size_t be
     for (unsigned k = 0; k < 8; ++k) {
       std::size_t const w0 = g0 + 16 * k;
       if (w0 >= end) break;
-      std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
-      __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
-      bool const single = cur.advance(w0, valid);
-      std::size_t const b0 = cur.index();
-      __m512i em;
-      if (single) {
-        em = _mm512_set1_epi32(emax[b0]);
-      } else {
-        alignas(64) std::int32_t e_[16];
-        for (unsigned l = 0; l < 16; ++l) e_[l] = emax[l < valid ? (w0 + l) / bucket_len : b0];
-        em = _mm512_load_si512(e_);
-      }
+      std::size_t const valid = window_valid(w0, end);
+      __mmask16 const live = live16(valid);
+      __m512i const em = lanes_epi32(window_at(cur, bucket_len, w0, valid),
+                                     [&](std::size_t b) { return emax[b]; });
       // lo = max(1, E - 125)
       __m512i const lo = _mm512_max_epi32(_mm512_sub_epi32(em, _mm512_set1_epi32(125)), _mm512_set1_epi32(1));
-      __m512i const bits = _mm512_maskz_loadu_epi32(live, x + w0);
+      __m512i const bits = load16_bits(x + w0, live);
       __m512i const a = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
       __m512i const e = _mm512_srli_epi32(a, 23);
       __m512 const d = draws_unit(philox_window(g, k));
@@ -320,32 +289,24 @@ GRADCOMP_TARGET_AVX512 inline void natural_encode(float const* x, std::size_t be
       __mmask16 const neg = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(static_cast<int>(0x80000000u))) &
                             _mm512_test_epi32_mask(kk, kk);
       kk = _mm512_mask_or_epi32(kk, neg, kk, _mm512_set1_epi32(0x80));
-      _mm_mask_storeu_epi8(codes + w0, live, _mm512_cvtepi32_epi8(kk));
+      store_bytes16(codes + w0, live, _mm512_cvtepi32_epi8(kk));
     }
   }
 }
 
-GRADCOMP_TARGET_AVX512 inline bool natural_decode(std::uint8_t const* codes, std::size_t begin,
-                                                  std::size_t end, std::size_t bucket_len,
-                                                  std::uint8_t const* emax, float* out, float alpha,
-                                                  bool add) noexcept {
+GRADCOMP_TARGET_AVX512 inline bool natural_decode(isa_tag, std::uint8_t const* codes,
+                                                  std::size_t begin, std::size_t end,
+                                                  std::size_t bucket_len, std::uint8_t const* emax,
+                                                  float* out, float alpha, bool add) noexcept {
   __m512 const a = _mm512_set1_ps(alpha);
   __mmask16 bad = 0;
   bucket_cursor cur(bucket_len, begin);
   for (std::size_t w0 = begin; w0 < end; w0 += 16) {
-    std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
-    __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
-    bool const single = cur.advance(w0, valid);
-    std::size_t const b0 = cur.index();
-    __m512i em;
-    if (single) {
-      em = _mm512_set1_epi32(emax[b0]);
-    } else {
-      alignas(64) std::int32_t e_[16];
-      for (unsigned l = 0; l < 16; ++l) e_[l] = emax[l < valid ? (w0 + l) / bucket_len : b0];
-      em = _mm512_load_si512(e_);
-    }
-    __m512i const c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, codes + w0));
+    std::size_t const valid = window_valid(w0, end);
+    __mmask16 const live = live16(valid);
+    __m512i const em =
+        lanes_epi32(window_at(cur, bucket_len, w0, valid), [&](std::size_t b) { return emax[b]; });
+    __m512i const c = _mm512_cvtepu8_epi32(load_bytes16(codes + w0, live));
     __m512i const k = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
     __m512i const neg = _mm512_srli_epi32(c, 7);
     __mmask16 const zero = _mm512_testn_epi32_mask(k, k);
@@ -354,9 +315,9 @@ GRADCOMP_TARGET_AVX512 inline bool natural_decode(std::uint8_t const* codes, std
                                  _mm512_cmp_epi32_mask(k, kmax, _MM_CMPINT_NLE));
     __m512i const e = _mm512_sub_epi32(_mm512_add_epi32(em, _mm512_set1_epi32(2)), k);
     __m512i const bits = _mm512_or_si512(_mm512_slli_epi32(neg, 31), _mm512_slli_epi32(e, 23));
-    __m512 v = _mm512_castsi512_ps(_mm512_maskz_mov_epi32(static_cast<__mmask16>(~zero), bits));
-    if (add) v = _mm512_fmadd_ps(a, v, _mm512_maskz_loadu_ps(live, out + w0));
-    _mm512_mask_storeu_ps(out + w0, live, v);
+    __m512 const v =
+        _mm512_castsi512_ps(_mm512_maskz_mov_epi32(static_cast<__mmask16>(~zero), bits));
+    store_or_add16(out + w0, live, v, a, add);
   }
   return (bad & 0xffff) == 0;
 }
@@ -385,7 +346,7 @@ GRADCOMP_TARGET_AVX2 inline float hmax8(__m256 v) noexcept {
   return _mm_cvtss_f32(h);
 }
 
-GRADCOMP_TARGET_AVX2 inline bool block_minmax(float const* x, std::size_t n, float& lo,
+GRADCOMP_TARGET_AVX2 inline bool block_minmax(isa_tag, float const* x, std::size_t n, float& lo,
                                               float& hi) noexcept {
   float const lo0 = lo, hi0 = hi;
   __m256 const absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -407,26 +368,21 @@ GRADCOMP_TARGET_AVX2 inline bool block_minmax(float const* x, std::size_t n, flo
   }
   float l = hmin8(_mm256_min_ps(mn0, mn1));
   float h = hmax8(_mm256_max_ps(mx0, mx1));
-  bool const ok = scalar::block_minmax(x + i, n - i, l, h) && _mm256_movemask_ps(bad) == 0;
+  bool const ok =
+      scalar::block_minmax(scalar_tag{}, x + i, n - i, l, h) && _mm256_movemask_ps(bad) == 0;
   lo = l == 0.0f ? first_zero(lo0, x, n) : l;
   hi = h == 0.0f ? first_zero(hi0, x, n) : h;
   return ok;
 }
 
-GRADCOMP_TARGET_AVX2 inline unsigned block_max_exponent(float const* x, std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX2 inline unsigned block_max_exponent(isa_tag, float const* x,
+                                                        std::size_t n) noexcept {
   __m256i m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
   __m256i const ef = _mm256_set1_epi32(0xff);
   for (std::size_t i = 0; i < n; i += 16) {
-    __m256i v0, v1;
-    if (n - i >= 16) {
-      v0 = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + i));
-      v1 = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + i + 8));
-    } else {  // missing lanes read as 0 (exponent 0)
-      v0 = _mm256_castps_si256(_mm256_maskload_ps(x + i, live_mask8(n - i, 0)));
-      v1 = _mm256_castps_si256(_mm256_maskload_ps(x + i + 8, live_mask8(n - i, 8)));
-    }
-    m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_srli_epi32(v0, 23), ef));
-    m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_srli_epi32(v1, 23), ef));
+    i32x16 const v = load16_bits(x + i, window_valid(i, n));  // missing lanes: exponent 0
+    m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_srli_epi32(v.lo, 23), ef));
+    m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_srli_epi32(v.hi, 23), ef));
   }
   __m256i const m = _mm256_max_epu32(m0, m1);
   __m128i r = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
@@ -459,9 +415,10 @@ GRADCOMP_TARGET_AVX2 inline __m256i int8_codes8(__m256 x, __m256 inv, __m256 bia
 }
 
 // int8 codes of [begin, end) (begin multiple of 128, end multiple of 128 or tensor end).
-GRADCOMP_TARGET_AVX2 inline void int8_encode(float const* x, std::size_t begin, std::size_t end,
-                                             std::size_t bucket_len, int8_bucket const* buckets,
-                                             bool stochastic, random_stream const& rs,
+GRADCOMP_TARGET_AVX2 inline void int8_encode(isa_tag, float const* x, std::size_t begin,
+                                             std::size_t end, std::size_t bucket_len,
+                                             int8_bucket const* buckets, bool stochastic,
+                                             random_stream const& rs,
                                              std::uint8_t* codes) noexcept {
   bucket_cursor cur(bucket_len, begin);
   philox_schedule const ks = philox_prepare(rs);
@@ -485,98 +442,36 @@ GRADCOMP_TARGET_AVX2 inline void int8_encode(float const* x, std::size_t begin, 
     for (unsigned k = 0; k < 8; ++k) {
       std::size_t const w0 = g0 + 16 * k;
       if (w0 >= end) break;
-      std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
-      bool const single = cur.advance(w0, valid);
-      std::size_t const b0 = cur.index();
-      __m256 inv0, inv1, bias0, bias1;
-      if (single) {
-        inv0 = inv1 = _mm256_set1_ps(buckets[b0].inv);
-        bias0 = bias1 = _mm256_set1_ps(buckets[b0].bias);
-      } else {
-        alignas(32) float a[16], b[16];
-        for (unsigned l = 0; l < 16; ++l) {
-          std::size_t const bk = l < valid ? (w0 + l) / bucket_len : b0;
-          a[l] = buckets[bk].inv;
-          b[l] = buckets[bk].bias;
-        }
-        inv0 = _mm256_load_ps(a);
-        inv1 = _mm256_load_ps(a + 8);
-        bias0 = _mm256_load_ps(b);
-        bias1 = _mm256_load_ps(b + 8);
-      }
-      __m256 const x0 = _mm256_maskload_ps(x + w0, live_mask8(valid, 0));
-      __m256 const x1 = _mm256_maskload_ps(x + w0 + 8, live_mask8(valid, 8));
+      std::size_t const valid = window_valid(w0, end);
+      window_buckets const w = window_at(cur, bucket_len, w0, valid);
+      f32x16 const inv = lanes_ps(w, [&](std::size_t b) { return buckets[b].inv; });
+      f32x16 const bias = lanes_ps(w, [&](std::size_t b) { return buckets[b].bias; });
+      f32x16 const xv = load16(x + w0, valid);
       __m256i const c0 =
-          int8_codes8(x0, inv0, bias0, stochastic, stochastic ? offsets8(g, k, 0) : zero);
+          int8_codes8(xv.lo, inv.lo, bias.lo, stochastic, stochastic ? offsets8(g, k, 0) : zero);
       __m256i const c1 =
-          int8_codes8(x1, inv1, bias1, stochastic, stochastic ? offsets8(g, k, 1) : zero);
-      __m128i const c = bytes16(c0, c1);
-      if (valid == 16) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + w0), c);
-      } else {
-        alignas(16) std::uint8_t tmp[16];
-        _mm_store_si128(reinterpret_cast<__m128i*>(tmp), c);
-        std::memcpy(codes + w0, tmp, valid);
-      }
+          int8_codes8(xv.hi, inv.hi, bias.hi, stochastic, stochastic ? offsets8(g, k, 1) : zero);
+      store_bytes16(codes + w0, valid, bytes16(c0, c1));
     }
   }
 }
 
-GRADCOMP_TARGET_AVX2 inline void int8_decode(std::uint8_t const* codes, std::size_t begin,
+GRADCOMP_TARGET_AVX2 inline void int8_decode(isa_tag, std::uint8_t const* codes, std::size_t begin,
                                              std::size_t end, std::size_t bucket_len,
                                              float const* los, float const* steps, float* out,
                                              float alpha, bool add) noexcept {
   __m256 const a = _mm256_set1_ps(alpha);
   bucket_cursor cur(bucket_len, begin);
   for (std::size_t w0 = begin; w0 < end; w0 += 16) {
-    std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
-    bool const single = cur.advance(w0, valid);
-    std::size_t const b0 = cur.index();
-    __m256 lo0, lo1, st0, st1;
-    if (single) {
-      lo0 = lo1 = _mm256_set1_ps(los[b0]);
-      st0 = st1 = _mm256_set1_ps(steps[b0]);
-    } else {
-      alignas(32) float l_[16], s_[16];
-      for (unsigned l = 0; l < 16; ++l) {
-        std::size_t const bk = l < valid ? (w0 + l) / bucket_len : b0;
-        l_[l] = los[bk];
-        s_[l] = steps[bk];
-      }
-      lo0 = _mm256_load_ps(l_);
-      lo1 = _mm256_load_ps(l_ + 8);
-      st0 = _mm256_load_ps(s_);
-      st1 = _mm256_load_ps(s_ + 8);
-    }
-    __m128i c;
-    if (valid == 16) {
-      c = _mm_loadu_si128(reinterpret_cast<__m128i const*>(codes + w0));
-    } else {
-      alignas(16) std::uint8_t tmp[16] = {};
-      std::memcpy(tmp, codes + w0, valid);
-      c = _mm_load_si128(reinterpret_cast<__m128i const*>(tmp));
-    }
+    std::size_t const valid = window_valid(w0, end);
+    window_buckets const w = window_at(cur, bucket_len, w0, valid);
+    f32x16 const lo = lanes_ps(w, [&](std::size_t b) { return los[b]; });
+    f32x16 const st = lanes_ps(w, [&](std::size_t b) { return steps[b]; });
+    __m128i const c = load_bytes16(codes + w0, valid);
     __m256 const q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c));
     __m256 const q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(c, c)));
-    __m256 v0 = _mm256_fmadd_ps(q0, st0, lo0);
-    __m256 v1 = _mm256_fmadd_ps(q1, st1, lo1);
-    if (valid == 16) {
-      if (add) {
-        v0 = _mm256_fmadd_ps(a, v0, _mm256_loadu_ps(out + w0));
-        v1 = _mm256_fmadd_ps(a, v1, _mm256_loadu_ps(out + w0 + 8));
-      }
-      _mm256_storeu_ps(out + w0, v0);
-      _mm256_storeu_ps(out + w0 + 8, v1);
-    } else {
-      __m256i const live0 = live_mask8(valid, 0);
-      __m256i const live1 = live_mask8(valid, 8);
-      if (add) {
-        v0 = _mm256_fmadd_ps(a, v0, _mm256_maskload_ps(out + w0, live0));
-        v1 = _mm256_fmadd_ps(a, v1, _mm256_maskload_ps(out + w0 + 8, live1));
-      }
-      _mm256_maskstore_ps(out + w0, live0, v0);
-      _mm256_maskstore_ps(out + w0 + 8, live1, v1);
-    }
+    store_or_add16(out + w0, valid,
+                   {_mm256_fmadd_ps(q0, st.lo, lo.lo), _mm256_fmadd_ps(q1, st.hi, lo.hi)}, a, add);
   }
 }
 
@@ -611,9 +506,9 @@ GRADCOMP_TARGET_AVX2 inline __m256 draws_unit(__m256i draws) noexcept {
                        _mm256_set1_ps(1.0f / 65536.0f));
 }
 
-GRADCOMP_TARGET_AVX2 inline void natural_encode(float const* x, std::size_t begin, std::size_t end,
-                                                std::size_t bucket_len, std::uint8_t const* emax,
-                                                random_stream const& rs,
+GRADCOMP_TARGET_AVX2 inline void natural_encode(isa_tag, float const* x, std::size_t begin,
+                                                std::size_t end, std::size_t bucket_len,
+                                                std::uint8_t const* emax, random_stream const& rs,
                                                 std::uint8_t* codes) noexcept {
   bucket_cursor cur(bucket_len, begin);
   philox_schedule const ks = philox_prepare(rs);
@@ -622,36 +517,13 @@ GRADCOMP_TARGET_AVX2 inline void natural_encode(float const* x, std::size_t begi
     for (unsigned k = 0; k < 8; ++k) {
       std::size_t const w0 = g0 + 16 * k;
       if (w0 >= end) break;
-      std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
-      bool const single = cur.advance(w0, valid);
-      std::size_t const b0 = cur.index();
-      __m256i em0, em1;
-      if (single) {
-        em0 = em1 = _mm256_set1_epi32(emax[b0]);
-      } else {
-        alignas(32) std::int32_t e_[16];
-        for (unsigned l = 0; l < 16; ++l) e_[l] = emax[l < valid ? (w0 + l) / bucket_len : b0];
-        em0 = _mm256_load_si256(reinterpret_cast<__m256i const*>(e_));
-        em1 = _mm256_load_si256(reinterpret_cast<__m256i const*>(e_ + 8));
-      }
-      __m256i bits0, bits1;
-      if (valid == 16) {
-        bits0 = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + w0));
-        bits1 = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + w0 + 8));
-      } else {
-        bits0 = _mm256_castps_si256(_mm256_maskload_ps(x + w0, live_mask8(valid, 0)));
-        bits1 = _mm256_castps_si256(_mm256_maskload_ps(x + w0 + 8, live_mask8(valid, 8)));
-      }
-      __m256i const c0 = natural_codes8(bits0, em0, draws_unit(philox_window(g, k, 0)));
-      __m256i const c1 = natural_codes8(bits1, em1, draws_unit(philox_window(g, k, 1)));
-      __m128i const c = bytes16(c0, c1);
-      if (valid == 16) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + w0), c);
-      } else {
-        alignas(16) std::uint8_t tmp[16];
-        _mm_store_si128(reinterpret_cast<__m128i*>(tmp), c);
-        std::memcpy(codes + w0, tmp, valid);
-      }
+      std::size_t const valid = window_valid(w0, end);
+      i32x16 const em = lanes_epi32(window_at(cur, bucket_len, w0, valid),
+                                    [&](std::size_t b) { return emax[b]; });
+      i32x16 const bits = load16_bits(x + w0, valid);
+      __m256i const c0 = natural_codes8(bits.lo, em.lo, draws_unit(philox_window(g, k, 0)));
+      __m256i const c1 = natural_codes8(bits.hi, em.hi, draws_unit(philox_window(g, k, 1)));
+      store_bytes16(codes + w0, valid, bytes16(c0, c1));
     }
   }
 }
@@ -670,53 +542,21 @@ GRADCOMP_TARGET_AVX2 inline __m256 natural_values8(__m256i c, __m256i em, __m256
   return _mm256_castsi256_ps(_mm256_andnot_si256(zero, bits));
 }
 
-GRADCOMP_TARGET_AVX2 inline bool natural_decode(std::uint8_t const* codes, std::size_t begin,
-                                                std::size_t end, std::size_t bucket_len,
-                                                std::uint8_t const* emax, float* out, float alpha,
-                                                bool add) noexcept {
+GRADCOMP_TARGET_AVX2 inline bool natural_decode(isa_tag, std::uint8_t const* codes,
+                                                std::size_t begin, std::size_t end,
+                                                std::size_t bucket_len, std::uint8_t const* emax,
+                                                float* out, float alpha, bool add) noexcept {
   __m256 const a = _mm256_set1_ps(alpha);
   __m256i bad = _mm256_setzero_si256();
   bucket_cursor cur(bucket_len, begin);
   for (std::size_t w0 = begin; w0 < end; w0 += 16) {
-    std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
-    bool const single = cur.advance(w0, valid);
-    std::size_t const b0 = cur.index();
-    __m256i em0, em1;
-    if (single) {
-      em0 = em1 = _mm256_set1_epi32(emax[b0]);
-    } else {
-      alignas(32) std::int32_t e_[16];
-      for (unsigned l = 0; l < 16; ++l) e_[l] = emax[l < valid ? (w0 + l) / bucket_len : b0];
-      em0 = _mm256_load_si256(reinterpret_cast<__m256i const*>(e_));
-      em1 = _mm256_load_si256(reinterpret_cast<__m256i const*>(e_ + 8));
-    }
-    __m128i c;
-    if (valid == 16) {
-      c = _mm_loadu_si128(reinterpret_cast<__m128i const*>(codes + w0));
-    } else {
-      alignas(16) std::uint8_t tmp[16] = {};  // dead lanes decode as code 0 (valid, value 0)
-      std::memcpy(tmp, codes + w0, valid);
-      c = _mm_load_si128(reinterpret_cast<__m128i const*>(tmp));
-    }
-    __m256 v0 = natural_values8(_mm256_cvtepu8_epi32(c), em0, bad);
-    __m256 v1 = natural_values8(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(c, c)), em1, bad);
-    if (valid == 16) {
-      if (add) {
-        v0 = _mm256_fmadd_ps(a, v0, _mm256_loadu_ps(out + w0));
-        v1 = _mm256_fmadd_ps(a, v1, _mm256_loadu_ps(out + w0 + 8));
-      }
-      _mm256_storeu_ps(out + w0, v0);
-      _mm256_storeu_ps(out + w0 + 8, v1);
-    } else {
-      __m256i const live0 = live_mask8(valid, 0);
-      __m256i const live1 = live_mask8(valid, 8);
-      if (add) {
-        v0 = _mm256_fmadd_ps(a, v0, _mm256_maskload_ps(out + w0, live0));
-        v1 = _mm256_fmadd_ps(a, v1, _mm256_maskload_ps(out + w0 + 8, live1));
-      }
-      _mm256_maskstore_ps(out + w0, live0, v0);
-      _mm256_maskstore_ps(out + w0 + 8, live1, v1);
-    }
+    std::size_t const valid = window_valid(w0, end);
+    i32x16 const em =
+        lanes_epi32(window_at(cur, bucket_len, w0, valid), [&](std::size_t b) { return emax[b]; });
+    __m128i const c = load_bytes16(codes + w0, valid);  // dead lanes: code 0 (valid, value 0)
+    __m256 const v0 = natural_values8(_mm256_cvtepu8_epi32(c), em.lo, bad);
+    __m256 const v1 = natural_values8(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(c, c)), em.hi, bad);
+    store_or_add16(out + w0, valid, {v0, v1}, a, add);
   }
   return _mm256_testz_si256(bad, bad) != 0;
 }
@@ -724,77 +564,6 @@ GRADCOMP_TARGET_AVX2 inline bool natural_decode(std::uint8_t const* codes, std::
 }  // namespace avx2
 GRADCOMP_SIMD_DIAGNOSTICS_POP
 #endif  // GRADCOMP_X86_SIMD
-
-/// min/max of one block (updates lo/hi); false if it holds NaN or infinity.
-inline bool block_minmax(float const* x, std::size_t n, float& lo, float& hi, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::block_minmax(x, n, lo, hi);
-  if (level == isa::avx2) return avx2::block_minmax(x, n, lo, hi);
-#endif
-  (void)level;
-  return scalar::block_minmax(x, n, lo, hi);
-}
-
-/// Largest biased exponent of one block.
-inline unsigned block_max_exponent(float const* x, std::size_t n, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::block_max_exponent(x, n);
-  if (level == isa::avx2) return avx2::block_max_exponent(x, n);
-#endif
-  (void)level;
-  return scalar::block_max_exponent(x, n);
-}
-
-/// int8 codes of elements [begin, end) (begin a multiple of 128).
-inline void int8_encode(float const* x, std::size_t begin, std::size_t end, std::size_t bucket_len,
-                        int8_bucket const* buckets, bool stochastic, random_stream const& rs,
-                        std::uint8_t* codes, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::int8_encode(x, begin, end, bucket_len, buckets, stochastic, rs, codes);
-  if (level == isa::avx2)
-    return avx2::int8_encode(x, begin, end, bucket_len, buckets, stochastic, rs, codes);
-#endif
-  (void)level;
-  philox_group g;
-  for (std::size_t i = begin; i < end; ++i) {
-    if (stochastic && (i % 128 == 0 || i == begin)) scalar::philox_fill(rs, i / 128, g);
-    codes[i] = scalar::int8_code(x[i], buckets[i / bucket_len], stochastic,
-                                 stochastic ? g.draw(static_cast<unsigned>(i % 128)) : 0u);
-  }
-}
-
-/// Decodes int8 codes [begin, end) (begin a multiple of 16).
-inline void int8_decode(std::uint8_t const* codes, std::size_t begin, std::size_t end,
-                        std::size_t bucket_len, float const* los, float const* steps, float* out,
-                        float alpha, bool add, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::int8_decode(codes, begin, end, bucket_len, los, steps, out, alpha, add);
-  if (level == isa::avx2)
-    return avx2::int8_decode(codes, begin, end, bucket_len, los, steps, out, alpha, add);
-#endif
-  (void)level;
-  for (std::size_t i = begin; i < end; ++i) {
-    std::size_t const b = i / bucket_len;
-    float const v = std::fma(static_cast<float>(codes[i]), steps[b], los[b]);
-    out[i] = add ? std::fma(alpha, v, out[i]) : v;
-  }
-}
-
-/// Natural-compression codes of elements [begin, end) (begin a multiple of 128).
-inline void natural_encode(float const* x, std::size_t begin, std::size_t end, std::size_t bucket_len,
-                           std::uint8_t const* emax, random_stream const& rs, std::uint8_t* codes,
-                           isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::natural_encode(x, begin, end, bucket_len, emax, rs, codes);
-  if (level == isa::avx2) return avx2::natural_encode(x, begin, end, bucket_len, emax, rs, codes);
-#endif
-  (void)level;
-  philox_group g;
-  for (std::size_t i = begin; i < end; ++i) {
-    if (i % 128 == 0 || i == begin) scalar::philox_fill(rs, i / 128, g);
-    codes[i] = scalar::natural_code(x[i], emax[i / bucket_len], g.draw(static_cast<unsigned>(i % 128)));
-  }
-}
 
 /// Decoded value of a natural-compression byte in a bucket of max exponent `emax`; clears `ok`
 /// for a byte the encoder cannot produce.
@@ -810,23 +579,99 @@ inline float natural_value(std::uint8_t c, unsigned emax, bool& ok) noexcept {
   return std::bit_cast<float>((neg << 31) | ((emax + 2 - k) << 23));
 }
 
-/// Decodes natural-compression bytes [begin, end) (begin a multiple of 16); false if a byte is
-/// not one the encoder can produce (out is then unspecified).
-inline bool natural_decode(std::uint8_t const* codes, std::size_t begin, std::size_t end,
+namespace scalar {
+
+/// The reference loop of `int8_encode`.
+inline void int8_encode(isa_tag, float const* x, std::size_t begin, std::size_t end,
+                        std::size_t bucket_len, int8_bucket const* buckets, bool stochastic,
+                        random_stream const& rs, std::uint8_t* codes) noexcept {
+  philox_group g;
+  for (std::size_t i = begin; i < end; ++i) {
+    if (stochastic && (i % 128 == 0 || i == begin)) philox_fill(rs, i / 128, g);
+    codes[i] = int8_code(x[i], buckets[i / bucket_len], stochastic,
+                         stochastic ? g.draw(static_cast<unsigned>(i % 128)) : 0u);
+  }
+}
+
+/// The reference loop of `int8_decode`.
+inline void int8_decode(isa_tag, std::uint8_t const* codes, std::size_t begin, std::size_t end,
+                        std::size_t bucket_len, float const* los, float const* steps, float* out,
+                        float alpha, bool add) noexcept {
+  for (std::size_t i = begin; i < end; ++i) {
+    std::size_t const b = i / bucket_len;
+    float const v = std::fma(static_cast<float>(codes[i]), steps[b], los[b]);
+    out[i] = add ? std::fma(alpha, v, out[i]) : v;
+  }
+}
+
+/// The reference loop of `natural_encode`.
+inline void natural_encode(isa_tag, float const* x, std::size_t begin, std::size_t end,
+                           std::size_t bucket_len, std::uint8_t const* emax,
+                           random_stream const& rs, std::uint8_t* codes) noexcept {
+  philox_group g;
+  for (std::size_t i = begin; i < end; ++i) {
+    if (i % 128 == 0 || i == begin) philox_fill(rs, i / 128, g);
+    codes[i] = natural_code(x[i], emax[i / bucket_len], g.draw(static_cast<unsigned>(i % 128)));
+  }
+}
+
+/// The reference loop of `natural_decode`.
+inline bool natural_decode(isa_tag, std::uint8_t const* codes, std::size_t begin, std::size_t end,
                            std::size_t bucket_len, std::uint8_t const* emax, float* out,
-                           float alpha, bool add, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::natural_decode(codes, begin, end, bucket_len, emax, out, alpha, add);
-  if (level == isa::avx2)
-    return avx2::natural_decode(codes, begin, end, bucket_len, emax, out, alpha, add);
-#endif
-  (void)level;
+                           float alpha, bool add) noexcept {
   bool ok = true;
   for (std::size_t i = begin; i < end; ++i) {
     float const v = natural_value(codes[i], emax[i / bucket_len], ok);
     out[i] = add ? std::fma(alpha, v, out[i]) : v;
   }
   return ok;
+}
+
+}  // namespace scalar
+
+/// min/max of one block (updates lo/hi); false if it holds NaN or infinity.
+inline bool block_minmax(float const* x, std::size_t n, float& lo, float& hi, isa level) noexcept {
+  return dispatch(level, [&](auto t) { return block_minmax(t, x, n, lo, hi); });
+}
+
+/// Largest biased exponent of one block.
+inline unsigned block_max_exponent(float const* x, std::size_t n, isa level) noexcept {
+  return dispatch(level, [&](auto t) { return block_max_exponent(t, x, n); });
+}
+
+/// int8 codes of elements [begin, end) (begin a multiple of 128).
+inline void int8_encode(float const* x, std::size_t begin, std::size_t end, std::size_t bucket_len,
+                        int8_bucket const* buckets, bool stochastic, random_stream const& rs,
+                        std::uint8_t* codes, isa level) noexcept {
+  dispatch(level, [&](auto t) {
+    int8_encode(t, x, begin, end, bucket_len, buckets, stochastic, rs, codes);
+  });
+}
+
+/// Decodes int8 codes [begin, end) (begin a multiple of 16).
+inline void int8_decode(std::uint8_t const* codes, std::size_t begin, std::size_t end,
+                        std::size_t bucket_len, float const* los, float const* steps, float* out,
+                        float alpha, bool add, isa level) noexcept {
+  dispatch(level, [&](auto t) {
+    int8_decode(t, codes, begin, end, bucket_len, los, steps, out, alpha, add);
+  });
+}
+
+/// Natural-compression codes of elements [begin, end) (begin a multiple of 128).
+inline void natural_encode(float const* x, std::size_t begin, std::size_t end, std::size_t bucket_len,
+                           std::uint8_t const* emax, random_stream const& rs, std::uint8_t* codes,
+                           isa level) noexcept {
+  dispatch(level, [&](auto t) { natural_encode(t, x, begin, end, bucket_len, emax, rs, codes); });
+}
+
+/// Decodes natural-compression bytes [begin, end) (begin a multiple of 16); false if a byte is
+/// not one the encoder can produce (out is then unspecified).
+inline bool natural_decode(std::uint8_t const* codes, std::size_t begin, std::size_t end,
+                           std::size_t bucket_len, std::uint8_t const* emax, float* out,
+                           float alpha, bool add, isa level) noexcept {
+  return dispatch(level, [&](auto t) {
+    return natural_decode(t, codes, begin, end, bucket_len, emax, out, alpha, add);
+  });
 }
 
 }  // namespace cpu::kernels

@@ -54,12 +54,13 @@ inline std::uint16_t load_u16(std::byte const* p) noexcept {
 inline void store_u16(std::byte* p, std::uint16_t v) noexcept { std::memcpy(p, &v, 2); }
 
 template <half_format F>
-inline void narrow(float const* x, std::byte* y, std::size_t n) noexcept {
+inline void narrow(isa_tag, float const* x, std::byte* y, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) store_u16(y + 2 * i, narrow<F>(x[i]));
 }
 
 template <half_format F>
-inline void widen(std::byte const* x, float* y, std::size_t n, float alpha, bool add) noexcept {
+inline void widen(isa_tag, std::byte const* x, float* y, std::size_t n, float alpha,
+                  bool add) noexcept {
   if (add) {
     for (std::size_t i = 0; i < n; ++i) y[i] = std::fma(alpha, widen<F>(load_u16(x + 2 * i)), y[i]);
   } else {
@@ -68,7 +69,7 @@ inline void widen(std::byte const* x, float* y, std::size_t n, float alpha, bool
 }
 
 /// y = fma(alpha, x, y) for n little-endian floats at x (any alignment).
-inline void axpy_f32(std::byte const* x, float* y, std::size_t n, float alpha) noexcept {
+inline void axpy_f32(isa_tag, std::byte const* x, float* y, std::size_t n, float alpha) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
     float v;
     std::memcpy(&v, x + 4 * i, 4);
@@ -93,7 +94,8 @@ GRADCOMP_TARGET_AVX512 inline __m256i bf16_round(__m512 v) noexcept {
 }
 
 template <half_format F>
-GRADCOMP_TARGET_AVX512 inline void narrow(float const* x, std::byte* y, std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX512 inline void narrow(isa_tag, float const* x, std::byte* y,
+                                          std::size_t n) noexcept {
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m512 const v = _mm512_loadu_ps(x + i);
@@ -105,7 +107,7 @@ GRADCOMP_TARGET_AVX512 inline void narrow(float const* x, std::byte* y, std::siz
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + 2 * i), r);
   }
-  scalar::narrow<F>(x + i, y + 2 * i, n - i);
+  scalar::narrow<F>(scalar_tag{}, x + i, y + 2 * i, n - i);
 }
 
 template <half_format F>
@@ -118,7 +120,7 @@ GRADCOMP_TARGET_AVX512 inline __m512 widen16(__m256i h) noexcept {
 }
 
 template <half_format F>
-GRADCOMP_TARGET_AVX512 inline void widen(std::byte const* x, float* y, std::size_t n,
+GRADCOMP_TARGET_AVX512 inline void widen(isa_tag, std::byte const* x, float* y, std::size_t n,
                                          float alpha, bool add) noexcept {
   std::size_t i = 0;
   if (add) {
@@ -133,17 +135,17 @@ GRADCOMP_TARGET_AVX512 inline void widen(std::byte const* x, float* y, std::size
                        widen16<F>(_mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + 2 * i))));
     }
   }
-  scalar::widen<F>(x + 2 * i, y + i, n - i, alpha, add);
+  scalar::widen<F>(scalar_tag{}, x + 2 * i, y + i, n - i, alpha, add);
 }
 
-GRADCOMP_TARGET_AVX512 inline void axpy_f32(std::byte const* x, float* y, std::size_t n,
+GRADCOMP_TARGET_AVX512 inline void axpy_f32(isa_tag, std::byte const* x, float* y, std::size_t n,
                                             float alpha) noexcept {
   __m512 const a = _mm512_set1_ps(alpha);
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     _mm512_storeu_ps(y + i, _mm512_fmadd_ps(a, _mm512_loadu_ps(x + 4 * i), _mm512_loadu_ps(y + i)));
   }
-  scalar::axpy_f32(x + 4 * i, y + i, n - i, alpha);
+  scalar::axpy_f32(scalar_tag{}, x + 4 * i, y + i, n - i, alpha);
 }
 
 }  // namespace avx512
@@ -165,7 +167,8 @@ GRADCOMP_TARGET_AVX2 inline __m128i bf16_round(__m256 v) noexcept {
 }
 
 template <half_format F>
-GRADCOMP_TARGET_AVX2 inline void narrow(float const* x, std::byte* y, std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX2 inline void narrow(isa_tag, float const* x, std::byte* y,
+                                        std::size_t n) noexcept {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 const v = _mm256_loadu_ps(x + i);
@@ -177,7 +180,7 @@ GRADCOMP_TARGET_AVX2 inline void narrow(float const* x, std::byte* y, std::size_
     }
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y + 2 * i), r);
   }
-  scalar::narrow<F>(x + i, y + 2 * i, n - i);
+  scalar::narrow<F>(scalar_tag{}, x + i, y + 2 * i, n - i);
 }
 
 template <half_format F>
@@ -190,7 +193,7 @@ GRADCOMP_TARGET_AVX2 inline __m256 widen8(__m128i h) noexcept {
 }
 
 template <half_format F>
-GRADCOMP_TARGET_AVX2 inline void widen(std::byte const* x, float* y, std::size_t n,
+GRADCOMP_TARGET_AVX2 inline void widen(isa_tag, std::byte const* x, float* y, std::size_t n,
                                        float alpha, bool add) noexcept {
   std::size_t i = 0;
   if (add) {
@@ -204,10 +207,10 @@ GRADCOMP_TARGET_AVX2 inline void widen(std::byte const* x, float* y, std::size_t
       _mm256_storeu_ps(y + i, widen8<F>(_mm_loadu_si128(reinterpret_cast<__m128i const*>(x + 2 * i))));
     }
   }
-  scalar::widen<F>(x + 2 * i, y + i, n - i, alpha, add);
+  scalar::widen<F>(scalar_tag{}, x + 2 * i, y + i, n - i, alpha, add);
 }
 
-GRADCOMP_TARGET_AVX2 inline void axpy_f32(std::byte const* x, float* y, std::size_t n,
+GRADCOMP_TARGET_AVX2 inline void axpy_f32(isa_tag, std::byte const* x, float* y, std::size_t n,
                                           float alpha) noexcept {
   __m256 const a = _mm256_set1_ps(alpha);
   std::size_t i = 0;
@@ -215,7 +218,7 @@ GRADCOMP_TARGET_AVX2 inline void axpy_f32(std::byte const* x, float* y, std::siz
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(reinterpret_cast<float const*>(x + 4 * i)),
                                             _mm256_loadu_ps(y + i)));
   }
-  scalar::axpy_f32(x + 4 * i, y + i, n - i, alpha);
+  scalar::axpy_f32(scalar_tag{}, x + 4 * i, y + i, n - i, alpha);
 }
 
 }  // namespace avx2
@@ -224,35 +227,20 @@ GRADCOMP_SIMD_DIAGNOSTICS_POP
 
 /// y = fma(alpha, x, y) for n floats stored little-endian at x.
 inline void axpy_f32(std::byte const* x, float* y, std::size_t n, float alpha, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::axpy_f32(x, y, n, alpha);
-  if (level == isa::avx2) return avx2::axpy_f32(x, y, n, alpha);
-#endif
-  (void)level;
-  scalar::axpy_f32(x, y, n, alpha);
+  dispatch(level, [&](auto t) { axpy_f32(t, x, y, n, alpha); });
 }
 
 /// Converts `n` floats to 16-bit format `F` at SIMD level `level`.
 template <half_format F>
 inline void narrow(float const* x, std::byte* y, std::size_t n, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::narrow<F>(x, y, n);
-  if (level == isa::avx2) return avx2::narrow<F>(x, y, n);
-#endif
-  (void)level;
-  scalar::narrow<F>(x, y, n);
+  dispatch(level, [&](auto t) { narrow<F>(t, x, y, n); });
 }
 
 /// Widens `n` 16-bit values to float: `y = x` or, if `add`, `y = fma(alpha, x, y)`.
 template <half_format F>
 inline void widen(std::byte const* x, float* y, std::size_t n, float alpha, bool add,
                   isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::widen<F>(x, y, n, alpha, add);
-  if (level == isa::avx2) return avx2::widen<F>(x, y, n, alpha, add);
-#endif
-  (void)level;
-  scalar::widen<F>(x, y, n, alpha, add);
+  dispatch(level, [&](auto t) { widen<F>(t, x, y, n, alpha, add); });
 }
 
 }  // namespace cpu::kernels

@@ -19,8 +19,9 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/philox.hpp>
 #include <gradcomp/cpu/isa.hpp>
-#include <gradcomp/cpu/kernels/bucket.hpp>
 #include <gradcomp/cpu/kernels/philox.hpp>
+#include <gradcomp/cpu/kernels/window.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <bit>
 #include <cfloat>
@@ -73,7 +74,7 @@ namespace scalar {
 
 /// Canonical sum of squares of x[0, n) (n <= norm_block): 16 double lanes, lane l holding
 /// elements l, l + 16, ... in ascending order, then lanes added 0..15.
-inline double block_sumsq(float const* x, std::size_t n) noexcept {
+inline double block_sumsq(isa_tag, float const* x, std::size_t n) noexcept {
   double lane[16] = {};
   for (std::size_t i = 0; i < n; ++i) {
     double const v = x[i];
@@ -85,7 +86,7 @@ inline double block_sumsq(float const* x, std::size_t n) noexcept {
 }
 
 /// max |x| over x[0, n), or NaN if any element is NaN or infinite.
-inline float block_absmax(float const* x, std::size_t n) noexcept {
+inline float block_absmax(isa_tag, float const* x, std::size_t n) noexcept {
   float m = 0.0f;
   bool bad = false;
   for (std::size_t i = 0; i < n; ++i) {
@@ -202,14 +203,13 @@ inline void load_runs(std::byte const* src, std::uint64_t& a, std::uint64_t& b) 
 
 namespace avx512 {
 
-GRADCOMP_TARGET_AVX512 inline double block_sumsq(float const* x, std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX512 inline double block_sumsq(isa_tag, float const* x, std::size_t n) noexcept {
   __m512d lo = _mm512_setzero_pd();
   __m512d hi = _mm512_setzero_pd();
   std::size_t i = 0;
   for (; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + 2048, _MM_HINT_T0);  // the next bucket
-    __mmask16 const live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
-    __m512 const v = _mm512_maskz_loadu_ps(live, x + i);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    __m512 const v = load16(x + i, live16(n - i));
     __m512d const a = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
     __m512d const b = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
     lo = _mm512_fmadd_pd(a, a, lo);
@@ -223,15 +223,14 @@ GRADCOMP_TARGET_AVX512 inline double block_sumsq(float const* x, std::size_t n) 
   return s;
 }
 
-GRADCOMP_TARGET_AVX512 inline float block_absmax(float const* x, std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX512 inline float block_absmax(isa_tag, float const* x, std::size_t n) noexcept {
   __m512 m = _mm512_setzero_ps();
   __m512 const big = _mm512_set1_ps(FLT_MAX);
   __mmask16 bad = 0;
   std::size_t i = 0;
   for (; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + 2048, _MM_HINT_T0);  // the next bucket
-    __mmask16 const live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
-    __m512 const a = _mm512_abs_ps(_mm512_maskz_loadu_ps(live, x + i));
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    __m512 const a = _mm512_abs_ps(load16(x + i, live16(n - i)));
     bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ);
     m = _mm512_max_ps(m, a);
   }
@@ -397,8 +396,9 @@ GRADCOMP_TARGET_AVX512 inline void dither_group_fast(unsigned width, float const
   }
 }
 
-GRADCOMP_TARGET_AVX512 inline void dither_encode(float const* x, std::size_t begin, std::size_t end,
-                                                 std::size_t bucket_len, dither_bucket const* buckets,
+GRADCOMP_TARGET_AVX512 inline void dither_encode(isa_tag, float const* x, std::size_t begin,
+                                                 std::size_t end, std::size_t bucket_len,
+                                                 dither_bucket const* buckets,
                                                  dither_shape const& sh, random_stream const& rs,
                                                  std::byte* codes) noexcept {
   bucket_cursor cur(bucket_len, begin);
@@ -414,33 +414,20 @@ GRADCOMP_TARGET_AVX512 inline void dither_encode(float const* x, std::size_t beg
     for (unsigned k = 0; k < 8; ++k) {
       std::size_t const w0 = g0 + 16 * k;
       if (w0 >= end) break;
-      std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
-      __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
-      bool const single = cur.advance(w0, valid);
-      std::size_t const b0 = cur.index();
-      __m512 pre, mult;
-      if (single) {
-        pre = _mm512_set1_ps(buckets[b0].pre);
-        mult = _mm512_set1_ps(buckets[b0].mult);
-      } else {
-        alignas(64) float p[16], m[16];
-        for (unsigned l = 0; l < 16; ++l) {
-          std::size_t const b = l < valid ? (w0 + l) / bucket_len : b0;
-          p[l] = buckets[b].pre;
-          m[l] = buckets[b].mult;
-        }
-        pre = _mm512_load_ps(p);
-        mult = _mm512_load_ps(m);
-      }
-      __m512 const xv = _mm512_maskz_loadu_ps(live, x + w0);
+      std::size_t const valid = window_valid(w0, end);
+      __mmask16 const live = live16(valid);
+      window_buckets const w = window_at(cur, bucket_len, w0, valid);
+      __m512 const pre = lanes_ps(w, [&](std::size_t b) { return buckets[b].pre; });
+      __m512 const mult = lanes_ps(w, [&](std::size_t b) { return buckets[b].mult; });
+      __m512 const xv = load16(x + w0, live);
       __m512i const c = _mm512_maskz_mov_epi32(live, dither_codes16(xv, pre, mult, dither_offsets(g, k), sh));
       std::byte* dst = codes + (w0 / 16) * 2 * sh.width;
-      if (valid == 16) {
+      if (valid == window_lanes) {
         pack16(sh.width, c, dst);
       } else {
         std::byte tmp[32];
         pack16(sh.width, c, tmp);
-        std::memcpy(dst, tmp, (valid * sh.width + 7) / 8);
+        std::memcpy(dst, tmp, packed_bytes(valid, sh.width));
       }
     }
   }
@@ -494,7 +481,7 @@ GRADCOMP_TARGET_AVX512 inline __mmask16 dither_decode_group_fast(unsigned width,
   }
 }
 
-GRADCOMP_TARGET_AVX512 inline bool dither_decode(std::byte const* codes, std::size_t begin,
+GRADCOMP_TARGET_AVX512 inline bool dither_decode(isa_tag, std::byte const* codes, std::size_t begin,
                                                  std::size_t end, std::size_t bucket_len,
                                                  float const* steps, dither_shape const& sh,
                                                  float* out, float alpha, bool add) noexcept {
@@ -510,31 +497,21 @@ GRADCOMP_TARGET_AVX512 inline bool dither_decode(std::byte const* codes, std::si
     w0 += 128;
   }
   for (; w0 < end; w0 += 16) {
-    std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
-    __mmask16 const live = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1u);
+    std::size_t const valid = window_valid(w0, end);
+    __mmask16 const live = live16(valid);
     std::byte const* src = codes + (w0 / 16) * 2 * sh.width;
     __m512i c;
-    if (valid == 16) {
+    if (valid == window_lanes) {
       c = unpack16(sh.width, src);
     } else {
       std::byte tmp[32] = {};
-      std::memcpy(tmp, src, (valid * sh.width + 7) / 8);
+      std::memcpy(tmp, src, packed_bytes(valid, sh.width));
       c = unpack16(sh.width, tmp);
     }
     c = _mm512_maskz_mov_epi32(live, c);
-    bool const single = cur.advance(w0, valid);
-    std::size_t const b0 = cur.index();
-    __m512 step;
-    if (single) {
-      step = _mm512_set1_ps(steps[b0]);
-    } else {
-      alignas(64) float st[16];
-      for (unsigned l = 0; l < 16; ++l) st[l] = steps[l < valid ? (w0 + l) / bucket_len : b0];
-      step = _mm512_load_ps(st);
-    }
-    __m512 v = dither_values16(c, step, sh, bad);
-    if (add) v = _mm512_fmadd_ps(a, v, _mm512_maskz_loadu_ps(live, out + w0));
-    _mm512_mask_storeu_ps(out + w0, live, v);
+    __m512 const step =
+        lanes_ps(window_at(cur, bucket_len, w0, valid), [&](std::size_t b) { return steps[b]; });
+    store_or_add16(out + w0, live, dither_values16(c, step, sh, bad), a, add);
   }
   return bad == 0;
 }
@@ -543,24 +520,18 @@ GRADCOMP_TARGET_AVX512 inline bool dither_decode(std::byte const* codes, std::si
 
 namespace avx2 {
 
-GRADCOMP_TARGET_AVX2 inline double block_sumsq(float const* x, std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX2 inline double block_sumsq(isa_tag, float const* x, std::size_t n) noexcept {
   // accJ holds lanes 4J..4J+3 of the canonical 16 lanes.
   __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
   __m256d acc2 = _mm256_setzero_pd(), acc3 = _mm256_setzero_pd();
   std::size_t i = 0;
   for (; i < n; i += 16) {
-    __m256 v0, v1;
-    if (n - i >= 16) {
-      v0 = _mm256_loadu_ps(x + i);
-      v1 = _mm256_loadu_ps(x + i + 8);
-    } else {  // missing lanes read as 0: fma(0, 0, acc) = acc, acc being >= +0
-      v0 = _mm256_maskload_ps(x + i, live_mask8(n - i, 0));
-      v1 = _mm256_maskload_ps(x + i + 8, live_mask8(n - i, 8));
-    }
-    __m256d const a = _mm256_cvtps_pd(_mm256_castps256_ps128(v0));
-    __m256d const b = _mm256_cvtps_pd(_mm256_extractf128_ps(v0, 1));
-    __m256d const c = _mm256_cvtps_pd(_mm256_castps256_ps128(v1));
-    __m256d const d = _mm256_cvtps_pd(_mm256_extractf128_ps(v1, 1));
+    // Missing lanes read as 0: fma(0, 0, acc) = acc, acc being >= +0.
+    f32x16 const v = load16(x + i, window_valid(i, n));
+    __m256d const a = _mm256_cvtps_pd(_mm256_castps256_ps128(v.lo));
+    __m256d const b = _mm256_cvtps_pd(_mm256_extractf128_ps(v.lo, 1));
+    __m256d const c = _mm256_cvtps_pd(_mm256_castps256_ps128(v.hi));
+    __m256d const d = _mm256_cvtps_pd(_mm256_extractf128_ps(v.hi, 1));
     acc0 = _mm256_fmadd_pd(a, a, acc0);
     acc1 = _mm256_fmadd_pd(b, b, acc1);
     acc2 = _mm256_fmadd_pd(c, c, acc2);
@@ -576,23 +547,16 @@ GRADCOMP_TARGET_AVX2 inline double block_sumsq(float const* x, std::size_t n) no
   return s;
 }
 
-GRADCOMP_TARGET_AVX2 inline float block_absmax(float const* x, std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX2 inline float block_absmax(isa_tag, float const* x, std::size_t n) noexcept {
   __m256 const absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 const big = _mm256_set1_ps(FLT_MAX);
   __m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
   __m256 bad = _mm256_setzero_ps();
   std::size_t i = 0;
   for (; i < n; i += 16) {
-    __m256 v0, v1;
-    if (n - i >= 16) {
-      v0 = _mm256_loadu_ps(x + i);
-      v1 = _mm256_loadu_ps(x + i + 8);
-    } else {  // missing lanes read as 0, which changes no maximum of |x|
-      v0 = _mm256_maskload_ps(x + i, live_mask8(n - i, 0));
-      v1 = _mm256_maskload_ps(x + i + 8, live_mask8(n - i, 8));
-    }
-    __m256 const a0 = _mm256_and_ps(v0, absmask);
-    __m256 const a1 = _mm256_and_ps(v1, absmask);
+    f32x16 const v = load16(x + i, window_valid(i, n));  // missing lanes: 0, no new maximum
+    __m256 const a0 = _mm256_and_ps(v.lo, absmask);
+    __m256 const a1 = _mm256_and_ps(v.hi, absmask);
     bad = _mm256_or_ps(bad, _mm256_cmp_ps(a0, big, _CMP_NLE_UQ));
     bad = _mm256_or_ps(bad, _mm256_cmp_ps(a1, big, _CMP_NLE_UQ));
     m0 = _mm256_max_ps(m0, a0);
@@ -745,10 +709,10 @@ GRADCOMP_TARGET_AVX2 inline void dither_group_fast(unsigned width, float const* 
   }
 }
 
-GRADCOMP_TARGET_AVX2 inline void dither_encode(float const* x, std::size_t begin, std::size_t end,
-                                               std::size_t bucket_len, dither_bucket const* buckets,
-                                               dither_shape const& sh, random_stream const& rs,
-                                               std::byte* codes) noexcept {
+GRADCOMP_TARGET_AVX2 inline void dither_encode(isa_tag, float const* x, std::size_t begin,
+                                               std::size_t end, std::size_t bucket_len,
+                                               dither_bucket const* buckets, dither_shape const& sh,
+                                               random_stream const& rs, std::byte* codes) noexcept {
   bucket_cursor cur(bucket_len, begin);
   philox_schedule const ks = philox_prepare(rs);
   for (std::size_t g0 = begin; g0 < end; g0 += 128) {
@@ -763,41 +727,24 @@ GRADCOMP_TARGET_AVX2 inline void dither_encode(float const* x, std::size_t begin
     for (unsigned k = 0; k < 8; ++k) {
       std::size_t const w0 = g0 + 16 * k;
       if (w0 >= end) break;
-      std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
-      bool const single = cur.advance(w0, valid);
-      std::size_t const b0 = cur.index();
-      __m256 pre0, pre1, mult0, mult1;
-      if (single) {
-        pre0 = pre1 = _mm256_set1_ps(buckets[b0].pre);
-        mult0 = mult1 = _mm256_set1_ps(buckets[b0].mult);
-      } else {
-        alignas(32) float p[16], m[16];
-        for (unsigned l = 0; l < 16; ++l) {
-          std::size_t const b = l < valid ? (w0 + l) / bucket_len : b0;
-          p[l] = buckets[b].pre;
-          m[l] = buckets[b].mult;
-        }
-        pre0 = _mm256_load_ps(p);
-        pre1 = _mm256_load_ps(p + 8);
-        mult0 = _mm256_load_ps(m);
-        mult1 = _mm256_load_ps(m + 8);
-      }
-      __m256i const live0 = live_mask8(valid, 0);
-      __m256i const live1 = live_mask8(valid, 8);
+      std::size_t const valid = window_valid(w0, end);
+      window_buckets const w = window_at(cur, bucket_len, w0, valid);
+      f32x16 const pre = lanes_ps(w, [&](std::size_t b) { return buckets[b].pre; });
+      f32x16 const mult = lanes_ps(w, [&](std::size_t b) { return buckets[b].mult; });
+      i32x16 const live = live16(valid);
       // Dead lanes read x = 0 and are forced to code 0 (the padding bits stay clear).
-      __m256 const x0 = _mm256_maskload_ps(x + w0, live0);
-      __m256 const x1 = _mm256_maskload_ps(x + w0 + 8, live1);
-      __m256i const c0 =
-          _mm256_and_si256(live0, dither_codes8(x0, pre0, mult0, dither_offsets(g, k, 0), sh));
-      __m256i const c1 =
-          _mm256_and_si256(live1, dither_codes8(x1, pre1, mult1, dither_offsets(g, k, 1), sh));
+      f32x16 const xv = load16(x + w0, valid);
+      __m256i const c0 = _mm256_and_si256(
+          live.lo, dither_codes8(xv.lo, pre.lo, mult.lo, dither_offsets(g, k, 0), sh));
+      __m256i const c1 = _mm256_and_si256(
+          live.hi, dither_codes8(xv.hi, pre.hi, mult.hi, dither_offsets(g, k, 1), sh));
       std::byte* dst = codes + (w0 / 16) * 2 * sh.width;
-      if (valid == 16) {
+      if (valid == window_lanes) {
         pack16(sh.width, c0, c1, dst);
       } else {
         std::byte tmp[32];
         pack16(sh.width, c0, c1, tmp);
-        std::memcpy(dst, tmp, (valid * sh.width + 7) / 8);
+        std::memcpy(dst, tmp, packed_bytes(valid, sh.width));
       }
     }
   }
@@ -859,7 +806,7 @@ GRADCOMP_TARGET_AVX2 inline __m256i dither_decode_group_fast(unsigned width, std
   }
 }
 
-GRADCOMP_TARGET_AVX2 inline bool dither_decode(std::byte const* codes, std::size_t begin,
+GRADCOMP_TARGET_AVX2 inline bool dither_decode(isa_tag, std::byte const* codes, std::size_t begin,
                                                std::size_t end, std::size_t bucket_len,
                                                float const* steps, dither_shape const& sh,
                                                float* out, float alpha, bool add) noexcept {
@@ -877,48 +824,23 @@ GRADCOMP_TARGET_AVX2 inline bool dither_decode(std::byte const* codes, std::size
       w0 += 128;
       continue;
     }
-    std::size_t const valid = end - w0 < 16 ? end - w0 : 16;
+    std::size_t const valid = window_valid(w0, end);
     std::byte const* src = codes + (w0 / 16) * 2 * sh.width;
     __m256i c0, c1;
-    if (valid == 16) {
+    if (valid == window_lanes) {
       unpack16(sh.width, src, c0, c1);
     } else {
       std::byte tmp[32] = {};
-      std::memcpy(tmp, src, (valid * sh.width + 7) / 8);
+      std::memcpy(tmp, src, packed_bytes(valid, sh.width));
       unpack16(sh.width, tmp, c0, c1);
     }
-    __m256i const live0 = live_mask8(valid, 0);
-    __m256i const live1 = live_mask8(valid, 8);
-    c0 = _mm256_and_si256(c0, live0);
-    c1 = _mm256_and_si256(c1, live1);
-    bool const single = cur.advance(w0, valid);
-    std::size_t const b0 = cur.index();
-    __m256 step0, step1;
-    if (single) {
-      step0 = step1 = _mm256_set1_ps(steps[b0]);
-    } else {
-      alignas(32) float st[16];
-      for (unsigned l = 0; l < 16; ++l) st[l] = steps[l < valid ? (w0 + l) / bucket_len : b0];
-      step0 = _mm256_load_ps(st);
-      step1 = _mm256_load_ps(st + 8);
-    }
-    __m256 v0 = dither_values8(c0, step0, sh, bad);
-    __m256 v1 = dither_values8(c1, step1, sh, bad);
-    if (valid == 16) {
-      if (add) {
-        v0 = _mm256_fmadd_ps(a, v0, _mm256_loadu_ps(out + w0));
-        v1 = _mm256_fmadd_ps(a, v1, _mm256_loadu_ps(out + w0 + 8));
-      }
-      _mm256_storeu_ps(out + w0, v0);
-      _mm256_storeu_ps(out + w0 + 8, v1);
-    } else {
-      if (add) {
-        v0 = _mm256_fmadd_ps(a, v0, _mm256_maskload_ps(out + w0, live0));
-        v1 = _mm256_fmadd_ps(a, v1, _mm256_maskload_ps(out + w0 + 8, live1));
-      }
-      _mm256_maskstore_ps(out + w0, live0, v0);
-      _mm256_maskstore_ps(out + w0 + 8, live1, v1);
-    }
+    i32x16 const live = live16(valid);
+    c0 = _mm256_and_si256(c0, live.lo);
+    c1 = _mm256_and_si256(c1, live.hi);
+    f32x16 const step =
+        lanes_ps(window_at(cur, bucket_len, w0, valid), [&](std::size_t b) { return steps[b]; });
+    f32x16 const v = {dither_values8(c0, step.lo, sh, bad), dither_values8(c1, step.hi, sh, bad)};
+    store_or_add16(out + w0, valid, v, a, add);
     w0 += 16;
   }
   return _mm256_testz_si256(bad, bad) != 0;
@@ -928,24 +850,47 @@ GRADCOMP_TARGET_AVX2 inline bool dither_decode(std::byte const* codes, std::size
 GRADCOMP_SIMD_DIAGNOSTICS_POP
 #endif  // GRADCOMP_X86_SIMD
 
+namespace scalar {
+
+/// The reference loop of `dither_encode`.
+inline void dither_encode(isa_tag, float const* x, std::size_t begin, std::size_t end,
+                          std::size_t bucket_len, dither_bucket const* buckets,
+                          dither_shape const& sh, random_stream const& rs,
+                          std::byte* codes) noexcept {
+  std::size_t const first_byte = begin * sh.width / 8;
+  std::size_t const last_byte = (end * sh.width + 7) / 8;
+  std::memset(codes + first_byte, 0, last_byte - first_byte);
+  philox_group g;
+  for (std::size_t i = begin; i < end; ++i) {
+    if (i % 128 == 0 || i == begin) philox_fill(rs, i / 128, g);
+    std::uint32_t const c =
+        dither_code(x[i], buckets[i / bucket_len], sh, g.draw(static_cast<unsigned>(i % 128)));
+    put_code(codes, i, sh.width, c);
+  }
+}
+
+/// The reference loop of `dither_decode`.
+inline bool dither_decode(isa_tag, std::byte const* codes, std::size_t begin, std::size_t end,
+                          std::size_t bucket_len, float const* steps, dither_shape const& sh,
+                          float* out, float alpha, bool add) noexcept {
+  bool ok = true;
+  for (std::size_t i = begin; i < end; ++i) {
+    float const v = dither_value(get_code(codes, i, sh.width), steps[i / bucket_len], sh, ok);
+    out[i] = add ? std::fma(alpha, v, out[i]) : v;
+  }
+  return ok;
+}
+
+}  // namespace scalar
+
 /// Canonical sum of squares of one norm block.
 inline double block_sumsq(float const* x, std::size_t n, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::block_sumsq(x, n);
-  if (level == isa::avx2) return avx2::block_sumsq(x, n);
-#endif
-  (void)level;
-  return scalar::block_sumsq(x, n);
+  return dispatch(level, [&](auto t) { return block_sumsq(t, x, n); });
 }
 
 /// max |x| of one block, NaN if it holds a NaN or infinity.
 inline float block_absmax(float const* x, std::size_t n, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::block_absmax(x, n);
-  if (level == isa::avx2) return avx2::block_absmax(x, n);
-#endif
-  (void)level;
-  return scalar::block_absmax(x, n);
+  return dispatch(level, [&](auto t) { return block_absmax(t, x, n); });
 }
 
 /// Quantizes elements [begin, end) of x (begin a multiple of 128; end a multiple of 128 or the
@@ -955,27 +900,8 @@ inline void dither_encode(float const* x, std::size_t begin, std::size_t end,
                           std::size_t bucket_len, dither_bucket const* buckets,
                           dither_shape const& sh, random_stream const& rs, std::byte* codes,
                           isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) {
-    avx512::dither_encode(x, begin, end, bucket_len, buckets, sh, rs, codes);
-    return;
-  }
-  if (level == isa::avx2) {
-    avx2::dither_encode(x, begin, end, bucket_len, buckets, sh, rs, codes);
-    return;
-  }
-#endif
-  (void)level;
-  std::size_t const first_byte = begin * sh.width / 8;
-  std::size_t const last_byte = (end * sh.width + 7) / 8;
-  std::memset(codes + first_byte, 0, last_byte - first_byte);
-  philox_group g;
-  for (std::size_t i = begin; i < end; ++i) {
-    if (i % 128 == 0 || i == begin) scalar::philox_fill(rs, i / 128, g);
-    std::uint32_t const c =
-        scalar::dither_code(x[i], buckets[i / bucket_len], sh, g.draw(static_cast<unsigned>(i % 128)));
-    scalar::put_code(codes, i, sh.width, c);
-  }
+  dispatch(level,
+           [&](auto t) { dither_encode(t, x, begin, end, bucket_len, buckets, sh, rs, codes); });
 }
 
 /// Decodes elements [begin, end) (begin a multiple of 16) into out (assign, or `out += alpha *
@@ -983,21 +909,9 @@ inline void dither_encode(float const* x, std::size_t begin, std::size_t end,
 inline bool dither_decode(std::byte const* codes, std::size_t begin, std::size_t end,
                           std::size_t bucket_len, float const* steps, dither_shape const& sh,
                           float* out, float alpha, bool add, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) {
-    return avx512::dither_decode(codes, begin, end, bucket_len, steps, sh, out, alpha, add);
-  }
-  if (level == isa::avx2) {
-    return avx2::dither_decode(codes, begin, end, bucket_len, steps, sh, out, alpha, add);
-  }
-#endif
-  (void)level;
-  bool ok = true;
-  for (std::size_t i = begin; i < end; ++i) {
-    float const v = scalar::dither_value(scalar::get_code(codes, i, sh.width), steps[i / bucket_len], sh, ok);
-    out[i] = add ? std::fma(alpha, v, out[i]) : v;
-  }
-  return ok;
+  return dispatch(level, [&](auto t) {
+    return dither_decode(t, codes, begin, end, bucket_len, steps, sh, out, alpha, add);
+  });
 }
 
 }  // namespace cpu::kernels

@@ -22,7 +22,8 @@ namespace cpu::kernels {
 namespace scalar {
 
 /// out[i] = (state ? state[i] : 0) + sign * g[i]; returns false if any result is not finite.
-inline bool combine(float const* state, float const* g, float sign, float* out, std::size_t n) noexcept {
+inline bool combine(isa_tag, float const* state, float const* g, float sign, float* out,
+                    std::size_t n) noexcept {
   bool bad = false;
   for (std::size_t i = 0; i < n; ++i) {
     float const v = (state != nullptr ? state[i] : 0.0f) + sign * g[i];
@@ -38,8 +39,8 @@ inline bool combine(float const* state, float const* g, float sign, float* out, 
 GRADCOMP_SIMD_DIAGNOSTICS_PUSH
 namespace avx512 {
 
-GRADCOMP_TARGET_AVX512 inline bool combine(float const* state, float const* g, float sign, float* out,
-                                           std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX512 inline bool combine(isa_tag, float const* state, float const* g, float sign,
+                                           float* out, std::size_t n) noexcept {
   __m512 const sg = _mm512_set1_ps(sign);
   __m512 const big = _mm512_set1_ps(FLT_MAX);
   __mmask16 bad = 0;
@@ -57,8 +58,8 @@ GRADCOMP_TARGET_AVX512 inline bool combine(float const* state, float const* g, f
 
 namespace avx2 {
 
-GRADCOMP_TARGET_AVX2 inline bool combine(float const* state, float const* g, float sign, float* out,
-                                         std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX2 inline bool combine(isa_tag, float const* state, float const* g, float sign,
+                                         float* out, std::size_t n) noexcept {
   __m256 const sg = _mm256_set1_ps(sign);
   __m256 const big = _mm256_set1_ps(FLT_MAX);
   __m256 const absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -71,7 +72,9 @@ GRADCOMP_TARGET_AVX2 inline bool combine(float const* state, float const* g, flo
     _mm256_storeu_ps(out + i, v);
   }
   bool const ok = _mm256_movemask_ps(bad) == 0;
-  return scalar::combine(state != nullptr ? state + i : nullptr, g + i, sign, out + i, n - i) && ok;
+  return scalar::combine(scalar_tag{}, state != nullptr ? state + i : nullptr, g + i, sign, out + i,
+                         n - i) &&
+         ok;
 }
 
 }  // namespace avx2
@@ -81,12 +84,7 @@ GRADCOMP_SIMD_DIAGNOSTICS_POP
 /// out = state + sign * g (state may be null: zero); false if any result is not finite.
 inline bool combine(float const* state, float const* g, float sign, float* out, std::size_t n,
                     isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::combine(state, g, sign, out, n);
-  if (level == isa::avx2) return avx2::combine(state, g, sign, out, n);
-#endif
-  (void)level;
-  return scalar::combine(state, g, sign, out, n);
+  return dispatch(level, [&](auto t) { return combine(t, state, g, sign, out, n); });
 }
 
 }  // namespace cpu::kernels

@@ -98,8 +98,8 @@ class feistel_permutation {
 };
 
 namespace scalar {
-inline void feistel_fill(feistel_permutation const& p, std::uint64_t first, std::size_t count,
-                         std::uint32_t* out) noexcept {
+inline void feistel_fill(isa_tag, feistel_permutation const& p, std::uint64_t first,
+                         std::size_t count, std::uint32_t* out) noexcept {
   for (std::size_t i = 0; i < count; ++i) out[i] = p(first + i);
 }
 }  // namespace scalar
@@ -115,9 +115,10 @@ GRADCOMP_TARGET_AVX512 inline __m512i feistel_mix(__m512i x) noexcept {
   return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
 }
 
-GRADCOMP_TARGET_AVX512 inline void feistel_fill(feistel_permutation const& p, std::uint64_t first,
-                                                std::size_t count, std::uint32_t* out) noexcept {
-  if (p.size() <= 1) return scalar::feistel_fill(p, first, count, out);
+GRADCOMP_TARGET_AVX512 inline void feistel_fill(isa_tag, feistel_permutation const& p,
+                                                std::uint64_t first, std::size_t count,
+                                                std::uint32_t* out) noexcept {
+  if (p.size() <= 1) return scalar::feistel_fill(scalar_tag{}, p, first, count, out);
   unsigned const a = p.high_bits(), b = p.low_bits();
   __m512i const ma = _mm512_set1_epi32(static_cast<int>(feistel_permutation::low_mask(a)));
   __m512i const mb = _mm512_set1_epi32(static_cast<int>(feistel_permutation::low_mask(b)));
@@ -147,7 +148,7 @@ GRADCOMP_TARGET_AVX512 inline void feistel_fill(feistel_permutation const& p, st
     }
     _mm512_storeu_si512(out + i, x);
   }
-  scalar::feistel_fill(p, first + i, count - i, out + i);
+  scalar::feistel_fill(scalar_tag{}, p, first + i, count - i, out + i);
 }
 }  // namespace avx512
 
@@ -160,9 +161,10 @@ GRADCOMP_TARGET_AVX2 inline __m256i feistel_mix(__m256i x) noexcept {
   return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 
-GRADCOMP_TARGET_AVX2 inline void feistel_fill(feistel_permutation const& p, std::uint64_t first,
-                                              std::size_t count, std::uint32_t* out) noexcept {
-  if (p.size() <= 1) return scalar::feistel_fill(p, first, count, out);
+GRADCOMP_TARGET_AVX2 inline void feistel_fill(isa_tag, feistel_permutation const& p,
+                                              std::uint64_t first, std::size_t count,
+                                              std::uint32_t* out) noexcept {
+  if (p.size() <= 1) return scalar::feistel_fill(scalar_tag{}, p, first, count, out);
   unsigned const a = p.high_bits(), b = p.low_bits();
   __m256i const ma = _mm256_set1_epi32(static_cast<int>(feistel_permutation::low_mask(a)));
   __m256i const mb = _mm256_set1_epi32(static_cast<int>(feistel_permutation::low_mask(b)));
@@ -194,7 +196,7 @@ GRADCOMP_TARGET_AVX2 inline void feistel_fill(feistel_permutation const& p, std:
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), x);
   }
-  scalar::feistel_fill(p, first + i, count - i, out + i);
+  scalar::feistel_fill(scalar_tag{}, p, first + i, count - i, out + i);
 }
 }  // namespace avx2
 GRADCOMP_SIMD_DIAGNOSTICS_POP
@@ -204,12 +206,7 @@ GRADCOMP_SIMD_DIAGNOSTICS_POP
 /// level).
 inline void feistel_fill(feistel_permutation const& p, std::uint64_t first, std::size_t count,
                          std::uint32_t* out, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::feistel_fill(p, first, count, out);
-  if (level == isa::avx2) return avx2::feistel_fill(p, first, count, out);
-#endif
-  (void)level;
-  scalar::feistel_fill(p, first, count, out);
+  dispatch(level, [&](auto t) { feistel_fill(t, p, first, count, out); });
 }
 
 }  // namespace cpu::kernels

@@ -22,7 +22,7 @@ namespace cpu::kernels {
 namespace scalar {
 
 /// True if every x[0, n) is finite.
-inline bool all_finite(float const* x, std::size_t n) noexcept {
+inline bool all_finite(isa_tag, float const* x, std::size_t n) noexcept {
   float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   std::size_t i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -38,7 +38,7 @@ inline bool all_finite(float const* x, std::size_t n) noexcept {
 GRADCOMP_SIMD_DIAGNOSTICS_PUSH
 namespace avx512 {
 
-GRADCOMP_TARGET_AVX512 inline bool all_finite(float const* x, std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX512 inline bool all_finite(isa_tag, float const* x, std::size_t n) noexcept {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   std::size_t i = 0;
   for (; i + 64 <= n; i += 64) {
@@ -51,14 +51,14 @@ GRADCOMP_TARGET_AVX512 inline bool all_finite(float const* x, std::size_t n) noe
   }
   __m512 const a = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
   bool const ok = _mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_EQ_OQ) == 0xffff;
-  return ok && scalar::all_finite(x + i, n - i);
+  return ok && scalar::all_finite(scalar_tag{}, x + i, n - i);
 }
 
 }  // namespace avx512
 
 namespace avx2 {
 
-GRADCOMP_TARGET_AVX2 inline bool all_finite(float const* x, std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX2 inline bool all_finite(isa_tag, float const* x, std::size_t n) noexcept {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   std::size_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -71,7 +71,7 @@ GRADCOMP_TARGET_AVX2 inline bool all_finite(float const* x, std::size_t n) noexc
   }
   __m256 const a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
   bool const ok = _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ)) == 0xff;
-  return ok && scalar::all_finite(x + i, n - i);
+  return ok && scalar::all_finite(scalar_tag{}, x + i, n - i);
 }
 
 }  // namespace avx2
@@ -80,12 +80,7 @@ GRADCOMP_SIMD_DIAGNOSTICS_POP
 
 /// True if every x[0, n) is finite (neither NaN nor ±infinity).
 inline bool all_finite(float const* x, std::size_t n, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::all_finite(x, n);
-  if (level == isa::avx2) return avx2::all_finite(x, n);
-#endif
-  (void)level;
-  return scalar::all_finite(x, n);
+  return dispatch(level, [&](auto t) { return all_finite(t, x, n); });
 }
 
 }  // namespace cpu::kernels

@@ -31,6 +31,7 @@
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/cpu/execution.hpp>
 #include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <algorithm>
 #include <climits>
@@ -77,15 +78,6 @@ constexpr char const* gemm_backend_name(gemm_backend b) noexcept {
   }
   return "unknown";
 }
-
-/// Rows of B per k block of the axpy form.
-inline constexpr std::size_t gemm_kc = 16;
-/// How far ahead (floats along a row of B) the axpy tiles prefetch: the axpy form reads
-/// gemm_kc rows of B at once, more streams than the hardware prefetcher follows well (measured:
-/// Q = Pᵀ M at 4096 × 4096, r = 4 runs twice as fast with it).
-inline constexpr std::size_t gemm_prefetch = 128;
-/// Rows of C per parallel task (columns are split evenly over the threads).
-inline constexpr std::size_t gemm_task_rows = 64;
 
 namespace kernels {
 
@@ -343,81 +335,59 @@ GRADCOMP_TARGET_AVX2 inline void gemm_dot_tile(std::size_t k, float alpha, float
 GRADCOMP_SIMD_DIAGNOSTICS_POP
 #endif  // GRADCOMP_X86_SIMD
 
-/// Serial axpy form on an m × n block of C: op(A)(i, p) = a[i * a_row + p * a_k], B row p at
-/// b + p * ldb. k = 0 gives C = beta C.
-inline void gemm_axpy_block(isa level, std::size_t m, std::size_t n, std::size_t k, float alpha,
-                            float const* a, std::size_t a_row, std::size_t a_k, float const* b,
-                            std::size_t ldb, float beta, float* c, std::size_t ldc) noexcept {
-  if (k == 0) {
-    for (std::size_t i = 0; i < m; ++i) {
-      for (std::size_t j = 0; j < n; ++j) {
-        c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-      }
-    }
-    return;
+// The per-level pieces of the serial block loops below: rows of the axpy register tile, one
+// panel of the axpy form (mr rows, all n columns, one k block) and the dot form of a block.
+namespace scalar {
+constexpr std::size_t gemm_axpy_rows(isa_tag) noexcept { return 1; }
+
+inline void gemm_axpy_panel(isa_tag, std::size_t /*mr*/, std::size_t kc, float const* ap,
+                            float const* bk, std::size_t ldb, float* ci, std::size_t /*ldc*/,
+                            std::size_t n, float beta, bool first) noexcept {
+  for (std::size_t j = 0; j < n; j += 64) {
+    std::size_t const w = std::min<std::size_t>(64, n - j);
+    gemm_axpy_row(kc, 1.0f, ap, 1, bk + j, ldb, ci + j, w, beta, first);
   }
-  // alpha * op(A) for one k block and up to 4 rows, packed [p][row]: the tiles then broadcast
-  // from one small contiguous buffer (the products are the same floats as unpacked).
-  float ap[gemm_kc * 4];
-  std::size_t const mr_max = level == isa::avx512 ? 4 : level == isa::avx2 ? 2 : 1;
-  for (std::size_t kb = 0; kb < k; kb += gemm_kc) {
-    std::size_t const kc = std::min(gemm_kc, k - kb);
-    bool const first = kb == 0;
-    float const* bk = b + kb * ldb;
-    for (std::size_t i = 0; i < m; i += mr_max) {
-      std::size_t const mr = std::min(mr_max, m - i);
-      for (std::size_t p = 0; p < kc; ++p) {
-        for (std::size_t ii = 0; ii < mr; ++ii)
-          ap[p * mr + ii] = alpha * a[(i + ii) * a_row + (kb + p) * a_k];
-      }
-      float* ci = c + i * ldc;
+}
+
+inline void gemm_dot_block(isa_tag, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                           float const* a, std::size_t lda, float const* b, std::size_t ldb,
+                           float beta, float* c, std::size_t ldc) noexcept {
+  for (std::size_t j = 0; j < n; ++j) {
+    for (std::size_t i = 0; i < m; ++i) {
+      gemm_store_dot(c + i * ldc + j, gemm_dot(a + i * lda, b + j * ldb, k), alpha, beta);
+    }
+  }
+}
+}  // namespace scalar
+
 #if GRADCOMP_X86_SIMD
-      if (level == isa::avx512) {
-        for (std::size_t j = 0; j < n; j += 64) {
-          std::size_t const w = std::min<std::size_t>(64, n - j);
-          switch (mr) {
-            case 4:
-              avx512::gemm_axpy_tile<4>(kc, 1.0f, ap, 1, 4, bk + j, ldb, ci + j, ldc, w, beta,
-                                        first);
-              break;
-            case 3:
-              avx512::gemm_axpy_tile<3>(kc, 1.0f, ap, 1, 3, bk + j, ldb, ci + j, ldc, w, beta,
-                                        first);
-              break;
-            case 2:
-              avx512::gemm_axpy_tile<2>(kc, 1.0f, ap, 1, 2, bk + j, ldb, ci + j, ldc, w, beta,
-                                        first);
-              break;
-            default:
-              avx512::gemm_axpy_tile<1>(kc, 1.0f, ap, 1, 1, bk + j, ldb, ci + j, ldc, w, beta,
-                                        first);
-              break;
-          }
-        }
-        continue;
-      }
-      if (level == isa::avx2) {
-        for (std::size_t j = 0; j < n; j += 32) {
-          std::size_t const w = std::min<std::size_t>(32, n - j);
-          if (mr == 2) {
-            avx2::gemm_axpy_tile<2>(kc, 1.0f, ap, 1, 2, bk + j, ldb, ci + j, ldc, w, beta, first);
-          } else {
-            avx2::gemm_axpy_tile<1>(kc, 1.0f, ap, 1, 1, bk + j, ldb, ci + j, ldc, w, beta, first);
-          }
-        }
-        continue;
-      }
-#endif
-      for (std::size_t j = 0; j < n; j += 64) {
-        std::size_t const w = std::min<std::size_t>(64, n - j);
-        scalar::gemm_axpy_row(kc, 1.0f, ap, 1, bk + j, ldb, ci + j, w, beta, first);
-      }
+GRADCOMP_SIMD_DIAGNOSTICS_PUSH
+namespace avx512 {
+constexpr std::size_t gemm_axpy_rows(isa_tag) noexcept { return 4; }
+
+GRADCOMP_TARGET_AVX512 inline void gemm_axpy_panel(isa_tag, std::size_t mr, std::size_t kc,
+                                                   float const* ap, float const* bk,
+                                                   std::size_t ldb, float* ci, std::size_t ldc,
+                                                   std::size_t n, float beta, bool first) noexcept {
+  for (std::size_t j = 0; j < n; j += 64) {
+    std::size_t const w = std::min<std::size_t>(64, n - j);
+    switch (mr) {
+      case 4:
+        gemm_axpy_tile<4>(kc, 1.0f, ap, 1, 4, bk + j, ldb, ci + j, ldc, w, beta, first);
+        break;
+      case 3:
+        gemm_axpy_tile<3>(kc, 1.0f, ap, 1, 3, bk + j, ldb, ci + j, ldc, w, beta, first);
+        break;
+      case 2:
+        gemm_axpy_tile<2>(kc, 1.0f, ap, 1, 2, bk + j, ldb, ci + j, ldc, w, beta, first);
+        break;
+      default:
+        gemm_axpy_tile<1>(kc, 1.0f, ap, 1, 1, bk + j, ldb, ci + j, ldc, w, beta, first);
+        break;
     }
   }
 }
 
-#if GRADCOMP_X86_SIMD
-namespace avx512 {
 template <std::size_t MR>
 GRADCOMP_TARGET_AVX512 inline void gemm_dot_row(std::size_t nr, std::size_t k, float alpha,
                                                 float const* a, std::size_t lda, float const* b,
@@ -430,8 +400,46 @@ GRADCOMP_TARGET_AVX512 inline void gemm_dot_row(std::size_t nr, std::size_t k, f
     default: gemm_dot_tile<MR, 1>(k, alpha, a, lda, b, ldb, beta, c, ldc); break;
   }
 }
+
+GRADCOMP_TARGET_AVX512 inline void gemm_dot_block(isa_tag, std::size_t m, std::size_t n,
+                                                  std::size_t k, float alpha, float const* a,
+                                                  std::size_t lda, float const* b, std::size_t ldb,
+                                                  float beta, float* c, std::size_t ldc) noexcept {
+  for (std::size_t j = 0; j < n; j += 4) {
+    std::size_t const nr = std::min<std::size_t>(4, n - j);
+    for (std::size_t i = 0; i < m; i += 4) {
+      std::size_t const mr = std::min<std::size_t>(4, m - i);
+      float const* ai = a + i * lda;
+      float const* bj = b + j * ldb;
+      float* cij = c + i * ldc + j;
+      switch (mr) {
+        case 4: gemm_dot_row<4>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc); break;
+        case 3: gemm_dot_row<3>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc); break;
+        case 2: gemm_dot_row<2>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc); break;
+        default: gemm_dot_row<1>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc); break;
+      }
+    }
+  }
+}
 }  // namespace avx512
+
 namespace avx2 {
+constexpr std::size_t gemm_axpy_rows(isa_tag) noexcept { return 2; }
+
+GRADCOMP_TARGET_AVX2 inline void gemm_axpy_panel(isa_tag, std::size_t mr, std::size_t kc,
+                                                 float const* ap, float const* bk, std::size_t ldb,
+                                                 float* ci, std::size_t ldc, std::size_t n,
+                                                 float beta, bool first) noexcept {
+  for (std::size_t j = 0; j < n; j += 32) {
+    std::size_t const w = std::min<std::size_t>(32, n - j);
+    if (mr == 2) {
+      gemm_axpy_tile<2>(kc, 1.0f, ap, 1, 2, bk + j, ldb, ci + j, ldc, w, beta, first);
+    } else {
+      gemm_axpy_tile<1>(kc, 1.0f, ap, 1, 1, bk + j, ldb, ci + j, ldc, w, beta, first);
+    }
+  }
+}
+
 template <std::size_t MR>
 GRADCOMP_TARGET_AVX2 inline void gemm_dot_row(std::size_t nr, std::size_t k, float alpha,
                                               float const* a, std::size_t lda, float const* b,
@@ -443,56 +451,78 @@ GRADCOMP_TARGET_AVX2 inline void gemm_dot_row(std::size_t nr, std::size_t k, flo
     gemm_dot_tile<MR, 1>(k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 }
+
+GRADCOMP_TARGET_AVX2 inline void gemm_dot_block(isa_tag, std::size_t m, std::size_t n,
+                                                std::size_t k, float alpha, float const* a,
+                                                std::size_t lda, float const* b, std::size_t ldb,
+                                                float beta, float* c, std::size_t ldc) noexcept {
+  for (std::size_t j = 0; j < n; j += 2) {
+    std::size_t const nr = std::min<std::size_t>(2, n - j);
+    for (std::size_t i = 0; i < m; i += 2) {
+      std::size_t const mr = std::min<std::size_t>(2, m - i);
+      float const* ai = a + i * lda;
+      float const* bj = b + j * ldb;
+      float* cij = c + i * ldc + j;
+      if (mr == 2) {
+        gemm_dot_row<2>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc);
+      } else {
+        gemm_dot_row<1>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc);
+      }
+    }
+  }
+}
 }  // namespace avx2
-#endif
+GRADCOMP_SIMD_DIAGNOSTICS_POP
+#endif  // GRADCOMP_X86_SIMD
+
+/// Serial axpy form on an m × n block of C at the level of `Tag`: op(A)(i, p) = a[i * a_row +
+/// p * a_k], B row p at b + p * ldb. k = 0 gives C = beta C.
+template <class Tag>
+inline void gemm_axpy_blocked(Tag t, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                              float const* a, std::size_t a_row, std::size_t a_k, float const* b,
+                              std::size_t ldb, float beta, float* c, std::size_t ldc) noexcept {
+  if (k == 0) {
+    for (std::size_t i = 0; i < m; ++i) {
+      for (std::size_t j = 0; j < n; ++j) {
+        c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      }
+    }
+    return;
+  }
+  // alpha * op(A) for one k block and up to 4 rows, packed [p][row]: the tiles then broadcast
+  // from one small contiguous buffer (the products are the same floats as unpacked).
+  constexpr std::size_t mr_max = gemm_axpy_rows(Tag{});
+  static_assert(mr_max <= 4);
+  float ap[gemm_kc * 4];
+  for (std::size_t kb = 0; kb < k; kb += gemm_kc) {
+    std::size_t const kc = std::min(gemm_kc, k - kb);
+    bool const first = kb == 0;
+    float const* bk = b + kb * ldb;
+    for (std::size_t i = 0; i < m; i += mr_max) {
+      std::size_t const mr = std::min(mr_max, m - i);
+      for (std::size_t p = 0; p < kc; ++p) {
+        for (std::size_t ii = 0; ii < mr; ++ii)
+          ap[p * mr + ii] = alpha * a[(i + ii) * a_row + (kb + p) * a_k];
+      }
+      gemm_axpy_panel(t, mr, kc, ap, bk, ldb, c + i * ldc, ldc, n, beta, first);
+    }
+  }
+}
+
+/// Serial axpy form on an m × n block of C (see `gemm_axpy_blocked`).
+inline void gemm_axpy_block(isa level, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                            float const* a, std::size_t a_row, std::size_t a_k, float const* b,
+                            std::size_t ldb, float beta, float* c, std::size_t ldc) noexcept {
+  dispatch(level, [&](auto t) {
+    gemm_axpy_blocked(t, m, n, k, alpha, a, a_row, a_k, b, ldb, beta, c, ldc);
+  });
+}
 
 /// Serial dot form on an m × n block of C: C(i, j) = alpha <A row i, B row j> (+ beta C).
 inline void gemm_dot_block(isa level, std::size_t m, std::size_t n, std::size_t k, float alpha,
                            float const* a, std::size_t lda, float const* b, std::size_t ldb,
                            float beta, float* c, std::size_t ldc) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) {
-    for (std::size_t j = 0; j < n; j += 4) {
-      std::size_t const nr = std::min<std::size_t>(4, n - j);
-      for (std::size_t i = 0; i < m; i += 4) {
-        std::size_t const mr = std::min<std::size_t>(4, m - i);
-        float const* ai = a + i * lda;
-        float const* bj = b + j * ldb;
-        float* cij = c + i * ldc + j;
-        switch (mr) {
-          case 4: avx512::gemm_dot_row<4>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc); break;
-          case 3: avx512::gemm_dot_row<3>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc); break;
-          case 2: avx512::gemm_dot_row<2>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc); break;
-          default: avx512::gemm_dot_row<1>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc); break;
-        }
-      }
-    }
-    return;
-  }
-  if (level == isa::avx2) {
-    for (std::size_t j = 0; j < n; j += 2) {
-      std::size_t const nr = std::min<std::size_t>(2, n - j);
-      for (std::size_t i = 0; i < m; i += 2) {
-        std::size_t const mr = std::min<std::size_t>(2, m - i);
-        float const* ai = a + i * lda;
-        float const* bj = b + j * ldb;
-        float* cij = c + i * ldc + j;
-        if (mr == 2) {
-          avx2::gemm_dot_row<2>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc);
-        } else {
-          avx2::gemm_dot_row<1>(nr, k, alpha, ai, lda, bj, ldb, beta, cij, ldc);
-        }
-      }
-    }
-    return;
-  }
-#endif
-  (void)level;
-  for (std::size_t j = 0; j < n; ++j) {
-    for (std::size_t i = 0; i < m; ++i) {
-      gemm_store_dot(c + i * ldc + j, scalar::gemm_dot(a + i * lda, b + j * ldb, k), alpha, beta);
-    }
-  }
+  dispatch(level, [&](auto t) { gemm_dot_block(t, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
 }
 
 }  // namespace kernels
@@ -539,7 +569,8 @@ inline void gemm_builtin(isa level, transpose ta, transpose tb, std::size_t m, s
   };
   double const work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   unsigned const threads = ctx.threads().size();
-  if (threads <= 1 || work < 32.0 * static_cast<double>(ctx.parallel_threshold)) {
+  if (threads <= 1 || work < static_cast<double>(gemm_parallel_factor) *
+                                 static_cast<double>(ctx.parallel_threshold)) {
     block(0, m, 0, n);  // whole rows: sequential streams through B
     return;
   }

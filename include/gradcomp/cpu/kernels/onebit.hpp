@@ -36,7 +36,7 @@ namespace scalar {
 
 /// Packs the signs of `x[0, n)` (n <= onebit_sum_order::block, the block start a multiple of
 /// 8) into `bits` and returns the block's canonical sum of |x|.
-inline double onebit_pack_block(float const* x, std::size_t n, std::byte* bits) noexcept {
+inline double onebit_pack_block(isa_tag, float const* x, std::size_t n, std::byte* bits) noexcept {
   double lane[onebit_sum_order::lanes] = {};
   for (std::size_t i = 0; i < n; i += 8) {
     unsigned byte = 0;
@@ -54,7 +54,7 @@ inline double onebit_pack_block(float const* x, std::size_t n, std::byte* bits) 
 
 /// Writes (or, if `add`, accumulates `alpha` times) ±scale for `n` elements from `bits`
 /// (element 0 at bit 0 of bits[0]).
-inline void onebit_unpack(std::byte const* bits, float scale, float* out, std::size_t n,
+inline void onebit_unpack(isa_tag, std::byte const* bits, float scale, float* out, std::size_t n,
                           float alpha, bool add) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
     bool const neg = (static_cast<unsigned>(bits[i / 8]) >> (i % 8)) & 1u;
@@ -63,13 +63,24 @@ inline void onebit_unpack(std::byte const* bits, float scale, float* out, std::s
   }
 }
 
+/// Two consecutive full blocks as two `onebit_pack_block` calls at the level of `Tag`: the
+/// version of every level without a paired kernel of its own.
+template <class Tag>
+  requires is_isa_tag<Tag>
+inline void onebit_pack_pair(Tag t, float const* x, std::byte* bits, double& s0,
+                             double& s1) noexcept {
+  constexpr std::size_t block = onebit_sum_order::block;
+  s0 = onebit_pack_block(t, x, block, bits);
+  s1 = onebit_pack_block(t, x + block, block, bits + block / 8);
+}
+
 }  // namespace scalar
 
 #if GRADCOMP_X86_SIMD
 GRADCOMP_SIMD_DIAGNOSTICS_PUSH
 namespace avx512 {
 
-GRADCOMP_TARGET_AVX512 inline double onebit_pack_block(float const* x, std::size_t n,
+GRADCOMP_TARGET_AVX512 inline double onebit_pack_block(isa_tag, float const* x, std::size_t n,
                                                        std::byte* bits) noexcept {
   __m512d acc_lo = _mm512_setzero_pd();
   __m512d acc_hi = _mm512_setzero_pd();
@@ -101,8 +112,9 @@ GRADCOMP_TARGET_AVX512 inline double onebit_pack_block(float const* x, std::size
   return s;
 }
 
-GRADCOMP_TARGET_AVX512 inline void onebit_unpack(std::byte const* bits, float scale, float* out,
-                                                 std::size_t n, float alpha, bool add) noexcept {
+GRADCOMP_TARGET_AVX512 inline void onebit_unpack(isa_tag, std::byte const* bits, float scale,
+                                                 float* out, std::size_t n, float alpha,
+                                                 bool add) noexcept {
   __m512 const pos = _mm512_set1_ps(scale);
   __m512 const neg = _mm512_set1_ps(-scale);
   __m512 const a = _mm512_set1_ps(alpha);
@@ -113,13 +125,13 @@ GRADCOMP_TARGET_AVX512 inline void onebit_unpack(std::byte const* bits, float sc
     __m512 const v = _mm512_mask_blend_ps(static_cast<__mmask16>(m), pos, neg);
     _mm512_storeu_ps(out + i, add ? _mm512_fmadd_ps(a, v, _mm512_loadu_ps(out + i)) : v);
   }
-  scalar::onebit_unpack(bits + i / 8, scale, out + i, n - i, alpha, add);
+  scalar::onebit_unpack(scalar_tag{}, bits + i / 8, scale, out + i, n - i, alpha, add);
 }
 
 // Two consecutive full blocks at once: two independent addition chains hide the latency of the
 // double adds; each block keeps its own canonical lane order.
-GRADCOMP_TARGET_AVX512 inline void onebit_pack_pair(float const* x, std::byte* bits, double& s0,
-                                                    double& s1) noexcept {
+GRADCOMP_TARGET_AVX512 inline void onebit_pack_pair(isa_tag, float const* x, std::byte* bits,
+                                                    double& s0, double& s1) noexcept {
   constexpr std::size_t block = onebit_sum_order::block;
   __m512d a_lo = _mm512_setzero_pd(), a_hi = _mm512_setzero_pd();
   __m512d b_lo = _mm512_setzero_pd(), b_hi = _mm512_setzero_pd();
@@ -155,7 +167,7 @@ GRADCOMP_TARGET_AVX512 inline void onebit_pack_pair(float const* x, std::byte* b
 
 namespace avx2 {
 
-GRADCOMP_TARGET_AVX2 inline double onebit_pack_block(float const* x, std::size_t n,
+GRADCOMP_TARGET_AVX2 inline double onebit_pack_block(isa_tag, float const* x, std::size_t n,
                                                      std::byte* bits) noexcept {
   __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
                     _mm256_setzero_pd()};
@@ -195,8 +207,9 @@ GRADCOMP_TARGET_AVX2 inline double onebit_pack_block(float const* x, std::size_t
   return s;
 }
 
-GRADCOMP_TARGET_AVX2 inline void onebit_unpack(std::byte const* bits, float scale, float* out,
-                                               std::size_t n, float alpha, bool add) noexcept {
+GRADCOMP_TARGET_AVX2 inline void onebit_unpack(isa_tag, std::byte const* bits, float scale,
+                                               float* out, std::size_t n, float alpha,
+                                               bool add) noexcept {
   __m256 const pos = _mm256_set1_ps(scale);
   __m256 const neg = _mm256_set1_ps(-scale);
   __m256 const a = _mm256_set1_ps(alpha);
@@ -208,7 +221,7 @@ GRADCOMP_TARGET_AVX2 inline void onebit_unpack(std::byte const* bits, float scal
     __m256 const v = _mm256_blendv_ps(pos, neg, m);
     _mm256_storeu_ps(out + i, add ? _mm256_fmadd_ps(a, v, _mm256_loadu_ps(out + i)) : v);
   }
-  scalar::onebit_unpack(bits + i / 8, scale, out + i, n - i, alpha, add);
+  scalar::onebit_unpack(scalar_tag{}, bits + i / 8, scale, out + i, n - i, alpha, add);
 }
 
 }  // namespace avx2
@@ -217,34 +230,19 @@ GRADCOMP_SIMD_DIAGNOSTICS_POP
 
 /// Packs signs of one summation block and returns its canonical |x| sum.
 inline double onebit_pack_block(float const* x, std::size_t n, std::byte* bits, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::onebit_pack_block(x, n, bits);
-  if (level == isa::avx2) return avx2::onebit_pack_block(x, n, bits);
-#endif
-  (void)level;
-  return scalar::onebit_pack_block(x, n, bits);
+  return dispatch(level, [&](auto t) { return onebit_pack_block(t, x, n, bits); });
 }
 
 /// Packs two consecutive full summation blocks starting at x (2 * block elements) and returns
 /// their canonical sums, exactly as two `onebit_pack_block` calls would.
 inline void onebit_pack_pair(float const* x, std::byte* bits, double& s0, double& s1, isa level) noexcept {
-  constexpr std::size_t block = onebit_sum_order::block;
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::onebit_pack_pair(x, bits, s0, s1);
-#endif
-  s0 = onebit_pack_block(x, block, bits, level);
-  s1 = onebit_pack_block(x + block, block, bits + block / 8, level);
+  dispatch(level, [&](auto t) { onebit_pack_pair(t, x, bits, s0, s1); });
 }
 
 /// Expands sign bits into ±scale (see `scalar::onebit_unpack`).
 inline void onebit_unpack(std::byte const* bits, float scale, float* out, std::size_t n,
                           float alpha, bool add, isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::onebit_unpack(bits, scale, out, n, alpha, add);
-  if (level == isa::avx2) return avx2::onebit_unpack(bits, scale, out, n, alpha, add);
-#endif
-  (void)level;
-  scalar::onebit_unpack(bits, scale, out, n, alpha, add);
+  dispatch(level, [&](auto t) { onebit_unpack(t, bits, scale, out, n, alpha, add); });
 }
 
 }  // namespace cpu::kernels

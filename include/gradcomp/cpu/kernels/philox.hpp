@@ -221,14 +221,6 @@ GRADCOMP_TARGET_AVX2 inline philox16 philox_generate(random_stream const& rs,
   return philox_generate(philox_prepare(rs), group);
 }
 
-/// Which of the 8 lanes 8h..8h+7 (`first` = 8h) of a window of 16 elements lie below
-/// `valid`, as 32-bit lane masks (for the masked loads and stores of a window's tail).
-GRADCOMP_TARGET_AVX2 inline __m256i live_mask8(std::size_t valid, unsigned first) noexcept {
-  long long const left = static_cast<long long>(valid) - first;
-  int const n = left < 0 ? 0 : (left > 8 ? 8 : static_cast<int>(left));
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 /// The draws of window `k` (0..7) of a group, lanes 8h..8h+7, as 32-bit lanes.
 GRADCOMP_TARGET_AVX2 inline __m256i philox_window(philox16 const& g, unsigned k,
                                                   unsigned h) noexcept {

@@ -28,7 +28,7 @@ inline constexpr std::size_t compact_slack = 16;
 
 namespace scalar {
 /// Indices (from `first`) and keys of x[0, len) with key >= bound; returns their number.
-inline std::size_t compact_above(float const* x, std::size_t len, std::uint32_t first,
+inline std::size_t compact_above(isa_tag, float const* x, std::size_t len, std::uint32_t first,
                                  std::uint32_t bound, std::uint32_t* idx,
                                  std::uint32_t* key) noexcept {
   std::size_t m = 0;
@@ -47,7 +47,7 @@ inline std::size_t compact_above(float const* x, std::size_t len, std::uint32_t 
 #if GRADCOMP_X86_SIMD
 GRADCOMP_SIMD_DIAGNOSTICS_PUSH
 namespace avx512 {
-GRADCOMP_TARGET_AVX512 inline std::size_t compact_above(float const* x, std::size_t len,
+GRADCOMP_TARGET_AVX512 inline std::size_t compact_above(isa_tag, float const* x, std::size_t len,
                                                         std::uint32_t first, std::uint32_t bound,
                                                         std::uint32_t* idx,
                                                         std::uint32_t* key) noexcept {
@@ -68,8 +68,8 @@ GRADCOMP_TARGET_AVX512 inline std::size_t compact_above(float const* x, std::siz
     m += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(sel)));
     at = _mm512_add_epi32(at, sixteen);
   }
-  return m + scalar::compact_above(x + i, len - i, first + static_cast<std::uint32_t>(i), bound,
-                                   idx + m, key + m);
+  return m + scalar::compact_above(scalar_tag{}, x + i, len - i,
+                                   first + static_cast<std::uint32_t>(i), bound, idx + m, key + m);
 }
 }  // namespace avx512
 
@@ -88,7 +88,7 @@ inline constexpr std::array<std::uint64_t, 256> compact_table = [] {
   return t;
 }();
 
-GRADCOMP_TARGET_AVX2 inline std::size_t compact_above(float const* x, std::size_t len,
+GRADCOMP_TARGET_AVX2 inline std::size_t compact_above(isa_tag, float const* x, std::size_t len,
                                                       std::uint32_t first, std::uint32_t bound,
                                                       std::uint32_t* idx,
                                                       std::uint32_t* key) noexcept {
@@ -99,7 +99,7 @@ GRADCOMP_TARGET_AVX2 inline std::size_t compact_above(float const* x, std::size_
                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   __m256i const eight = _mm256_set1_epi32(8);
   std::size_t m = 0, i = 0;
-  if (bound == 0) return scalar::compact_above(x, len, first, bound, idx, key);
+  if (bound == 0) return scalar::compact_above(scalar_tag{}, x, len, first, bound, idx, key);
   for (; i + 8 <= len; i += 8) {
     __m256i const k =
         _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + i)), abs);
@@ -112,8 +112,8 @@ GRADCOMP_TARGET_AVX2 inline std::size_t compact_above(float const* x, std::size_
     m += static_cast<std::size_t>(std::popcount(sel));
     at = _mm256_add_epi32(at, eight);
   }
-  return m + scalar::compact_above(x + i, len - i, first + static_cast<std::uint32_t>(i), bound,
-                                   idx + m, key + m);
+  return m + scalar::compact_above(scalar_tag{}, x + i, len - i,
+                                   first + static_cast<std::uint32_t>(i), bound, idx + m, key + m);
 }
 }  // namespace avx2
 GRADCOMP_SIMD_DIAGNOSTICS_POP
@@ -124,12 +124,7 @@ GRADCOMP_SIMD_DIAGNOSTICS_POP
 inline std::size_t compact_above(float const* x, std::size_t len, std::uint32_t first,
                                  std::uint32_t bound, std::uint32_t* idx, std::uint32_t* key,
                                  isa level) noexcept {
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::compact_above(x, len, first, bound, idx, key);
-  if (level == isa::avx2) return avx2::compact_above(x, len, first, bound, idx, key);
-#endif
-  (void)level;
-  return scalar::compact_above(x, len, first, bound, idx, key);
+  return dispatch(level, [&](auto t) { return compact_above(t, x, len, first, bound, idx, key); });
 }
 
 }  // namespace cpu::kernels

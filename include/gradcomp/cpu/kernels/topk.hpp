@@ -35,9 +35,9 @@ inline constexpr std::size_t collect_slack = 16;
 namespace scalar {
 
 /// See the dispatching `collect_at_least`.
-inline collect_counts collect_at_least(float const* x, std::size_t len, std::uint32_t base,
-                                       std::uint32_t lo, std::uint32_t* at,
-                                       float* values) noexcept {
+inline collect_counts collect_at_least(isa_tag, float const* x, std::size_t len, std::uint32_t base,
+                                       std::uint32_t lo, std::uint32_t* at, float* values,
+                                       bool /*many*/ = false) noexcept {
   std::size_t c = 0;
   std::uint32_t top = 0;
   for (std::size_t i = 0; i < len; ++i) {
@@ -71,9 +71,10 @@ GRADCOMP_TARGET_AVX512 inline void collect_emit(__m512i raw, __m512i k, __mmask1
   v += m;
 }
 
-GRADCOMP_TARGET_AVX512 inline collect_counts collect_at_least(float const* x, std::size_t len,
-                                                              std::uint32_t base, std::uint32_t lo,
-                                                              std::uint32_t* at, float* values,
+GRADCOMP_TARGET_AVX512 inline collect_counts collect_at_least(isa_tag, float const* x,
+                                                              std::size_t len, std::uint32_t base,
+                                                              std::uint32_t lo, std::uint32_t* at,
+                                                              float* values,
                                                               bool branch_free) noexcept {
   __m512i const absmask = _mm512_set1_epi32(0x7fffffff);
   __m512i const vlo = _mm512_set1_epi32(static_cast<int>(lo));
@@ -114,10 +115,11 @@ GRADCOMP_TARGET_AVX512 inline collect_counts collect_at_least(float const* x, st
 
 namespace avx2 {
 
-GRADCOMP_TARGET_AVX2 inline collect_counts collect_at_least(float const* x, std::size_t len,
-                                                            std::uint32_t base, std::uint32_t lo,
-                                                            std::uint32_t* at,
-                                                            float* values) noexcept {
+GRADCOMP_TARGET_AVX2 inline collect_counts collect_at_least(isa_tag, float const* x,
+                                                            std::size_t len, std::uint32_t base,
+                                                            std::uint32_t lo, std::uint32_t* at,
+                                                            float* values,
+                                                            bool /*many*/ = false) noexcept {
   // Keys are below 2^31, so a signed compare works: key >= lo is key > lo - 1 (lo = 0 gives
   // -1; the caller guarantees lo < 2^31). The rare groups with a hit are visited bit by bit.
   __m256i const absmask = _mm256_set1_epi32(0x7fffffff);
@@ -143,7 +145,7 @@ GRADCOMP_TARGET_AVX2 inline collect_counts collect_at_least(float const* x, std:
     }
   }
   collect_counts const t = scalar::collect_at_least(
-      x + i, len - i, static_cast<std::uint32_t>(base + i), lo, at + c, values + c);
+      scalar_tag{}, x + i, len - i, static_cast<std::uint32_t>(base + i), lo, at + c, values + c);
   return {c + t.count, t.nonfinite || top >= 0x7f800000u};
 }
 
@@ -161,12 +163,8 @@ inline collect_counts collect_at_least(float const* x, std::size_t len, std::uin
                                        std::uint32_t lo, std::uint32_t* at, float* values,
                                        isa level, bool many = false) noexcept {
   if (lo > 0x7fffffffu) return {};  // no key reaches it
-#if GRADCOMP_X86_SIMD
-  if (level == isa::avx512) return avx512::collect_at_least(x, len, base, lo, at, values, many);
-  if (level == isa::avx2) return avx2::collect_at_least(x, len, base, lo, at, values);
-#endif
-  (void)level;
-  return scalar::collect_at_least(x, len, base, lo, at, values);
+  return dispatch(level,
+                  [&](auto t) { return collect_at_least(t, x, len, base, lo, at, values, many); });
 }
 
 }  // namespace cpu::kernels

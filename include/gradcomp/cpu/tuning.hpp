@@ -1,0 +1,95 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// The tuning constants of the CPU backend, in one place: chunk and block sizes, the parallel
+/// threshold, prefetch distances. Each says what it trades and what chose it: the measurement
+/// where there was one (the figures come from docs/performance.md and docs/algorithms.md, on the
+/// 2-vCPU AVX-512 Xeon described there), or that it was not measured.
+///
+/// Retuning for a microarchitecture means editing this header. Every constant here changes
+/// speed only, except `chunk_elements`, which also fixes the order of chunked reductions and so
+/// the bytes of some packets (see its comment).
+
+#include <gradcomp/config.hpp>
+
+#include <cstddef>
+
+GRADCOMP_NAMESPACE_BEGIN
+namespace cpu {
+
+// --- Parallel loops (cpu/parallel.hpp, cpu/execution.hpp) ------------------------------------
+
+/// Elements per parallel chunk before alignment: large enough to amortise the hand-off to a
+/// worker, small enough to balance two to a few dozen threads. Not measured: set with the
+/// first thread pool (commit 2431289) and kept since; at this size a chunk of floats
+/// (256 KiB) is re-read from L2 by the quantize pass of the bucketed codecs
+/// (docs/performance.md, "Where the time goes"). Not a pure speed knob: onebit's scale and the
+/// L2 norms of large buckets are combined in chunk order, so a new value changes those
+/// packets (still the same for every thread count and ISA level); treat a change as a
+/// wire-visible one.
+inline constexpr std::size_t chunk_elements = std::size_t{1} << 16;
+
+/// Default `execution::parallel_threshold` (and `codec_context::parallel_threshold`): tensors
+/// smaller than this many elements (1 MiB of floats) run on the calling thread. Not measured:
+/// set with the first codecs (commit 2431289); the benchmarks since show the 2^16 rows, which
+/// stay below it, L2-resident and a few microseconds per call (docs/performance.md, "Two
+/// threads", "Smaller tensors"), but no sweep of the threshold itself.
+inline constexpr std::size_t default_parallel_threshold = std::size_t{1} << 18;
+
+// --- Bucket statistics kernels (cpu/kernels/bytecode.hpp, cpu/kernels/dither.hpp) ------------
+
+/// How far ahead (bytes) the AVX-512 statistics kernels (`block_minmax`, `block_max_exponent`,
+/// `block_sumsq`, `block_absmax`) prefetch: one 512-element bucket of floats, so the next bucket
+/// is on its way while this one reduces. Measured: `block_minmax` over 2^24 elements in
+/// 512-element buckets went from 23 to 26 GB/s against 28 GB/s for a plain read
+/// (docs/performance.md, "Where the time goes"; commit efb81b1, where int8 nearest compress
+/// went from 0.35 to 0.48 of the read baseline); other distances were not tried.
+inline constexpr std::size_t stats_prefetch_bytes = 2048;
+
+// --- GEMM (cpu/kernels/gemm.hpp) --------------------------------------------------------------
+
+/// Rows of B per k block of the GEMM's axpy form: the block of B stays in cache while the
+/// register tiles sweep across it. Not swept; 16 rows of a 4096-wide B are 256 KiB (L2).
+inline constexpr std::size_t gemm_kc = 16;
+
+/// How far ahead (floats along a row of B) the axpy tiles prefetch: the axpy form reads
+/// gemm_kc rows of B at once, more streams than the hardware prefetcher follows well.
+/// Measured: Q = Pᵀ M at 4096 × 4096, r = 4 runs twice as fast with it (docs/algorithms.md).
+inline constexpr std::size_t gemm_prefetch = 128;
+
+/// Rows of C per parallel GEMM task (columns are split evenly over the threads). Not swept.
+inline constexpr std::size_t gemm_task_rows = 64;
+
+/// The GEMM runs on the pool when m·n·k is at least this many times the parallel threshold
+/// (a multiply-add is much cheaper than a codec's per-element work). Not swept.
+inline constexpr std::size_t gemm_parallel_factor = 32;
+
+// --- Codec-level loops (codec/, comm/) ---------------------------------------------------------
+
+/// Random-k's gather of the kept values prefetches the element this many indices ahead (the
+/// indices are random, so the hardware prefetcher cannot). Not swept.
+inline constexpr std::size_t gather_prefetch_ahead = 16;
+
+/// Floats widened per step when the host reduction sums 16-bit buffers: 4 KiB on the stack,
+/// which stays in L1. Not measured.
+inline constexpr std::size_t reduce_16bit_block = 1024;
+
+/// Elements per block of top-k's candidate collection on one thread (the output grows by at
+/// most a block between checks of its room). Not swept.
+inline constexpr std::size_t topk_serial_block = 4096;
+
+/// The same on the pool: small, because each chunk's buffer needs room for one block beyond
+/// its expected share. Not swept.
+inline constexpr std::size_t topk_chunk_block = 512;
+
+/// Elements per block of the sparse selection's candidate collection (codec/detail/select.hpp).
+/// Not swept.
+inline constexpr std::size_t select_collect_block = 2048;
+
+/// Rows per task of PowerSGD's fused phase 1 (add g, subtract P Qᵀ, project onto Q while the
+/// rows are in cache). Not swept.
+inline constexpr std::size_t powersgd_block_rows = 16;
+
+}  // namespace cpu
+GRADCOMP_NAMESPACE_END
