@@ -6,6 +6,7 @@
 // whose global minimizer is x*_d = sum_i a_id c_id / sum_i a_id; and helpers that run n ranks
 // in one thread.
 
+#include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/optim/adam.hpp>
 
 #include "../support/codec_support.hpp"
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 namespace gradcomp_test {
@@ -77,6 +79,27 @@ inline double max_abs_error(std::vector<float> const& x, std::vector<double> con
   double e = 0.0;
   for (std::size_t k = 0; k < x.size(); ++k) e = std::max(e, std::abs(x[k] - ref[k]));
   return e;
+}
+
+// The momentum mass a two-way collective still holds for tensor `id` of d elements on this rank:
+// its worker residuals of every shard plus its server residual of the shard it owns (the
+// error-feedback conservation tests of the 1-bit Adam optimizers sum this over the ranks).
+template <class TwoWay>
+std::vector<double> two_way_residual_mass(TwoWay const& tw, gradcomp::tensor_id id, std::size_t d,
+                                          std::uint32_t rank, std::uint32_t world) {
+  std::vector<double> res(d, 0.0);
+  for (std::uint32_t sh = 0; sh < world; ++sh) {
+    auto const [b, e] = gradcomp::shard_range(d, sh, world);
+    gradcomp::shard_key const key{id, sh, world};
+    auto const add = [&](auto const& r) {
+      if (r.size() != e - b)
+        throw std::runtime_error("two_way_residual_mass: a residual of another size");
+      for (std::size_t i = b; i < e; ++i) res[i] += r[i - b];
+    };
+    add(tw.worker_residual(key));
+    if (sh == rank) add(tw.server_residual(key));
+  }
+  return res;
 }
 
 }  // namespace gradcomp_test

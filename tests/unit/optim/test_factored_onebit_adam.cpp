@@ -26,6 +26,7 @@ namespace {
 
 namespace gc = gradcomp;
 using gradcomp_test::quadratic_problem;
+using gradcomp_test::two_way_residual_mass;
 using fadam = gc::factored_onebit_adam<gc::any_codec>;
 
 gc::tensor_view<float const> view(std::vector<float> const& g) {
@@ -253,18 +254,8 @@ TEST_CASE("factored_onebit_adam: error feedback conserves the momentum's mass",
         got[i] += static_cast<double>(opt.first_moment()[i]) * world;
       }
     }
-    std::vector<double> res(p.d, 0.0);
-    for (std::uint32_t sh = 0; sh < world; ++sh) {
-      auto const [b, e] = gc::shard_range(p.d, sh, world);
-      auto const wr = opt.two_way().worker_residual(gc::shard_key{gc::tensor_id{5}, sh, world});
-      RANK_REQUIRE(wr.size() == e - b);
-      for (std::size_t i = b; i < e; ++i) res[i] += wr[i - b];
-      if (sh == r) {
-        auto const sr = opt.two_way().server_residual(gc::shard_key{gc::tensor_id{5}, sh, world});
-        RANK_REQUIRE(sr.size() == e - b);
-        for (std::size_t i = b; i < e; ++i) res[i] += sr[i - b];
-      }
-    }
+    std::vector<double> const res = two_way_residual_mass(opt.two_way(), gc::tensor_id{5}, p.d,
+                                                          static_cast<std::uint32_t>(r), world);
     std::lock_guard<std::mutex> lock(mu);
     for (std::size_t i = 0; i < p.d; ++i) {
       given[i] += mine[i];

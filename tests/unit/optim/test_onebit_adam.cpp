@@ -25,6 +25,7 @@ namespace {
 
 namespace gc = gradcomp;
 using gradcomp_test::quadratic_problem;
+using gradcomp_test::two_way_residual_mass;
 
 gc::tensor_view<float const> view(std::vector<float> const& g) {
   return gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{3});
@@ -185,18 +186,8 @@ TEST_CASE("onebit_adam: error feedback conserves the momentum's mass", "[optim][
         got[i] += static_cast<double>(opt.first_moment()[i]) * world;
       }
     }
-    std::vector<double> res(p.d, 0.0);
-    for (std::uint32_t sh = 0; sh < world; ++sh) {
-      auto const [b, e] = gc::shard_range(p.d, sh, world);
-      auto const wr = opt.two_way().worker_residual(gc::shard_key{gc::tensor_id{3}, sh, world});
-      RANK_REQUIRE(wr.size() == e - b);
-      for (std::size_t i = b; i < e; ++i) res[i] += wr[i - b];
-      if (sh == r) {
-        auto const sr = opt.two_way().server_residual(gc::shard_key{gc::tensor_id{3}, sh, world});
-        RANK_REQUIRE(sr.size() == e - b);
-        for (std::size_t i = b; i < e; ++i) res[i] += sr[i - b];
-      }
-    }
+    std::vector<double> const res = two_way_residual_mass(opt.two_way(), gc::tensor_id{3}, p.d,
+                                                          static_cast<std::uint32_t>(r), world);
     std::lock_guard<std::mutex> lock(mu);
     for (std::size_t i = 0; i < p.d; ++i) {
       given[i] += mine[i];
