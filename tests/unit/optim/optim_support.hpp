@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -79,6 +80,19 @@ inline double max_abs_error(std::vector<float> const& x, std::vector<double> con
   double e = 0.0;
   for (std::size_t k = 0; k < x.size(); ++k) e = std::max(e, std::abs(x[k] - ref[k]));
   return e;
+}
+
+// The gradient g as tensor `id` of an optimizer step.
+inline gradcomp::tensor_view<float const> tensor_of(std::vector<float> const& g,
+                                                    gradcomp::tensor_id id) {
+  return gradcomp::tensor_view<float const>(std::span<float const>(g), id);
+}
+
+// The codec context of step s (the codecs' random streams are keyed by it).
+inline gradcomp::codec_context step_context(std::uint64_t s) {
+  gradcomp::codec_context c;
+  c.step = static_cast<std::uint32_t>(s);
+  return c;
 }
 
 // The momentum mass a two-way collective still holds for tensor `id` of d elements on this rank:

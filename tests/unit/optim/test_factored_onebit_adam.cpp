@@ -30,14 +30,10 @@ using gradcomp_test::two_way_residual_mass;
 using fadam = gc::factored_onebit_adam<gc::any_codec>;
 
 gc::tensor_view<float const> view(std::vector<float> const& g) {
-  return gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{5});
+  return gradcomp_test::tensor_of(g, gc::tensor_id{5});
 }
 
-gc::codec_context context(std::uint64_t step) {
-  gc::codec_context c;
-  c.step = static_cast<std::uint32_t>(step);
-  return c;
-}
+gc::codec_context context(std::uint64_t step) { return gradcomp_test::step_context(step); }
 
 }  // namespace
 

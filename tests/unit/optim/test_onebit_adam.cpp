@@ -28,14 +28,10 @@ using gradcomp_test::quadratic_problem;
 using gradcomp_test::two_way_residual_mass;
 
 gc::tensor_view<float const> view(std::vector<float> const& g) {
-  return gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{3});
+  return gradcomp_test::tensor_of(g, gc::tensor_id{3});
 }
 
-gc::codec_context context(std::uint64_t step) {
-  gc::codec_context c;
-  c.step = static_cast<std::uint32_t>(step);
-  return c;
-}
+gc::codec_context context(std::uint64_t step) { return gradcomp_test::step_context(step); }
 
 }  // namespace
 
