@@ -10,7 +10,9 @@ bucket's future then completes with its average (the hook divides by the world s
 contract asks), or fails on every rank with the step's error.
 """
 
+import atexit
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -34,6 +36,18 @@ _DEFAULTS = {
     "log_every": 0,
     "timeout_s": 300.0,
 }
+
+
+# The states whose engine is open: closed at interpreter exit (see GradcompState.close).
+_open_states = weakref.WeakSet()
+
+
+def _close_open_states():
+    for state in list(_open_states):
+        state.close()
+
+
+atexit.register(_close_open_states)
 
 
 class GradcompState:
@@ -98,13 +112,30 @@ class GradcompState:
 
     def _make_engine(self):
         self._engine = _C.Engine(self._group(), dict(self._options))
+        _open_states.add(self)
+
+    def _live(self):
+        if self._engine is None:
+            raise _C.ConfigError("gradcomp: this GradcompState is closed")
+        return self._engine
+
+    def close(self):
+        """Stops the engine's worker thread and lets go of the process group. Buckets still
+        queued fail with ConfigError; later use of the state raises ConfigError. Idempotent.
+
+        Called for every open state at interpreter exit (an ``atexit`` handler), so that no
+        gradcomp thread is left to touch Python objects while the interpreter shuts down;
+        call it yourself (before ``dist.destroy_process_group()``) to end sooner."""
+        engine, self._engine = self._engine, None
+        _open_states.discard(self)
+        del engine  # the binding joins the worker without the GIL
 
     # -- statistics ---------------------------------------------------------------------------
 
     @property
     def iteration(self):
         """DDP iterations handled so far (plain all-reduce ones included)."""
-        return self._engine.iteration
+        return self._live().iteration
 
     @property
     def last_stats(self):
@@ -112,30 +143,30 @@ class GradcompState:
         compressed_tensors, messages, compress_s, communicate_s, decode_s, total_s, sent, and
         the divergence guard's guard ("none", "skipped", "dense"), gradient_norm,
         residual_norm and loss (NaN where not measured)."""
-        return self._engine.last_stats()
+        return self._live().last_stats()
 
     def report_loss(self, loss):
         """Gives this rank's loss of the coming iteration to the divergence guard (call it
         before ``backward()``; a tensor is read with ``.item()``). Optional: without it the guard
         watches the gradient and the residual only."""
-        self._engine.report_loss(float(loss.item() if hasattr(loss, "item") else loss))
+        self._live().report_loss(float(loss.item() if hasattr(loss, "item") else loss))
 
     @property
     def totals(self):
         """Totals since the start: iterations, bytes_sent, hook_s (first bucket in to last
         future done, summed), layout_changes."""
-        return self._engine.totals()
+        return self._live().totals()
 
     def wait(self):
         """Blocks until every bucket handed to the hook has been exchanged."""
-        self._engine.wait_idle()
+        self._live().wait_idle()
 
     # -- checkpointing ------------------------------------------------------------------------
 
     def state_dict(self):
         """Everything needed to resume: options, iteration, residuals, controller, PowerSGD
         factors (bytes in the library's checkpoint format, docs/wire-format.md)."""
-        return {"version": 1, "options": dict(self._options), "engine": self._engine.save()}
+        return {"version": 1, "options": dict(self._options), "engine": self._live().save()}
 
     def load_state_dict(self, state):
         """Restores a ``state_dict``; the options must match. A malformed or mismatched state
@@ -146,7 +177,7 @@ class GradcompState:
             raise _C.FormatError(
                 "gradcomp: the state_dict was saved with options %r, this state has %r"
                 % (state.get("options"), self._options))
-        self._engine.load(state["engine"])
+        self._live().load(state["engine"])
 
     def __getstate__(self):
         # Like PyTorch's PowerSGDState: the process group is not pickled; the unpickled state
@@ -189,4 +220,4 @@ def hook(state, bucket):
     Returns a ``torch.futures.Future`` that completes with the bucket averaged over the ranks
     (in place). The exchange runs on gradcomp's worker thread; autograd goes on meanwhile."""
     views, shapes, keys = _pieces(state, bucket)
-    return state._engine.submit(bucket.index(), bucket.buffer(), views, shapes, keys, bucket.is_last())
+    return state._live().submit(bucket.index(), bucket.buffer(), views, shapes, keys, bucket.is_last())

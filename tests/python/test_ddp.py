@@ -413,3 +413,37 @@ def test_peer_exit_raises_instead_of_hanging():
     assert took < 30
     # gradcomp's message, naming the exchange and carrying gloo's reason
     assert "gradcomp: c10d" in message and "failed" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# close(): the worker thread stops, later use raises; the exit handler closes open states
+
+def _threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def _close(rank, world):
+    model = DDP(make_model())
+    state = gradcomp.GradcompState(codec="topk:ratio=0.05", feedback="residual")
+    model.register_comm_hook(state, gradcomp.hook)
+    train(model, 2, rank)
+    before = _threads()
+    state.close()
+    after = _threads()
+    state.close()  # idempotent
+    with pytest.raises(gradcomp.ConfigError, match="closed"):
+        state.totals
+    with pytest.raises(RuntimeError, match="closed"):
+        train(model, 1, rank, first_step=2)
+    # what the atexit handler runs closes every state still open
+    other = gradcomp.GradcompState(codec="fp16", feedback="none")
+    assert other in gradcomp.ddp._open_states
+    gradcomp.ddp._close_open_states()
+    assert len(gradcomp.ddp._open_states) == 0
+    with pytest.raises(gradcomp.ConfigError, match="closed"):
+        other.iteration
+    return before - after
+
+
+def test_close_stops_the_worker():
+    assert run_ranks(_close, 2) == [1, 1]
