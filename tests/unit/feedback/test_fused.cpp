@@ -19,7 +19,11 @@
 #include <string>
 #include <vector>
 
+namespace gc = gradcomp;
+
 namespace {
+
+using namespace gradcomp_test;
 
 // Bucket sizes that cut blocks, random groups and chunks unevenly, the whole-tensor bucket
 // included; sizes that end mid-window, mid-bucket and mid-block.
