@@ -29,7 +29,10 @@ using namespace gradcomp_test;
 // included; sizes that end mid-window, mid-bucket and mid-block.
 std::vector<std::string> const fused_specs = {
     "fp16", "bf16", "int8", "int8:rounding=stochastic", "int8:bucket=100,rounding=stochastic",
-    "int8:bucket=0", "int8:bucket=40000"};
+    "int8:bucket=0", "int8:bucket=40000", "natural", "natural:bucket=100", "natural:bucket=0",
+    "qsgd:levels=7", "qsgd:levels=127,bucket=0", "terngrad:bucket=300",
+    "dithering:levels=8,partition=natural,norm=max,bucket=300",
+    "dithering:levels=2,partition=linear,norm=l2,bucket=512"};
 std::size_t const sizes[] = {1, 17, 1000, 16384 + 3, 70001, 300000};
 
 bool same_bits(std::vector<float> const& a, std::vector<float> const& b) {
@@ -111,6 +114,8 @@ TEST_CASE("fused EF21: packets and estimates identical to the three passes", "[f
 TEST_CASE("fused feedback through the static codec type matches any_codec", "[feedback][fused]") {
   STATIC_REQUIRE(gc::fused_feedback_codec<gc::int8_codec>);
   STATIC_REQUIRE(gc::fused_feedback_codec<gc::fp16_codec>);
+  STATIC_REQUIRE(gc::fused_feedback_codec<gc::qsgd_codec>);
+  STATIC_REQUIRE(gc::fused_feedback_codec<gc::natural_codec>);
   STATIC_REQUIRE(gc::fused_feedback_codec<gc::any_codec>);
   STATIC_REQUIRE(!gc::fused_feedback_codec<gc::topk_codec>);
   std::size_t const n = 50000;
@@ -158,7 +163,7 @@ TEST_CASE("fused feedback: a non-finite gradient fails with the unfused message,
 }
 
 TEST_CASE("codecs without the block interface are not fusable and say so", "[feedback][fused]") {
-  for (char const* spec : {"topk:ratio=0.01", "onebit", "qsgd", "identity"}) {
+  for (char const* spec : {"topk:ratio=0.01", "onebit", "randomk:ratio=0.1", "identity"}) {
     gc::any_codec const c = gc::make_codec(spec);
     INFO(spec);
     REQUIRE_FALSE(c.fusable());
