@@ -58,15 +58,19 @@ constexpr char const* codec_specs[] = {
     "dithering:levels=2,partition=linear,norm=l2,bucket=512",
 };
 
-/// The codecs measured with error feedback (ef, ef_3pass): the fused ones (fp16, bf16, int8) and,
-/// for comparison, codecs that run the three passes either way.
+/// The codecs measured with error feedback (ef, ef_3pass): the fused ones and, for comparison,
+/// onebit (one scale for the whole tensor) and top-k (a global selection), which run the three
+/// passes either way.
 constexpr char const* ef_specs[] = {
     "fp16",
     "bf16",
     "int8:bucket=512,rounding=nearest",
     "int8:bucket=512,rounding=stochastic",
-    "onebit:scaling=mean_abs",
+    "natural:bucket=512",
     "qsgd:levels=7,bucket=512",
+    "terngrad:bucket=512",
+    "dithering:levels=8,partition=natural,norm=max,bucket=512",
+    "onebit:scaling=mean_abs",
     "topk:ratio=0.01",
 };
 
