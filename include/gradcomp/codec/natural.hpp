@@ -71,16 +71,7 @@ class natural_codec : public detail::codec_base<natural_codec> {
     cpu::isa const level = cpu::effective_isa(ctx.isa);
     detail::bucketed_pass(
         n, blen, ctx,
-        [&](std::size_t k, std::size_t b, std::size_t e) {
-          unsigned const m = cpu::kernels::block_max_exponent(x + b, e - b, level);
-          if (m >= 254) {
-            std::size_t const bad = b + detail::first_nonfinite(x + b, e - b);
-            if (bad < e) detail::throw_nonfinite(id, bad, x[bad]);
-            throw numeric_error("gradcomp: natural compression cannot encode |x| >= 2^127 (bucket at element " +
-                                std::to_string(b) + "): rounding up would overflow float32");
-          }
-          emax[k] = static_cast<std::uint8_t>(m);
-        },
+        [&](std::size_t k, std::size_t b, std::size_t e) { emax[k] = bucket_exponent(x, b, e, level); },
         [&](std::size_t cb, std::size_t ce) {
           cpu::kernels::natural_encode(x, cb, ce, blen, emax, rs, codes, level);
         });
@@ -124,15 +115,7 @@ class natural_codec : public detail::codec_base<natural_codec> {
     std::size_t const blen = detail::bucket_length(bucket_, n);
     auto* emax = reinterpret_cast<std::uint8_t*>(payload);
     for (std::size_t k0 = b; k0 < e; k0 += blen) {
-      std::size_t const k1 = k0 + blen < n ? k0 + blen : n;
-      unsigned const m = cpu::kernels::block_max_exponent(x + k0, k1 - k0, level);
-      if (m >= 254) {
-        std::size_t const bad = k0 + detail::first_nonfinite(x + k0, k1 - k0);
-        if (bad < k1) detail::throw_nonfinite(id, bad, x[bad]);
-        throw numeric_error("gradcomp: natural compression cannot encode |x| >= 2^127 (bucket at element " +
-                            std::to_string(k0) + "): rounding up would overflow float32");
-      }
-      emax[k0 / blen] = static_cast<std::uint8_t>(m);
+      emax[k0 / blen] = bucket_exponent(x, k0, k0 + blen < n ? k0 + blen : n, level);
     }
     cpu::kernels::natural_encode(x, b, e, blen, emax, rs,
                                  reinterpret_cast<std::uint8_t*>(payload + detail::bucket_count(bucket_, n)), level);
@@ -148,6 +131,19 @@ class natural_codec : public detail::codec_base<natural_codec> {
   }
 
  private:
+  // The largest exponent of bucket [b, e): `numeric_error` for a non-finite value or one that
+  // rounding up would overflow.
+  static std::uint8_t bucket_exponent(float const* x, std::size_t b, std::size_t e, cpu::isa level) {
+    unsigned const m = cpu::kernels::block_max_exponent(x + b, e - b, level);
+    if (m >= 254) {
+      std::size_t const bad = b + detail::first_nonfinite(x + b, e - b);
+      if (bad < e) detail::throw_nonfinite(id, bad, x[bad]);
+      throw numeric_error("gradcomp: natural compression cannot encode |x| >= 2^127 (bucket at element " +
+                          std::to_string(b) + "): rounding up would overflow float32");
+    }
+    return static_cast<std::uint8_t>(m);
+  }
+
   std::uint32_t bucket_;
 };
 

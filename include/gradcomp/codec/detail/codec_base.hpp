@@ -53,6 +53,16 @@
 GRADCOMP_NAMESPACE_BEGIN
 namespace detail {
 
+/// Throws `config_error` unless an output buffer of `room` bytes holds a packet of `total` bytes
+/// for `n` elements of codec `id`.
+inline void check_room(codec_id id, std::size_t n, std::uint64_t total, std::size_t room) {
+  if (room < total) {
+    throw config_error(std::string("gradcomp: ") + codec_name(id) + " packet for " + std::to_string(n) +
+                       " elements needs " + std::to_string(total) + " bytes, the output buffer has " +
+                       std::to_string(room));
+  }
+}
+
 /// Throws `format_error` unless the packet's payload size equals `expected`.
 inline void expect_payload(packet_header const& h, std::uint64_t expected) {
   if (h.payload_bytes != expected) {
@@ -148,12 +158,7 @@ class codec_base {
     Self const& self = static_cast<Self const&>(*this);
     packet_header const h = self.header_for(in.size(), dtype_of<T>);
     std::uint64_t const total = h.packet_bytes();
-    if (out.size() < total) {
-      throw config_error(std::string("gradcomp: ") + codec_name(Self::id) + " packet for " +
-                         std::to_string(in.size()) + " elements needs " +
-                         std::to_string(total) + " bytes, the output buffer has " +
-                         std::to_string(out.size()));
-    }
+    check_room(Self::id, in.size(), total, out.size());
     write_header(out, h);
     std::byte* payload = out.data() + header_bytes;
     random_stream const rs{ctx.seed, ctx.step, static_cast<std::uint32_t>(in.id())};
@@ -205,11 +210,7 @@ class codec_base {
     Self const& self = static_cast<Self const&>(*this);
     packet_header const h = self.header_for(n, dtype::f32);
     std::uint64_t const total = h.packet_bytes();
-    if (out.size() < total) {
-      throw config_error(std::string("gradcomp: ") + codec_name(Self::id) + " packet for " +
-                         std::to_string(n) + " elements needs " + std::to_string(total) +
-                         " bytes, the output buffer has " + std::to_string(out.size()));
-    }
+    check_room(Self::id, n, total, out.size());
     write_header(out, h);
     std::byte* payload = out.data() + header_bytes;
     random_stream const rs{ctx.seed, ctx.step, static_cast<std::uint32_t>(id)};
