@@ -58,13 +58,36 @@ constexpr char const* codec_specs[] = {
     "dithering:levels=2,partition=linear,norm=l2,bucket=512",
 };
 
-enum class op { compress, decompress, decompress_add };
+/// The codecs measured with error feedback (ef, ef_3pass): the fused ones and, for comparison,
+/// onebit (one scale for the whole tensor) and top-k (a global selection), which run the three
+/// passes either way.
+constexpr char const* ef_specs[] = {
+    "fp16",
+    "bf16",
+    "int8:bucket=512,rounding=nearest",
+    "int8:bucket=512,rounding=stochastic",
+    "natural:bucket=512",
+    "qsgd:levels=7,bucket=512",
+    "terngrad:bucket=512",
+    "dithering:levels=8,partition=natural,norm=max,bucket=512",
+    "onebit:scaling=mean_abs",
+    "topk:ratio=0.01",
+};
+
+// ef: one step of residual error feedback through `compressor` (fused with the codec where it
+// can, feedback/policies.hpp); ef_3pass: the same step as three passes (stage, compress,
+// commit), the reference the fused path replaces. Both against the read baseline (the issue's
+// target) and, in the counter ratio_axpy, against y += x (the traffic error feedback cannot
+// avoid: read g and the residual, write the residual).
+enum class op { compress, decompress, decompress_add, ef, ef_3pass };
 
 constexpr char const* op_name(op o) noexcept {
   switch (o) {
     case op::compress: return "compress";
     case op::decompress: return "decompress";
     case op::decompress_add: return "decompress_add";
+    case op::ef: return "ef";
+    case op::ef_3pass: return "ef_3pass";
   }
   return "?";
 }
@@ -74,6 +97,8 @@ constexpr gb::baseline baseline_of(op o) noexcept {
     case op::compress: return gb::baseline::read;
     case op::decompress: return gb::baseline::write;
     case op::decompress_add: return gb::baseline::update;
+    case op::ef:
+    case op::ef_3pass: return gb::baseline::read;
   }
   return gb::baseline::read;
 }
@@ -129,9 +154,14 @@ void bm_codec(benchmark::State& state, std::string const& spec, op o, std::size_
   std::span<std::byte> const out_packet = bufs.packet.span();
   std::span<float> const out = bufs.out.span();
 
+  gc::compressor<gc::any_codec, gc::residual_feedback> ef(codec);
+  gc::residual_feedback const fb;
+  gc::residual_feedback::state ef_state;
   auto call = [&] {
     switch (o) {
       case op::compress: return codec.compress(input, out_packet, ctx);
+      case op::ef: return ef.compress(input, out_packet, ctx);
+      case op::ef_3pass: return gc::detail::stage_compress_commit(fb, codec, ef_state, input, out_packet, ctx);
       case op::decompress: codec.decompress(in_packet, out, ctx); break;
       case op::decompress_add: codec.decompress_add(in_packet, out, 1.0f, ctx); break;
     }
@@ -150,7 +180,8 @@ void bm_codec(benchmark::State& state, std::string const& spec, op o, std::size_
   gb::baseline const base = baseline_of(o);
   float const* bx = gb::gaussian(n).data();
   float* by = bufs.out.data();
-  std::vector<double> times, base_times;
+  bool const is_ef = o == op::ef || o == op::ef_3pass;
+  std::vector<double> times, base_times, axpy_times;
   times.reserve(4096);
   base_times.reserve(4096);
   for (auto _ : state) {
@@ -163,6 +194,11 @@ void bm_codec(benchmark::State& state, std::string const& spec, op o, std::size_
     double const t1 = gb::now_seconds();
     benchmark::DoNotOptimize(gb::run_baseline(base, bx, by, n, ctx));
     base_times.push_back(gb::now_seconds() - t1);
+    if (is_ef) {
+      double const t2 = gb::now_seconds();
+      benchmark::DoNotOptimize(gb::run_baseline(gb::baseline::axpy, bx, by, n, ctx));
+      axpy_times.push_back(gb::now_seconds() - t2);
+    }
     benchmark::ClobberMemory();
     state.ResumeTiming();
   }
@@ -173,6 +209,10 @@ void bm_codec(benchmark::State& state, std::string const& spec, op o, std::size_
       t_base > 0 ? static_cast<double>(n * sizeof(float)) / t_base / 1e9 : 0.0;
   state.counters["ratio"] = t_codec > 0 ? t_base / t_codec : 0.0;
   state.counters["B/elem"] = static_cast<double>(bytes) / static_cast<double>(n);
+  if (is_ef) {
+    double const t_axpy = gb::median(axpy_times);
+    state.counters["ratio_axpy"] = t_codec > 0 ? t_axpy / t_codec : 0.0;
+  }
 }
 
 void bm_baseline(benchmark::State& state, gb::baseline b, std::size_t n, unsigned threads) {
@@ -200,12 +240,19 @@ int main(int argc, char** argv) {
   for (std::size_t n : sizes) {
     for (unsigned t : thread_counts) {
       std::string const tail = "/n:" + std::to_string(n) + "/threads:" + std::to_string(t);
-      for (gb::baseline b : {gb::baseline::read, gb::baseline::write, gb::baseline::update}) {
+      for (gb::baseline b : {gb::baseline::read, gb::baseline::write, gb::baseline::update, gb::baseline::axpy}) {
         gb::add(std::string("baseline/") + gb::baseline_name(b) + tail,
             [b, n, t](benchmark::State& s) { bm_baseline(s, b, n, t); });
       }
       for (char const* spec : codec_specs) {
         for (op o : {op::compress, op::decompress, op::decompress_add}) {
+          std::string const s = spec;
+          gb::add(std::string(op_name(o)) + "/" + s + tail,
+              [s, o, n, t](benchmark::State& st) { bm_codec(st, s, o, n, t); });
+        }
+      }
+      for (char const* spec : ef_specs) {
+        for (op o : {op::ef, op::ef_3pass}) {
           std::string const s = spec;
           gb::add(std::string(op_name(o)) + "/" + s + tail,
               [s, o, n, t](benchmark::State& st) { bm_codec(st, s, o, n, t); });

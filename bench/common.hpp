@@ -8,7 +8,9 @@
 ///
 /// - `baseline::read`: sum of n floats (what a compressor must at least do: read its input);
 /// - `baseline::write`: fill n floats with a constant (what a decompressor must at least do);
-/// - `baseline::update`: y += c over n floats (what `decompress_add` must at least do).
+/// - `baseline::update`: y += c over n floats (what `decompress_add` must at least do);
+/// - `baseline::axpy`: y += x over n floats (what error feedback must at least do: read the
+///   gradient and the residual, write the residual).
 ///
 /// The baselines are vectorised by hand (AVX-512 / AVX2 chosen at run time, like the library's
 /// kernels, so the program itself needs no `-m` flags) and run on the same pool with the same
@@ -148,6 +150,10 @@ inline void update_scalar(float* y, std::size_t n, float c) noexcept {
   for (std::size_t i = 0; i < n; ++i) y[i] += c;
 }
 
+inline void axpy_scalar(float* y, float const* x, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
 #if GRADCOMP_X86_SIMD
 GRADCOMP_SIMD_DIAGNOSTICS_PUSH
 GRADCOMP_TARGET_AVX512 inline float read_avx512(float const* x, std::size_t n) noexcept {
@@ -188,6 +194,15 @@ GRADCOMP_TARGET_AVX512 inline void update_avx512(float* y, std::size_t n, float 
   update_scalar(y + i, n - i, c);
 }
 
+GRADCOMP_TARGET_AVX512 inline void axpy_avx512(float* y, float const* x, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_loadu_ps(x + i)));
+    _mm512_storeu_ps(y + i + 16, _mm512_add_ps(_mm512_loadu_ps(y + i + 16), _mm512_loadu_ps(x + i + 16)));
+  }
+  axpy_scalar(y + i, x + i, n - i);
+}
+
 GRADCOMP_TARGET_AVX2 inline float read_avx2(float const* x, std::size_t n) noexcept {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
@@ -226,6 +241,15 @@ GRADCOMP_TARGET_AVX2 inline void update_avx2(float* y, std::size_t n, float c) n
   }
   update_scalar(y + i, n - i, c);
 }
+
+GRADCOMP_TARGET_AVX2 inline void axpy_avx2(float* y, float const* x, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    _mm256_storeu_ps(y + i + 8, _mm256_add_ps(_mm256_loadu_ps(y + i + 8), _mm256_loadu_ps(x + i + 8)));
+  }
+  axpy_scalar(y + i, x + i, n - i);
+}
 GRADCOMP_SIMD_DIAGNOSTICS_POP
 #endif  // GRADCOMP_X86_SIMD
 
@@ -256,10 +280,19 @@ inline void update(float* y, std::size_t n, float c, gc::cpu::isa level) noexcep
   update_scalar(y, n, c);
 }
 
+inline void axpy(float* y, float const* x, std::size_t n, gc::cpu::isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == gc::cpu::isa::avx512) return axpy_avx512(y, x, n);
+  if (level == gc::cpu::isa::avx2) return axpy_avx2(y, x, n);
+#endif
+  (void)level;
+  axpy_scalar(y, x, n);
+}
+
 }  // namespace kernels
 
-/// The three baselines.
-enum class baseline { read, write, update };
+/// The baselines.
+enum class baseline { read, write, update, axpy };
 
 /// Name of a baseline as it appears in benchmark names ("read", "write", "update").
 constexpr char const* baseline_name(baseline b) noexcept {
@@ -267,13 +300,15 @@ constexpr char const* baseline_name(baseline b) noexcept {
     case baseline::read: return "read";
     case baseline::write: return "write";
     case baseline::update: return "update";
+    case baseline::axpy: return "axpy";
   }
   return "?";
 }
 
 /// Runs baseline `b` over `[0, n)` once, on the context's pool and chunking (16-element
-/// alignment, the library's chunk length and parallel threshold). `x` is read by `read`; `y`
-/// is written by `write` and `update`. Returns the sum for `read` (0 otherwise).
+/// alignment, the library's chunk length and parallel threshold). `x` is read by `read` and
+/// `axpy`; `y` is written by `write`, `update` and `axpy`. Returns the sum for `read` (0
+/// otherwise).
 inline float run_baseline(baseline b, float const* x, float* y, std::size_t n,
                           gc::codec_context const& ctx) {
   gc::cpu::isa const level = gc::cpu::effective_isa(ctx.isa);
@@ -282,6 +317,8 @@ inline float run_baseline(baseline b, float const* x, float* y, std::size_t n,
     gc::cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t lo, std::size_t hi) {
       if (b == baseline::write) {
         kernels::write(y + lo, hi - lo, c, level);
+      } else if (b == baseline::axpy) {
+        kernels::axpy(y + lo, x + lo, hi - lo, level);
       } else {
         kernels::update(y + lo, hi - lo, c, level);
       }

@@ -12,7 +12,11 @@ repetition's median call time):
 2. the same for decompress_add against the update (y += c) baseline;
 3. the baselines themselves;
 4. at the largest size on the fewest threads: each ratio next to a traffic bound, and which
-   codecs reach `--target` times the baseline.
+   codecs reach `--target` times the baseline;
+5. error feedback with each codec (ef: fused where the codec can; ef_3pass: the three passes),
+   against read and against y += x (axpy, the traffic error feedback cannot avoid), with one
+   line `target ef/SPEC: measured X, needed Y, met|missed` per codec (0.7 of read; 0.5 for
+   top-k).
 
 The traffic bound is what a codec would reach if it did no work besides moving its bytes, with
 reads and writes not overlapping: compress reads 4 B and writes B (the packet's bytes per
@@ -140,7 +144,7 @@ def main():
 
     out.append("| baseline | n | threads | GB/s |")
     out.append("|---|---:|---:|---:|")
-    for kind in ("read", "write", "update"):
+    for kind in ("read", "write", "update", "axpy"):
         for n in sizes:
             for t in threads:
                 key = ("baseline", kind, n, t)
@@ -176,6 +180,27 @@ def main():
     out.append("")
     out.append("- meet it: " + (", ".join(meets) if meets else "none"))
     out.append("- miss it: " + (", ".join(misses) if misses else "none"))
+
+    ef_specs = [spec for spec in order if ("ef", spec, n, t) in rows]
+    if ef_specs:
+        out.append("")
+        out.append("| error feedback (n = %s, %d thread%s) | ef GB/s | ratio to read | ratio to axpy "
+                   "| 3-pass GB/s | fused / 3-pass |" % (size_label(n), t, "" if t == 1 else "s"))
+        out.append("|---|---:|---:|---:|---:|---:|")
+        targets = []
+        for spec in ef_specs:
+            f, r = ("ef", spec, n, t), ("ef_3pass", spec, n, t)
+            gf, g3 = counter(rows, f, "GB/s"), counter(rows, r, "GB/s")
+            ratio = counter(rows, f, "ratio")
+            out.append("| %s | %s | %s | %s | %s | %s |" % (
+                spec, fmt(gf), fmt(ratio), fmt(counter(rows, f, "ratio_axpy")), fmt(g3),
+                fmt(gf / g3 if gf and g3 else None)))
+            need = 0.5 if spec.startswith("topk") else 0.7
+            if ratio is not None:
+                targets.append("target ef/%s: measured %.3f, needed %.2f, %s"
+                               % (spec, ratio, need, "met" if ratio >= need else "missed"))
+        out.append("")
+        out.extend(targets)
     print("\n".join(out))
 
 

@@ -75,6 +75,15 @@ class any_codec {
                       codec_context const& ctx = {}) const {
     impl_->decode(packet, out, alpha, true, ctx);
   }
+  /// Whether the held codec fuses error feedback with compression (`fused_feedback_codec`).
+  [[nodiscard]] bool fusable() const noexcept { return impl_->fusable(); }
+  /// The held codec's `compress_fused` (concepts/codec.hpp); `config_error` when it has none.
+  std::size_t compress_fused(float* x, std::size_t n, tensor_id id, std::span<std::byte> out,
+                             block_fill const& fill, block_fill const& refill, float alpha,
+                             codec_context const& ctx = {}) const {
+    return impl_->compress_fused(x, n, id, out, fill, refill, alpha, ctx);
+  }
+
   /// The held codec's value section of `packet` (codec/value_section.hpp); `config_error` when
   /// the held codec declares none.
   [[nodiscard]] gradcomp::value_section value_section(std::span<std::byte const> packet) const {
@@ -98,6 +107,9 @@ class any_codec {
     virtual void decode(std::span<std::byte const>, std::span<half>, float, bool, codec_context const&) const = 0;
     virtual void decode(std::span<std::byte const>, std::span<bfloat16>, float, bool, codec_context const&) const = 0;
     virtual gradcomp::value_section section(std::span<std::byte const>) const = 0;
+    virtual bool fusable() const noexcept = 0;
+    virtual std::size_t compress_fused(float*, std::size_t, tensor_id, std::span<std::byte>, block_fill const&,
+                                       block_fill const&, float, codec_context const&) const = 0;
   };
 
   template <class C>
@@ -131,6 +143,21 @@ class any_codec {
                            ") declares no value section; only codecs whose packets are summed in the "
                            "compressed domain (summable, shared support) have one");
       }
+    }
+    bool fusable() const noexcept override {
+      if constexpr (fused_feedback_codec<C>) {
+        return c_.fusable();
+      } else {
+        return false;
+      }
+    }
+    std::size_t compress_fused(float* x, std::size_t n, tensor_id id, std::span<std::byte> o, block_fill const& fill,
+                               block_fill const& refill, float alpha, codec_context const& ctx) const override {
+      if constexpr (fused_feedback_codec<C>) {
+        if (c_.fusable()) return c_.compress_fused(x, n, id, o, fill, refill, alpha, ctx);
+      }
+      throw config_error(std::string("gradcomp: codec '") + codec_name(C::id) +
+                         "' does not fuse error feedback with compression (fusable() is false)");
     }
     C c_;
   };

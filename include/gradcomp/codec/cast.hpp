@@ -175,6 +175,20 @@ class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
       detail::widen_any<T>(Wire, payload, out, h.count, alpha, add, level);
     }
   }
+
+  // Block interface (codec/detail/codec_base.hpp): element by element, any boundaries.
+  struct block_scratch {};
+  [[nodiscard]] std::size_t block_align(std::size_t) const noexcept { return 16; }
+  [[nodiscard]] block_scratch block_begin(std::size_t) const noexcept { return {}; }
+  void encode_block(block_scratch&, float const* x, std::size_t, std::size_t b, std::size_t e,
+                    std::byte* payload, packet_header const&, random_stream const&,
+                    cpu::isa level) const noexcept {
+    cpu::kernels::narrow<format>(x + b, payload + 2 * b, e - b, level);
+  }
+  void decode_block(block_scratch&, packet_header const&, std::byte const* payload, float* out,
+                    std::size_t b, std::size_t e, float alpha, cpu::isa level) const noexcept {
+    cpu::kernels::widen<format>(payload + 2 * b, out + b, e - b, alpha, true, level);
+  }
 };
 
 /// IEEE binary16 codec (see `half_cast_codec`).

@@ -250,6 +250,48 @@ class dither_codec_base : public codec_base<Self> {
     dither_decode(Self::id, Self::config_of(h), h, payload, out, alpha, add, ctx);
   }
 
+  // Block interface (codec/detail/codec_base.hpp): blocks of whole buckets and whole
+  // 128-element random groups (byte-aligned codes for every width); each bucket's scale from
+  // the same canonical blocks as `encode`.
+  struct block_scratch {
+    std::vector<cpu::kernels::dither_bucket> kb;  // encode's bucket constants, by bucket
+    std::vector<float> steps;                     // decode's, by bucket
+  };
+  [[nodiscard]] std::size_t block_align(std::size_t n) const noexcept {
+    return std::lcm(self().config().bucket_len(n), std::size_t{128});
+  }
+  [[nodiscard]] block_scratch block_begin(std::size_t n) const {
+    std::size_t const nb = self().config().buckets(n);
+    return {std::vector<cpu::kernels::dither_bucket>(nb), std::vector<float>(nb)};
+  }
+  void encode_block(block_scratch& s, float const* x, std::size_t n, std::size_t b, std::size_t e,
+                    std::byte* payload, packet_header const&, random_stream const& rs,
+                    cpu::isa level) const {
+    dither_config const cfg = self().config();
+    std::size_t const blen = cfg.bucket_len(n);
+    auto const shape = cfg.shape();
+    for (std::size_t k0 = b; k0 < e; k0 += blen) {
+      std::size_t const k1 = k0 + blen < n ? k0 + blen : n;
+      float const scale = dither_bucket_scale(x, k0, k1, cfg.norm, level);
+      if (!(scale <= FLT_MAX)) throw_bad_scale(Self::id, x, k0, k1);
+      store_f32(payload + 4 * (k0 / blen), scale);
+      s.kb[k0 / blen] = cpu::kernels::make_dither_bucket(scale, shape);
+    }
+    cpu::kernels::dither_encode(x, b, e, blen, s.kb.data(), shape, rs, payload + 4 * cfg.buckets(n), level);
+  }
+  void decode_block(block_scratch& s, packet_header const& h, std::byte const* payload, float* out,
+                    std::size_t b, std::size_t e, float alpha, cpu::isa level) const {
+    dither_config const cfg = self().config();
+    std::size_t const blen = cfg.bucket_len(h.count);
+    auto const shape = cfg.shape();
+    for (std::size_t k0 = b; k0 < e; k0 += blen) {
+      s.steps[k0 / blen] = cpu::kernels::make_dither_bucket(load_f32(payload + 4 * (k0 / blen)), shape).step;
+    }
+    // the packet is the one just written: every code is one its bucket can hold
+    (void)cpu::kernels::dither_decode(payload + 4 * cfg.buckets(h.count), b, e, blen, s.steps.data(), shape, out,
+                                      alpha, true, level);
+  }
+
  private:
   Self const& self() const noexcept { return static_cast<Self const&>(*this); }
 };

@@ -15,6 +15,7 @@
 #include <gradcomp/cpu/kernels/bytecode.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
+#include <numeric>
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
@@ -119,6 +120,51 @@ class int8_codec : public detail::codec_base<int8_codec> {
     cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
       cpu::kernels::int8_decode(codes, b, e, blen, los.data(), steps.data(), out, alpha, add, level);
     });
+  }
+
+  // Block interface (codec/detail/codec_base.hpp): blocks of whole buckets and whole
+  // 128-element random groups, so each block's bytes are those `encode` writes.
+  struct block_scratch {
+    std::vector<cpu::kernels::int8_bucket> kb;  // encode's bucket constants, by bucket
+    std::vector<float> los, steps;              // decode's, by bucket
+  };
+  [[nodiscard]] std::size_t block_align(std::size_t n) const noexcept {
+    return std::lcm(detail::bucket_length(bucket_, n), std::size_t{128});
+  }
+  [[nodiscard]] block_scratch block_begin(std::size_t n) const {
+    std::size_t const nb = detail::bucket_count(bucket_, n);
+    return {std::vector<cpu::kernels::int8_bucket>(nb), std::vector<float>(nb), std::vector<float>(nb)};
+  }
+  void encode_block(block_scratch& s, float const* x, std::size_t n, std::size_t b, std::size_t e,
+                    std::byte* payload, packet_header const& h, random_stream const& rs,
+                    cpu::isa level) const {
+    std::size_t const blen = detail::bucket_length(bucket_, n);
+    std::size_t const nb = detail::bucket_count(bucket_, n);
+    for (std::size_t k0 = b; k0 < e; k0 += blen) {
+      std::size_t const k1 = k0 + blen < n ? k0 + blen : n;
+      float lo = x[k0], hi = x[k0];
+      if (!cpu::kernels::block_minmax(x + k0, k1 - k0, lo, hi, level)) {
+        std::size_t const bad = k0 + detail::first_nonfinite(x + k0, k1 - k0);
+        detail::throw_nonfinite(id, bad, x[bad]);
+      }
+      detail::store_f32(payload + 8 * (k0 / blen), lo);
+      detail::store_f32(payload + 8 * (k0 / blen) + 4, hi);
+      s.kb[k0 / blen] = cpu::kernels::make_int8_bucket(lo, hi);
+    }
+    cpu::kernels::int8_encode(x, b, e, blen, s.kb.data(), h.variant == 1, rs,
+                              reinterpret_cast<std::uint8_t*>(payload + 8 * nb), level);
+  }
+  void decode_block(block_scratch& s, packet_header const& h, std::byte const* payload, float* out,
+                    std::size_t b, std::size_t e, float alpha, cpu::isa level) const {
+    std::size_t const blen = detail::bucket_length(h.param0, h.count);
+    std::size_t const nb = detail::bucket_count(h.param0, h.count);
+    for (std::size_t k0 = b; k0 < e; k0 += blen) {
+      std::size_t const k = k0 / blen;
+      s.los[k] = detail::load_f32(payload + 8 * k);
+      s.steps[k] = cpu::kernels::int8_step(s.los[k], detail::load_f32(payload + 8 * k + 4));
+    }
+    cpu::kernels::int8_decode(reinterpret_cast<std::uint8_t const*>(payload + 8 * nb), b, e, blen, s.los.data(),
+                              s.steps.data(), out, alpha, true, level);
   }
 
  private:

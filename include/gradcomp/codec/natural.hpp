@@ -19,6 +19,7 @@
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <atomic>
+#include <numeric>
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
@@ -70,16 +71,7 @@ class natural_codec : public detail::codec_base<natural_codec> {
     cpu::isa const level = cpu::effective_isa(ctx.isa);
     detail::bucketed_pass(
         n, blen, ctx,
-        [&](std::size_t k, std::size_t b, std::size_t e) {
-          unsigned const m = cpu::kernels::block_max_exponent(x + b, e - b, level);
-          if (m >= 254) {
-            std::size_t const bad = b + detail::first_nonfinite(x + b, e - b);
-            if (bad < e) detail::throw_nonfinite(id, bad, x[bad]);
-            throw numeric_error("gradcomp: natural compression cannot encode |x| >= 2^127 (bucket at element " +
-                                std::to_string(b) + "): rounding up would overflow float32");
-          }
-          emax[k] = static_cast<std::uint8_t>(m);
-        },
+        [&](std::size_t k, std::size_t b, std::size_t e) { emax[k] = bucket_exponent(x, b, e, level); },
         [&](std::size_t cb, std::size_t ce) {
           cpu::kernels::natural_encode(x, cb, ce, blen, emax, rs, codes, level);
         });
@@ -110,7 +102,48 @@ class natural_codec : public detail::codec_base<natural_codec> {
     }
   }
 
+  // Block interface (codec/detail/codec_base.hpp): blocks of whole buckets and whole
+  // 128-element random groups, so each block's bytes are those `encode` writes.
+  struct block_scratch {};
+  [[nodiscard]] std::size_t block_align(std::size_t n) const noexcept {
+    return std::lcm(detail::bucket_length(bucket_, n), std::size_t{128});
+  }
+  [[nodiscard]] block_scratch block_begin(std::size_t) const noexcept { return {}; }
+  void encode_block(block_scratch&, float const* x, std::size_t n, std::size_t b, std::size_t e,
+                    std::byte* payload, packet_header const&, random_stream const& rs,
+                    cpu::isa level) const {
+    std::size_t const blen = detail::bucket_length(bucket_, n);
+    auto* emax = reinterpret_cast<std::uint8_t*>(payload);
+    for (std::size_t k0 = b; k0 < e; k0 += blen) {
+      emax[k0 / blen] = bucket_exponent(x, k0, k0 + blen < n ? k0 + blen : n, level);
+    }
+    cpu::kernels::natural_encode(x, b, e, blen, emax, rs,
+                                 reinterpret_cast<std::uint8_t*>(payload + detail::bucket_count(bucket_, n)), level);
+  }
+  void decode_block(block_scratch&, packet_header const& h, std::byte const* payload, float* out,
+                    std::size_t b, std::size_t e, float alpha, cpu::isa level) const {
+    std::size_t const blen = detail::bucket_length(h.param0, h.count);
+    auto const* emax = reinterpret_cast<std::uint8_t const*>(payload);
+    // the packet is the one just written: every code is one its bucket can produce
+    (void)cpu::kernels::natural_decode(
+        reinterpret_cast<std::uint8_t const*>(payload + detail::bucket_count(h.param0, h.count)), b, e, blen, emax,
+        out, alpha, true, level);
+  }
+
  private:
+  // The largest exponent of bucket [b, e): `numeric_error` for a non-finite value or one that
+  // rounding up would overflow.
+  static std::uint8_t bucket_exponent(float const* x, std::size_t b, std::size_t e, cpu::isa level) {
+    unsigned const m = cpu::kernels::block_max_exponent(x + b, e - b, level);
+    if (m >= 254) {
+      std::size_t const bad = b + detail::first_nonfinite(x + b, e - b);
+      if (bad < e) detail::throw_nonfinite(id, bad, x[bad]);
+      throw numeric_error("gradcomp: natural compression cannot encode |x| >= 2^127 (bucket at element " +
+                          std::to_string(b) + "): rounding up would overflow float32");
+    }
+    return static_cast<std::uint8_t>(m);
+  }
+
   std::uint32_t bucket_;
 };
 

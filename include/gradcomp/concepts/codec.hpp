@@ -15,6 +15,7 @@
 #include <concepts>
 #include <cstddef>
 #include <span>
+#include <type_traits>
 
 GRADCOMP_NAMESPACE_BEGIN
 
@@ -60,6 +61,37 @@ concept codec_operations =
       c.decompress_add(packet, of32, 1.0f, ctx);
       c.decompress_add(packet, of16, 1.0f, ctx);
       c.decompress_add(packet, ob16, 1.0f, ctx);
+    };
+
+/// A non-owning reference to a callable `bool(std::size_t b, std::size_t e)` (the callable must
+/// outlive it): how error feedback hands a codec the code that fills a block of its input.
+class block_fill {
+ public:
+  template <class F>
+    requires(!std::same_as<std::remove_cvref_t<F>, block_fill>)
+  block_fill(F const& f) noexcept  // NOLINT(google-explicit-constructor)
+      : obj_(&f), call_([](void const* o, std::size_t b, std::size_t e) { return (*static_cast<F const*>(o))(b, e); }) {}
+  bool operator()(std::size_t b, std::size_t e) const { return call_(obj_, b, e); }
+
+ private:
+  void const* obj_;
+  bool (*call_)(void const*, std::size_t, std::size_t);
+};
+
+/// A codec that can run error feedback fused with its compression, block by block in cache
+/// (feedback/policies.hpp). `c.fusable()` says whether this codec (or, for `any_codec`, the codec
+/// held) can; then `c.compress_fused(x, n, id, out, fill, refill, alpha, ctx)` writes into `out`
+/// the same packet `c.compress` would write for `x[0, n)` as tensor `id`, and leaves in `x` what
+/// `decompress_add(packet, x, alpha)` would after `refill`, processing the tensor in blocks
+/// [b, e): `fill(b, e)` writes `x[b, e)` (false: a non-finite value; the block is skipped and the
+/// caller throws), the block is encoded, `refill(b, e)` may rewrite `x[b, e)`, and the block's
+/// decoded values times `alpha` are added to it. Returns the packet size.
+template <class C>
+concept fused_feedback_codec =
+    requires(C const& c, float* x, std::size_t n, tensor_id id, std::span<std::byte> out,
+             block_fill const& fill, codec_context const& ctx) {
+      { c.fusable() } -> std::convertible_to<bool>;
+      { c.compress_fused(x, n, id, out, fill, fill, 1.0f, ctx) } -> std::same_as<std::size_t>;
     };
 
 /// A gradient compressor.

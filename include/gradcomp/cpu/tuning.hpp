@@ -47,6 +47,14 @@ inline constexpr std::size_t default_parallel_threshold = std::size_t{1} << 18;
 /// went from 0.35 to 0.48 of the read baseline); other distances were not tried.
 inline constexpr std::size_t stats_prefetch_bytes = 2048;
 
+// --- Fused error feedback (codec/detail/codec_base.hpp, feedback/policies.hpp) -----------------
+
+/// Elements per block of fused error feedback: the block of g + residual is written, encoded,
+/// decoded into the next residual and left, while it is still in L2 (3 x 64 KiB of floats with
+/// g and the old residual). Speed only: packets and residuals are the same for every block size
+/// that is a multiple of the codec's alignment. Chosen, not swept: a quarter of a parallel chunk.
+inline constexpr std::size_t fused_feedback_block = std::size_t{1} << 14;
+
 // --- GEMM (cpu/kernels/gemm.hpp) --------------------------------------------------------------
 
 /// Rows of B per k block of the GEMM's axpy form: the block of B stays in cache while the

@@ -71,6 +71,23 @@ struct float_state {
   }
 };
 
+// The error of a combine that found a non-finite value: the gradient's first non-finite
+// element, else an overflow of the state.
+template <element T>
+[[noreturn]] void throw_combine_error(tensor_view<T const> g, char const* who) {
+  T const* x = g.data();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (!std::isfinite(to_float(x[i]))) {
+      throw numeric_error(std::string("gradcomp: ") + who + " got the non-finite gradient value " +
+                          std::to_string(to_float(x[i])) + " at element " + std::to_string(i) +
+                          " of tensor " + std::to_string(static_cast<unsigned>(g.id())) +
+                          "; the state was left unchanged");
+    }
+  }
+  throw numeric_error(std::string("gradcomp: ") + who + " state overflowed float32 on tensor " +
+                      std::to_string(static_cast<unsigned>(g.id())));
+}
+
 // scratch = data + sign * g (data empty = zero), checking finiteness; throws numeric_error
 // before any change to data. Vectorized and split over the context's threads.
 template <element T>
@@ -92,18 +109,51 @@ void combine_checked(float_state& s, tensor_view<T const> g, float sign, char co
     }
     if (!good) ok.store(false, std::memory_order_relaxed);
   });
-  if (!ok.load()) {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!std::isfinite(to_float(x[i]))) {
-        throw numeric_error(std::string("gradcomp: ") + who + " got the non-finite gradient value " +
-                            std::to_string(to_float(x[i])) + " at element " + std::to_string(i) +
-                            " of tensor " + std::to_string(static_cast<unsigned>(g.id())) +
-                            "; the state was left unchanged");
-      }
+  if (!ok.load()) throw_combine_error(g, who);
+}
+
+/// One step of a float state fused with compression (`fused_feedback_codec`): the packet of
+/// p = state + sign * g (negated for EF21, `negate`) and the next state, which is
+/// p − D(packet) (`alpha` −1, `refill_state` false) or state + D(packet) (`alpha` 1,
+/// `refill_state` true), block by block in cache. Byte-identical to the stage / compress /
+/// commit passes it replaces; the state changes only once the step has succeeded.
+template <class C>
+std::size_t fused_step(C const& c, float_state& s, tensor_view<float const> g, std::span<std::byte> out,
+                       float sign, bool negate, float alpha, bool refill_state, char const* who,
+                       codec_context const& ctx) {
+  std::size_t const n = g.size();
+  s.prepare(n, who);
+  float* x = s.scratch.data();
+  float const* gd = g.data();
+  float const* d = s.data.empty() ? nullptr : s.data.data();
+  std::atomic<bool> ok{true};
+  cpu::isa const level = cpu::effective_isa(ctx.isa);
+  auto fill = [&](std::size_t b, std::size_t e) {
+    bool const good = cpu::kernels::combine(d != nullptr ? d + b : nullptr, gd + b, sign, x + b, e - b, level);
+    if (!good) {
+      ok.store(false, std::memory_order_relaxed);
+      return false;
     }
-    throw numeric_error(std::string("gradcomp: ") + who + " state overflowed float32 on tensor " +
-                        std::to_string(static_cast<unsigned>(g.id())));
-  }
+    if (negate) {
+      for (std::size_t i = b; i < e; ++i) x[i] = -x[i];
+    }
+    return true;
+  };
+  auto refill = [&](std::size_t b, std::size_t e) {
+    if (!refill_state) return true;
+    if (d != nullptr) {
+      std::copy(d + b, d + e, x + b);
+    } else {
+      std::fill(x + b, x + e, 0.0f);
+    }
+    return true;
+  };
+  std::size_t const bytes = c.compress_fused(x, n, g.id(), out, block_fill(fill), block_fill(refill), alpha, ctx);
+  if (!ok.load()) throw_combine_error(g, who);
+  s.staged = false;
+  s.prepared = false;
+  s.data.swap(s.scratch);
+  return bytes;
 }
 
 /// The one-phase step of a two-phase policy: stage, compress the staged input, commit the
@@ -195,9 +245,14 @@ struct residual_feedback {
     s.data.clear();
   }
 
+  /// One step: fused with compression where the codec can (`fused_feedback_codec`, float32
+  /// gradients), else stage, compress and commit.
   template <codec_operations C, element T>
   std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
                        codec_context const& ctx) const {
+    if constexpr (std::same_as<T, float> && fused_feedback_codec<C>) {
+      if (c.fusable()) return detail::fused_step(c, s, g, out, 1.0f, false, -1.0f, false, "residual_feedback", ctx);
+    }
     return detail::stage_compress_commit(*this, c, s, g, out, ctx);
   }
 };
@@ -271,9 +326,13 @@ struct ef21_feedback {
     }
   }
 
+  /// One step: fused with compression where the codec can (as `residual_feedback::compress`).
   template <codec_operations C, element T>
   std::size_t compress(C const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
                        codec_context const& ctx) const {
+    if constexpr (std::same_as<T, float> && fused_feedback_codec<C>) {
+      if (c.fusable()) return detail::fused_step(c, s, g, out, -1.0f, true, 1.0f, true, "ef21_feedback", ctx);
+    }
     return detail::stage_compress_commit(*this, c, s, g, out, ctx);
   }
 };

@@ -15,6 +15,21 @@
 ///
 /// Codecs that can work on 16-bit elements without converting them (identity, fp16, bf16)
 /// also provide `encode_typed<T>` / `decode_typed<T>`, which the front end prefers.
+///
+/// Codecs whose packet bytes for elements [b, e) depend only on x[b, e) (given block boundaries
+/// at multiples of an alignment) also provide the block interface that fuses error feedback
+/// with compression (`compress_fused`, concepts/codec.hpp):
+/// - `std::size_t block_align(std::size_t n) const` — block boundaries are multiples of it;
+/// - `block_scratch block_begin(std::size_t n) const` — per-call working memory (a type of the
+///   codec's own);
+/// - `void encode_block(block_scratch&, float const* x, std::size_t n, std::size_t b,
+///   std::size_t e, std::byte* payload, packet_header const&, random_stream const&, cpu::isa)
+///   const` — the payload bytes of elements [b, e), exactly as `encode` writes them;
+/// - `void decode_block(block_scratch&, packet_header const&, std::byte const* payload, float*
+///   out, std::size_t b, std::size_t e, float alpha, cpu::isa) const` — `out[i] += alpha * x̂_i`
+///   for i in [b, e), exactly as `decode` with `add` computes it.
+/// `x` and `out` point at element 0 of the whole tensor. The payload is not validated: it is the
+/// one just written.
 
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
@@ -25,6 +40,7 @@
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cpu/parallel.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <bit>
 #include <cmath>
@@ -36,6 +52,16 @@
 
 GRADCOMP_NAMESPACE_BEGIN
 namespace detail {
+
+/// Throws `config_error` unless an output buffer of `room` bytes holds a packet of `total` bytes
+/// for `n` elements of codec `id`.
+inline void check_room(codec_id id, std::size_t n, std::uint64_t total, std::size_t room) {
+  if (room < total) {
+    throw config_error(std::string("gradcomp: ") + codec_name(id) + " packet for " + std::to_string(n) +
+                       " elements needs " + std::to_string(total) + " bytes, the output buffer has " +
+                       std::to_string(room));
+  }
+}
 
 /// Throws `format_error` unless the packet's payload size equals `expected`.
 inline void expect_payload(packet_header const& h, std::uint64_t expected) {
@@ -105,6 +131,17 @@ void bucketed_pass(std::size_t n, std::size_t blen, codec_context const& ctx, Me
   cpu::for_each_chunk(n, 128, ctx, [&](std::size_t, std::size_t cb, std::size_t ce) { body(cb, ce); });
 }
 
+/// A codec with the block interface (see the file comment).
+template <class C>
+concept block_codec = requires(C const& c, typename C::block_scratch& s, float* x, std::size_t n,
+                               std::byte* payload, std::byte const* cpayload, packet_header const& h,
+                               random_stream const& rs, cpu::isa level) {
+  { c.block_align(n) } -> std::same_as<std::size_t>;
+  { c.block_begin(n) } -> std::same_as<typename C::block_scratch>;
+  c.encode_block(s, x, n, n, n, payload, h, rs, level);
+  c.decode_block(s, h, cpayload, x, n, n, 1.0f, level);
+};
+
 template <class Self>
 class codec_base {
   static_assert(std::endian::native == std::endian::little,
@@ -121,12 +158,7 @@ class codec_base {
     Self const& self = static_cast<Self const&>(*this);
     packet_header const h = self.header_for(in.size(), dtype_of<T>);
     std::uint64_t const total = h.packet_bytes();
-    if (out.size() < total) {
-      throw config_error(std::string("gradcomp: ") + codec_name(Self::id) + " packet for " +
-                         std::to_string(in.size()) + " elements needs " +
-                         std::to_string(total) + " bytes, the output buffer has " +
-                         std::to_string(out.size()));
-    }
+    check_room(Self::id, in.size(), total, out.size());
     write_header(out, h);
     std::byte* payload = out.data() + header_bytes;
     random_stream const rs{ctx.seed, ctx.step, static_cast<std::uint32_t>(in.id())};
@@ -161,6 +193,41 @@ class codec_base {
   void decompress_add(std::span<std::byte const> packet, std::span<T> out, float alpha = 1.0f,
                       codec_context const& ctx = {}) const {
     decode_into<true>(packet, out, alpha, ctx);
+  }
+
+  /// Whether this codec fuses error feedback with compression (it has the block interface).
+  [[nodiscard]] static constexpr bool fusable() noexcept { return block_codec<Self>; }
+
+  /// Error feedback fused with compression (the contract is `fused_feedback_codec`'s, in
+  /// concepts/codec.hpp): blocks of `fused_feedback_block` elements, each filled, encoded and
+  /// decoded into `x` while in cache, spread over the context's threads. The packet is the one
+  /// `compress` writes, for any thread count and ISA level.
+  std::size_t compress_fused(float* x, std::size_t n, tensor_id id, std::span<std::byte> out,
+                             block_fill const& fill, block_fill const& refill, float alpha,
+                             codec_context const& ctx) const
+    requires block_codec<Self>
+  {
+    Self const& self = static_cast<Self const&>(*this);
+    packet_header const h = self.header_for(n, dtype::f32);
+    std::uint64_t const total = h.packet_bytes();
+    check_room(Self::id, n, total, out.size());
+    write_header(out, h);
+    std::byte* payload = out.data() + header_bytes;
+    random_stream const rs{ctx.seed, ctx.step, static_cast<std::uint32_t>(id)};
+    auto scratch = self.block_begin(n);
+    std::size_t const align = self.block_align(n);
+    std::size_t const block = align >= cpu::fused_feedback_block ? align : cpu::fused_feedback_block / align * align;
+    cpu::isa const level = cpu::effective_isa(ctx.isa);
+    cpu::for_each_chunk(n, block, ctx, [&](std::size_t, std::size_t cb, std::size_t ce) {
+      for (std::size_t b = cb; b < ce; b += block) {
+        std::size_t const e = b + block < ce ? b + block : ce;
+        if (!fill(b, e)) continue;
+        self.encode_block(scratch, x, n, b, e, payload, h, rs, level);
+        refill(b, e);
+        self.decode_block(scratch, h, payload, x, b, e, alpha, level);
+      }
+    });
+    return static_cast<std::size_t>(total);
   }
 
   /// Header of `packet` after full validation as a packet of this codec.

@@ -276,11 +276,7 @@ class sparse_codec_base : public codec_base<Self> {
     }
     packet_header const h = sparse::plan(Self::id, dtype_of<T>, n, idx, self.value_type());
     std::uint64_t const total = h.packet_bytes();
-    if (out.size() < total) {
-      throw config_error(std::string("gradcomp: ") + codec_name(Self::id) + " packet for " +
-                         std::to_string(n) + " elements needs " + std::to_string(total) +
-                         " bytes, the output buffer has " + std::to_string(out.size()));
-    }
+    check_room(Self::id, n, total, out.size());
     write_header(out, h);
     if constexpr (with_values) {
       sparse::write_values(out.data() + header_bytes, h, idx, vals);
