@@ -13,6 +13,7 @@
 #include <gradcomp/codec/detail/codec_base.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/kernels/bytecode.hpp>
+#include <gradcomp/cpu/kernels/stream.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <numeric>
@@ -117,8 +118,10 @@ class int8_codec : public detail::codec_base<int8_codec> {
     }
     auto const* codes = reinterpret_cast<std::uint8_t const*>(payload + 8 * nb);
     cpu::isa const level = cpu::effective_isa(ctx.isa);
+    bool const stream = !add && cpu::stream_output(4 * n);
     cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-      cpu::kernels::int8_decode(codes, b, e, blen, los.data(), steps.data(), out, alpha, add, level);
+      cpu::kernels::int8_decode(codes, b, e, blen, los.data(), steps.data(), out, alpha, add, level,
+                                stream);
     });
   }
 
