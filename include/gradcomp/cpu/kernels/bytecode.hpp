@@ -200,8 +200,8 @@ GRADCOMP_TARGET_AVX512 inline __m512 offsets16(philox16 const& g, unsigned k) no
 GRADCOMP_TARGET_AVX512 inline void int8_encode(isa_tag, float const* x, std::size_t begin,
                                                std::size_t end, std::size_t bucket_len,
                                                int8_bucket const* buckets, bool stochastic,
-                                               random_stream const& rs,
-                                               std::uint8_t* codes) noexcept {
+                                               random_stream const& rs, std::uint8_t* codes,
+                                               bool stream) noexcept {
   bucket_cursor cur(bucket_len, begin);
   philox_schedule const ks = philox_prepare(rs);
   __m512 const zero = _mm512_setzero_ps();
@@ -214,7 +214,7 @@ GRADCOMP_TARGET_AVX512 inline void int8_encode(isa_tag, float const* x, std::siz
       for (unsigned k = 0; k < 8; ++k) {
         __m128i const c = int8_codes16(_mm512_loadu_ps(x + g0 + 16 * k), inv, bias, stochastic,
                                        stochastic ? offsets16(g, k) : zero);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + g0 + 16 * k), c);
+        store_codes16(codes + g0 + 16 * k, c, stream);
       }
       continue;
     }
@@ -418,8 +418,8 @@ GRADCOMP_TARGET_AVX2 inline __m256i int8_codes8(__m256 x, __m256 inv, __m256 bia
 GRADCOMP_TARGET_AVX2 inline void int8_encode(isa_tag, float const* x, std::size_t begin,
                                              std::size_t end, std::size_t bucket_len,
                                              int8_bucket const* buckets, bool stochastic,
-                                             random_stream const& rs,
-                                             std::uint8_t* codes) noexcept {
+                                             random_stream const& rs, std::uint8_t* codes,
+                                             bool stream) noexcept {
   bucket_cursor cur(bucket_len, begin);
   philox_schedule const ks = philox_prepare(rs);
   __m256 const zero = _mm256_setzero_ps();
@@ -435,7 +435,7 @@ GRADCOMP_TARGET_AVX2 inline void int8_encode(isa_tag, float const* x, std::size_
                                        stochastic ? offsets8(g, k, 0) : zero);
         __m256i const c1 = int8_codes8(_mm256_loadu_ps(xs + 8), inv, bias, stochastic,
                                        stochastic ? offsets8(g, k, 1) : zero);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + g0 + 16 * k), bytes16(c0, c1));
+        store_codes16(codes + g0 + 16 * k, bytes16(c0, c1), stream);
       }
       continue;
     }
@@ -584,7 +584,7 @@ namespace scalar {
 /// The reference loop of `int8_encode`.
 inline void int8_encode(isa_tag, float const* x, std::size_t begin, std::size_t end,
                         std::size_t bucket_len, int8_bucket const* buckets, bool stochastic,
-                        random_stream const& rs, std::uint8_t* codes) noexcept {
+                        random_stream const& rs, std::uint8_t* codes, bool = false) noexcept {
   philox_group g;
   for (std::size_t i = begin; i < end; ++i) {
     if (stochastic && (i % 128 == 0 || i == begin)) philox_fill(rs, i / 128, g);
@@ -639,13 +639,16 @@ inline unsigned block_max_exponent(float const* x, std::size_t n, isa level) noe
   return dispatch(level, [&](auto t) { return block_max_exponent(t, x, n); });
 }
 
-/// int8 codes of elements [begin, end) (begin a multiple of 128).
+/// int8 codes of elements [begin, end) (begin a multiple of 128); `stream`: whole 16-byte
+/// windows go out with streaming stores when `codes + begin` is 16-byte aligned.
 inline void int8_encode(float const* x, std::size_t begin, std::size_t end, std::size_t bucket_len,
                         int8_bucket const* buckets, bool stochastic, random_stream const& rs,
-                        std::uint8_t* codes, isa level) noexcept {
+                        std::uint8_t* codes, isa level, bool stream = false) noexcept {
+  stream = stream && bytes_to_alignment(codes + begin, 16) == 0;
   dispatch(level, [&](auto t) {
-    int8_encode(t, x, begin, end, bucket_len, buckets, stochastic, rs, codes);
+    int8_encode(t, x, begin, end, bucket_len, buckets, stochastic, rs, codes, stream);
   });
+  if (stream) stream_fence();
 }
 
 /// Decodes int8 codes [begin, end) (begin a multiple of 16).

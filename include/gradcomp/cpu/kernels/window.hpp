@@ -79,7 +79,13 @@ constexpr std::size_t packed_bytes(std::size_t valid, unsigned width) noexcept {
 
 #if GRADCOMP_X86_SIMD
 GRADCOMP_SIMD_DIAGNOSTICS_PUSH
+namespace avx2 {
+GRADCOMP_TARGET_AVX2 inline void store_codes16(std::uint8_t* p, __m128i c, bool stream) noexcept;
+}  // namespace avx2
+
 namespace avx512 {
+
+using avx2::store_codes16;
 
 /// Mask of the live lanes.
 GRADCOMP_TARGET_AVX512 inline __mmask16 live16(std::size_t valid) noexcept {
@@ -213,6 +219,15 @@ GRADCOMP_TARGET_AVX2 inline __m128i load_bytes16(std::uint8_t const* p,
   alignas(16) std::uint8_t tmp[window_lanes] = {};
   std::memcpy(tmp, p, valid);
   return _mm_load_si128(reinterpret_cast<__m128i const*>(tmp));
+}
+
+/// Stores 16 code bytes at `p`; `stream`: with a streaming store (`p` 16-byte aligned).
+GRADCOMP_TARGET_AVX2 inline void store_codes16(std::uint8_t* p, __m128i c, bool stream) noexcept {
+  if (stream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), c);
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), c);
+  }
 }
 
 /// Stores the live bytes of `c`.
