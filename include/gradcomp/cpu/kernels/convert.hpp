@@ -104,6 +104,15 @@ GRADCOMP_TARGET_AVX512 inline __m256i narrow16(__m512 v) noexcept {
   }
 }
 
+/// `bf16_round` with the result in the high half of each 32-bit lane (the low half is junk).
+GRADCOMP_TARGET_AVX512 inline __m512i bf16_round_hi(__m512 v) noexcept {
+  __m512i const x = _mm512_castps_si512(v);
+  __m512i const lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  __m512i const r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb);
+  __m512i const quiet = _mm512_or_si512(x, _mm512_set1_epi32(0x400000));
+  return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), quiet);
+}
+
 /// 32 floats as 32 16-bit values in one register (a line of output). bf16 rounds in the 32-bit
 /// lanes and keeps the high halves with one two-source word shuffle, instead of narrowing each
 /// half with `vpmovdw` and joining them.
@@ -113,18 +122,11 @@ GRADCOMP_TARGET_AVX512 inline __m512i narrow32(float const* x) noexcept {
     return _mm512_inserti64x4(_mm512_castsi256_si512(narrow16<F>(_mm512_loadu_ps(x))),
                               narrow16<F>(_mm512_loadu_ps(x + 16)), 1);
   } else {
-    auto const round_hi = [](__m512 v) {
-      __m512i const xi = _mm512_castps_si512(v);
-      __m512i const lsb = _mm512_and_si512(_mm512_srli_epi32(xi, 16), _mm512_set1_epi32(1));
-      __m512i const r = _mm512_add_epi32(_mm512_add_epi32(xi, _mm512_set1_epi32(0x7fff)), lsb);
-      __m512i const quiet = _mm512_or_si512(xi, _mm512_set1_epi32(0x400000));
-      return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), quiet);
-    };
     __m512i const odd_words = _mm512_set_epi16(
         63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
         31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    return _mm512_permutex2var_epi16(round_hi(_mm512_loadu_ps(x)), odd_words,
-                                     round_hi(_mm512_loadu_ps(x + 16)));
+    return _mm512_permutex2var_epi16(bf16_round_hi(_mm512_loadu_ps(x)), odd_words,
+                                     bf16_round_hi(_mm512_loadu_ps(x + 16)));
   }
 }
 
