@@ -140,6 +140,7 @@ GRADCOMP_TARGET_AVX512 inline void narrow(isa_tag, float const* x, std::byte* y,
   if (stream && head % 2 == 0 && head / 2 + 32 <= n) {
     scalar::narrow<F>(scalar_tag{}, x, y, head / 2);
     for (i = head / 2; i + 32 <= n; i += 32) {
+      _mm_prefetch(reinterpret_cast<char const*>(x + i) + stream_prefetch_bytes, _MM_HINT_T0);
       _mm512_stream_si512(reinterpret_cast<__m512i*>(y + 2 * i), narrow32<F>(x + i));
     }
     stream_fence();
@@ -233,6 +234,7 @@ GRADCOMP_TARGET_AVX2 inline void narrow(isa_tag, float const* x, std::byte* y, s
   if (stream && head % 2 == 0 && head / 2 + 16 <= n) {
     scalar::narrow<F>(scalar_tag{}, x, y, head / 2);
     for (i = head / 2; i + 16 <= n; i += 16) {
+      _mm_prefetch(reinterpret_cast<char const*>(x + i) + stream_prefetch_bytes, _MM_HINT_T0);
       __m128i const a = narrow8<F>(_mm256_loadu_ps(x + i));
       __m128i const b = narrow8<F>(_mm256_loadu_ps(x + i + 8));
       _mm256_stream_si256(reinterpret_cast<__m256i*>(y + 2 * i), _mm256_set_m128i(b, a));
