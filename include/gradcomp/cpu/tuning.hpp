@@ -66,6 +66,12 @@ inline constexpr std::size_t stream_prefetch_bytes = 4096;
 /// went from 0.35 to 0.48 of the read baseline); other distances were not tried.
 inline constexpr std::size_t stats_prefetch_bytes = 2048;
 
+/// Elements per block of the bucketed codecs' two passes (int8's range, natural's exponent, then
+/// the codes; codec/detail/codec_base.hpp, `bucketed_pass`), rounded up to whole buckets: 16 KiB
+/// of floats, so the codes pass re-reads the block from L1. Speed only. Measured at 2^24
+/// float32, one thread (Intel Xeon): see docs/performance.md, "Streaming stores".
+inline constexpr std::size_t bucketed_pass_block = 4096;
+
 // --- Fused error feedback (codec/detail/codec_base.hpp, feedback/policies.hpp) -----------------
 
 /// Elements per block of fused error feedback: the block of g + residual is written, encoded,
