@@ -59,12 +59,14 @@ inline constexpr std::size_t stream_prefetch_bytes = 4096;
 // --- Bucket statistics kernels (cpu/kernels/bytecode.hpp, cpu/kernels/dither.hpp) ------------
 
 /// How far ahead (bytes) the AVX-512 statistics kernels (`block_minmax`, `block_max_exponent`,
-/// `block_sumsq`, `block_absmax`) prefetch: one 512-element bucket of floats, so the next bucket
-/// is on its way while this one reduces. Measured: `block_minmax` over 2^24 elements in
-/// 512-element buckets went from 23 to 26 GB/s against 28 GB/s for a plain read
-/// (docs/performance.md, "Where the time goes"; commit efb81b1, where int8 nearest compress
-/// went from 0.35 to 0.48 of the read baseline); other distances were not tried.
-inline constexpr std::size_t stats_prefetch_bytes = 2048;
+/// `block_sumsq`, `block_absmax`) prefetch: two 512-element buckets of floats, so the next ones
+/// are on their way while this one reduces. Measured: 2048 bytes took `block_minmax` over 2^24
+/// elements from 23 to 26 GB/s against 28 GB/s for a plain read (commit efb81b1, where int8
+/// nearest compress went from 0.35 to 0.48 of the read baseline). Since the codes go out with
+/// streaming stores and the codes pass re-reads from L1 (`bucketed_pass_block`), the loads of
+/// this pass are the only demand traffic, and 4096 measured better at 2^24, one thread:
+/// int8 nearest compress 0.55–0.58 of read with 2048, 0.61–0.63 with 4096 or 8192.
+inline constexpr std::size_t stats_prefetch_bytes = 4096;
 
 /// Elements per block of the bucketed codecs' two passes (int8's range, natural's exponent, then
 /// the codes; codec/detail/codec_base.hpp, `bucketed_pass`), rounded up to whole buckets: 16 KiB
