@@ -201,17 +201,23 @@ class codec_base {
   }
 
   /// Whether this codec fuses error feedback with compression (it has the block interface).
-  [[nodiscard]] static constexpr bool fusable() noexcept { return block_codec<Self>; }
+  /// A template, like `compress_fused`, so that the check waits for the call, when `Self` is
+  /// complete: Clang 14 otherwise checks it while the base is instantiated and keeps the
+  /// answer "no".
+  template <class S = Self>
+  [[nodiscard]] static constexpr bool fusable() noexcept {
+    return block_codec<S>;
+  }
 
   /// Error feedback fused with compression (the contract is `fused_feedback_codec`'s, in
   /// concepts/codec.hpp): blocks of `fused_feedback_block` elements, each filled, encoded and
   /// decoded into `x` while in cache, spread over the context's threads. The packet is the one
   /// `compress` writes, for any thread count and ISA level.
+  template <class S = Self>
+    requires block_codec<S>
   std::size_t compress_fused(float* x, std::size_t n, tensor_id id, std::span<std::byte> out,
                              block_fill const& fill, block_fill const& refill, float alpha,
-                             codec_context const& ctx) const
-    requires block_codec<Self>
-  {
+                             codec_context const& ctx) const {
     Self const& self = static_cast<Self const&>(*this);
     packet_header const h = self.header_for(n, dtype::f32);
     std::uint64_t const total = h.packet_bytes();
