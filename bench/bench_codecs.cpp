@@ -15,6 +15,9 @@
 //              decompress_add), one call after every codec call, same pool and buffers;
 //   ratio      median baseline time / median codec time: 1.0 = the codec runs at the speed
 //              of the memory pass it cannot avoid;
+//   ratio_traffic (compress and decompress, n a multiple of 16) median time of the traffic
+//              kernel that moves exactly this codec's bytes with streaming stores
+//              (bench/common.hpp, `run_traffic`) / median codec time;
 //   B/elem     packet bytes (32-byte header included) per element.
 // Each benchmark runs 3 repetitions of at least 0.3 s; use the `median` aggregate.
 //
@@ -181,7 +184,8 @@ void bm_codec(benchmark::State& state, std::string const& spec, op o, std::size_
   float const* bx = gb::gaussian(n).data();
   float* by = bufs.out.data();
   bool const is_ef = o == op::ef || o == op::ef_3pass;
-  std::vector<double> times, base_times, axpy_times;
+  bool const has_traffic = (o == op::compress || o == op::decompress) && n % 16 == 0;
+  std::vector<double> times, base_times, axpy_times, traffic_times;
   times.reserve(4096);
   base_times.reserve(4096);
   for (auto _ : state) {
@@ -199,6 +203,12 @@ void bm_codec(benchmark::State& state, std::string const& spec, op o, std::size_
       benchmark::DoNotOptimize(gb::run_baseline(gb::baseline::axpy, bx, by, n, ctx));
       axpy_times.push_back(gb::now_seconds() - t2);
     }
+    if (has_traffic) {
+      double const t3 = gb::now_seconds();
+      gb::run_traffic(o == op::compress ? gb::traffic::in : gb::traffic::out, bx, by,
+                      bufs.packet.data(), n, packet.size(), ctx);
+      traffic_times.push_back(gb::now_seconds() - t3);
+    }
     benchmark::ClobberMemory();
     state.ResumeTiming();
   }
@@ -212,6 +222,10 @@ void bm_codec(benchmark::State& state, std::string const& spec, op o, std::size_
   if (is_ef) {
     double const t_axpy = gb::median(axpy_times);
     state.counters["ratio_axpy"] = t_codec > 0 ? t_axpy / t_codec : 0.0;
+  }
+  if (has_traffic) {
+    double const t_traffic = gb::median(traffic_times);
+    state.counters["ratio_traffic"] = t_codec > 0 ? t_traffic / t_codec : 0.0;
   }
 }
 

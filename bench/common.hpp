@@ -10,7 +10,12 @@
 /// - `baseline::write`: fill n floats with a constant (what a decompressor must at least do);
 /// - `baseline::update`: y += c over n floats (what `decompress_add` must at least do);
 /// - `baseline::axpy`: y += x over n floats (what error feedback must at least do: read the
-///   gradient and the residual, write the residual).
+///   gradient and the residual, write the residual);
+/// - the traffic kernels `traffic_in` (read n floats, write B bytes per element) and
+///   `traffic_out` (read B bytes per element, write n floats), both with streaming stores, the
+///   best stores this machine has for an output larger than the caches: they move exactly a
+///   codec's bytes and do nothing else, so a codec that reaches them is limited by its traffic
+///   alone (`run_traffic`).
 ///
 /// The baselines are vectorised by hand (AVX-512 / AVX2 chosen at run time, like the library's
 /// kernels, so the program itself needs no `-m` flags) and run on the same pool with the same
@@ -289,7 +294,149 @@ inline void axpy(float* y, float const* x, std::size_t n, gc::cpu::isa level) no
   axpy_scalar(y, x, n);
 }
 
+// Traffic kernels. `lines_out` 64-byte output lines are spread evenly over `lines_in` input
+// lines (Bresenham: no division in the loop); each output line holds the running sum of the
+// input read so far, so no load is dead. `y` must be 64-byte aligned.
+#if GRADCOMP_X86_SIMD
+GRADCOMP_SIMD_DIAGNOSTICS_PUSH
+GRADCOMP_TARGET_AVX512 inline void traffic_in_avx512(float const* x, std::size_t lines_in,
+                                                     std::byte* y, std::size_t lines_out) noexcept {
+  __m512 acc = _mm512_setzero_ps();
+  std::size_t err = 0, j = 0;
+  for (std::size_t i = 0; i < lines_in; ++i) {
+    acc = _mm512_add_ps(acc, _mm512_load_ps(x + 16 * i));
+    for (err += lines_out; err >= lines_in && j < lines_out; err -= lines_in, ++j) {
+      _mm512_stream_ps(reinterpret_cast<float*>(y + 64 * j), acc);
+    }
+  }
+  for (; j < lines_out; ++j) _mm512_stream_ps(reinterpret_cast<float*>(y + 64 * j), acc);
+  _mm_sfence();
+}
+
+GRADCOMP_TARGET_AVX512 inline void traffic_out_avx512(std::byte const* x, std::size_t lines_in,
+                                                      float* y, std::size_t lines_out) noexcept {
+  __m512 acc = _mm512_setzero_ps();
+  std::size_t err = 0, i = 0;
+  for (std::size_t j = 0; j < lines_out; ++j) {
+    for (err += lines_in; err >= lines_out && i < lines_in; err -= lines_out, ++i) {
+      acc = _mm512_add_ps(acc, _mm512_load_ps(reinterpret_cast<float const*>(x + 64 * i)));
+    }
+    _mm512_stream_ps(y + 16 * j, acc);
+  }
+  _mm_sfence();
+}
+
+GRADCOMP_TARGET_AVX2 inline void traffic_in_avx2(float const* x, std::size_t lines_in,
+                                                 std::byte* y, std::size_t lines_out) noexcept {
+  __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+  std::size_t err = 0, j = 0;
+  for (std::size_t i = 0; i < lines_in; ++i) {
+    a = _mm256_add_ps(a, _mm256_load_ps(x + 16 * i));
+    b = _mm256_add_ps(b, _mm256_load_ps(x + 16 * i + 8));
+    for (err += lines_out; err >= lines_in && j < lines_out; err -= lines_in, ++j) {
+      _mm256_stream_ps(reinterpret_cast<float*>(y + 64 * j), a);
+      _mm256_stream_ps(reinterpret_cast<float*>(y + 64 * j + 32), b);
+    }
+  }
+  for (; j < lines_out; ++j) {
+    _mm256_stream_ps(reinterpret_cast<float*>(y + 64 * j), a);
+    _mm256_stream_ps(reinterpret_cast<float*>(y + 64 * j + 32), b);
+  }
+  _mm_sfence();
+}
+
+GRADCOMP_TARGET_AVX2 inline void traffic_out_avx2(std::byte const* x, std::size_t lines_in,
+                                                  float* y, std::size_t lines_out) noexcept {
+  __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+  std::size_t err = 0, i = 0;
+  for (std::size_t j = 0; j < lines_out; ++j) {
+    for (err += lines_in; err >= lines_out && i < lines_in; err -= lines_out, ++i) {
+      a = _mm256_add_ps(a, _mm256_load_ps(reinterpret_cast<float const*>(x + 64 * i)));
+      b = _mm256_add_ps(b, _mm256_load_ps(reinterpret_cast<float const*>(x + 64 * i + 32)));
+    }
+    _mm256_stream_ps(y + 16 * j, a);
+    _mm256_stream_ps(y + 16 * j + 8, b);
+  }
+  _mm_sfence();
+}
+GRADCOMP_SIMD_DIAGNOSTICS_POP
+#endif  // GRADCOMP_X86_SIMD
+
+// The portable level has no streaming stores: the same line pattern with ordinary ones.
+inline void traffic_in_scalar(float const* x, std::size_t lines_in, std::byte* y,
+                              std::size_t lines_out) noexcept {
+  float acc[16] = {};
+  std::size_t err = 0, j = 0;
+  for (std::size_t i = 0; i < lines_in; ++i) {
+    for (std::size_t k = 0; k < 16; ++k) acc[k] += x[16 * i + k];
+    for (err += lines_out; err >= lines_in && j < lines_out; err -= lines_in, ++j) {
+      std::memcpy(y + 64 * j, acc, 64);
+    }
+  }
+  for (; j < lines_out; ++j) std::memcpy(y + 64 * j, acc, 64);
+}
+
+inline void traffic_out_scalar(std::byte const* x, std::size_t lines_in, float* y,
+                               std::size_t lines_out) noexcept {
+  float acc[16] = {};
+  std::size_t err = 0, i = 0;
+  for (std::size_t j = 0; j < lines_out; ++j) {
+    for (err += lines_in; err >= lines_out && i < lines_in; err -= lines_out, ++i) {
+      float v[16];
+      std::memcpy(v, x + 64 * i, 64);
+      for (std::size_t k = 0; k < 16; ++k) acc[k] += v[k];
+    }
+    std::memcpy(y + 16 * j, acc, 64);
+  }
+}
+
+/// Reads `lines_in` 64-byte lines of floats at `x`, writes `lines_out` lines at `y`.
+inline void traffic_in(float const* x, std::size_t lines_in, std::byte* y, std::size_t lines_out,
+                       gc::cpu::isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == gc::cpu::isa::avx512) return traffic_in_avx512(x, lines_in, y, lines_out);
+  if (level == gc::cpu::isa::avx2) return traffic_in_avx2(x, lines_in, y, lines_out);
+#endif
+  (void)level;
+  traffic_in_scalar(x, lines_in, y, lines_out);
+}
+
+/// Reads `lines_in` 64-byte lines at `x`, writes `lines_out` lines of floats at `y`.
+inline void traffic_out(std::byte const* x, std::size_t lines_in, float* y, std::size_t lines_out,
+                        gc::cpu::isa level) noexcept {
+#if GRADCOMP_X86_SIMD
+  if (level == gc::cpu::isa::avx512) return traffic_out_avx512(x, lines_in, y, lines_out);
+  if (level == gc::cpu::isa::avx2) return traffic_out_avx2(x, lines_in, y, lines_out);
+#endif
+  (void)level;
+  traffic_out_scalar(x, lines_in, y, lines_out);
+}
+
 }  // namespace kernels
+
+/// Which way a traffic kernel moves a codec's bytes.
+enum class traffic { in, out };
+
+/// Runs the traffic kernel of a codec whose packet has `bytes` bytes for n floats, on the
+/// context's pool and chunking: `in` reads the n floats at `x` and writes `bytes` bytes at
+/// `packet` (compression's traffic); `out` reads the bytes at `packet` and writes n floats at
+/// `y` (decompression's). The buffers must be 64-byte aligned and n a multiple of 16 (the
+/// benchmark sizes are powers of two); every chunk moves its share of whole lines.
+inline void run_traffic(traffic dir, float const* x, float* y, std::byte* packet, std::size_t n,
+                        std::size_t bytes, gc::codec_context const& ctx) {
+  gc::cpu::isa const level = gc::cpu::effective_isa(ctx.isa);
+  std::size_t const float_lines = n / 16;
+  std::size_t const byte_lines = (bytes + 63) / 64;
+  gc::cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t lo, std::size_t hi) {
+    std::size_t const f0 = lo / 16, f1 = hi / 16;
+    std::size_t const b0 = f0 * byte_lines / float_lines, b1 = f1 * byte_lines / float_lines;
+    if (dir == traffic::in) {
+      kernels::traffic_in(x + 16 * f0, f1 - f0, packet + 64 * b0, b1 - b0, level);
+    } else {
+      kernels::traffic_out(packet + 64 * b0, b1 - b0, y + 16 * f0, f1 - f0, level);
+    }
+  });
+}
 
 /// The baselines.
 enum class baseline { read, write, update, axpy };

@@ -13,7 +13,12 @@ repetition's median call time):
 3. the baselines themselves;
 4. at the largest size on the fewest threads: each ratio next to a traffic bound, and which
    codecs reach `--target` times the baseline;
-5. error feedback with each codec (ef: fused where the codec can; ef_3pass: the three passes),
+5. issue 17's quantizer targets at the largest size on the fewest threads: compress against
+   the read kernel and against the traffic kernel that moves exactly the codec's bytes with
+   streaming stores (`ratio_traffic`), decompress against the write kernel and its traffic
+   kernel, with one line `target compress/SPEC: ...` and `target decompress/SPEC: ...` per codec
+   (met at 0.8 of read / write, or 0.9 of the traffic kernel);
+6. error feedback with each codec (ef: fused where the codec can; ef_3pass: the three passes),
    against read and against y += x (axpy, the traffic error feedback cannot avoid), with one
    line `target ef/SPEC: measured X, needed Y, met|missed` per codec (0.7 of read; 0.5 for
    top-k).
@@ -180,6 +185,32 @@ def main():
     out.append("")
     out.append("- meet it: " + (", ".join(meets) if meets else "none"))
     out.append("- miss it: " + (", ".join(misses) if misses else "none"))
+
+    out.append("")
+    out.append("| codec (n = %s, %d thread%s) | compress × read | × traffic kernel "
+               "| decompress × write | × traffic kernel |" % (size_label(n), t, "" if t == 1 else "s"))
+    out.append("|---|---:|---:|---:|---:|")
+    quant_targets = []
+    for spec in order:
+        c, d = ("compress", spec, n, t), ("decompress", spec, n, t)
+        if c not in rows or d not in rows:
+            continue
+        vals = [counter(rows, c, "ratio"), counter(rows, c, "ratio_traffic"),
+                counter(rows, d, "ratio"), counter(rows, d, "ratio_traffic")]
+        out.append("| %s | %s | %s | %s | %s |" % (spec, fmt(vals[0]), fmt(vals[1]), fmt(vals[2]),
+                                                    fmt(vals[3])))
+        for name, base, r_base, r_traffic in (("compress", "read", vals[0], vals[1]),
+                                              ("decompress", "write", vals[2], vals[3])):
+            if r_base is None:
+                continue
+            ok = r_base >= 0.8 or (r_traffic is not None and r_traffic >= 0.9)
+            quant_targets.append(
+                "target %s/%s: measured %.3f x %s, %s x traffic kernel, needed 0.8 x %s or 0.9 x "
+                "traffic kernel, %s" % (name, spec, r_base, base,
+                                        "%.3f" % r_traffic if r_traffic is not None else "—", base,
+                                        "met" if ok else "missed"))
+    out.append("")
+    out.extend(quant_targets)
 
     ef_specs = [spec for spec in order if ("ef", spec, n, t) in rows]
     if ef_specs:

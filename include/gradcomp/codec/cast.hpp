@@ -10,6 +10,7 @@
 #include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/kernels/convert.hpp>
+#include <gradcomp/cpu/kernels/stream.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <cstring>
@@ -19,24 +20,27 @@ GRADCOMP_NAMESPACE_BEGIN
 
 namespace detail {
 
-// Copies or accumulates n elements of wire dtype `w` at `src` into `dst`.
+// Copies or accumulates n elements of wire dtype `w` at `src` into `dst`; `stream`: a float
+// copy uses streaming stores (cpu/kernels/stream.hpp).
 template <element T>
 void widen_any(dtype w, std::byte const* src, T* dst, std::size_t n, float alpha, bool add,
-               cpu::isa level) {
+               cpu::isa level, bool stream = false) {
   if constexpr (std::same_as<T, float>) {
     switch (w) {
       case dtype::f32:
-        if (!add) {
+        if (!add && stream) {
+          cpu::kernels::stream_copy(reinterpret_cast<std::byte*>(dst), src, n * 4, level);
+        } else if (!add) {
           if (n != 0) std::memcpy(dst, src, n * 4);
         } else {
           cpu::kernels::axpy_f32(src, dst, n, alpha, level);
         }
         return;
       case dtype::f16:
-        cpu::kernels::widen<cpu::kernels::half_format::f16>(src, dst, n, alpha, add, level);
+        cpu::kernels::widen<cpu::kernels::half_format::f16>(src, dst, n, alpha, add, level, stream);
         return;
       case dtype::bf16:
-        cpu::kernels::widen<cpu::kernels::half_format::bf16>(src, dst, n, alpha, add, level);
+        cpu::kernels::widen<cpu::kernels::half_format::bf16>(src, dst, n, alpha, add, level, stream);
         return;
     }
   } else {
@@ -91,8 +95,15 @@ class identity_codec : public detail::codec_base<identity_codec> {
   template <element T>
   void encode_typed(T const* x, std::size_t n, std::byte* payload, packet_header const&,
                     codec_context const& ctx) const {
+    cpu::isa const level = cpu::effective_isa(ctx.isa);
+    bool const stream = cpu::stream_output(n * sizeof(T));
     cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-      std::memcpy(payload + b * sizeof(T), static_cast<void const*>(x + b), (e - b) * sizeof(T));
+      auto const* src = reinterpret_cast<std::byte const*>(x + b);
+      if (stream) {
+        cpu::kernels::stream_copy(payload + b * sizeof(T), src, (e - b) * sizeof(T), level);
+      } else {
+        std::memcpy(payload + b * sizeof(T), src, (e - b) * sizeof(T));
+      }
     });
   }
   template <element T>
@@ -100,8 +111,9 @@ class identity_codec : public detail::codec_base<identity_codec> {
                            bool add, codec_context const& ctx) {
     cpu::isa const level = cpu::effective_isa(ctx.isa);
     std::size_t const wsize = dtype_size(h.type);
+    bool const stream = !add && cpu::stream_output(h.count * sizeof(T));
     cpu::for_each_chunk(h.count, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-      detail::widen_any<T>(h.type, payload + b * wsize, out + b, e - b, alpha, add, level);
+      detail::widen_any<T>(h.type, payload + b * wsize, out + b, e - b, alpha, add, level, stream);
     });
   }
 };
@@ -152,8 +164,9 @@ class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
       if (n != 0) std::memcpy(payload, static_cast<void const*>(x), 2 * n);
     } else if constexpr (std::same_as<T, float>) {
       cpu::isa const level = cpu::effective_isa(ctx.isa);
+      bool const stream = cpu::stream_output(2 * n);
       cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-        cpu::kernels::narrow<format>(x + b, payload + 2 * b, e - b, level);
+        cpu::kernels::narrow<format>(x + b, payload + 2 * b, e - b, level, stream);
       });
     } else {  // the other 16-bit type: convert through float (exact widening)
       for (std::size_t i = 0; i < n; ++i) {
@@ -168,8 +181,9 @@ class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
                            bool add, codec_context const& ctx) {
     cpu::isa const level = cpu::effective_isa(ctx.isa);
     if constexpr (std::same_as<T, float>) {
+      bool const stream = !add && cpu::stream_output(4 * h.count);
       cpu::for_each_chunk(h.count, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-        cpu::kernels::widen<format>(payload + 2 * b, out + b, e - b, alpha, add, level);
+        cpu::kernels::widen<format>(payload + 2 * b, out + b, e - b, alpha, add, level, stream);
       });
     } else {
       detail::widen_any<T>(Wire, payload, out, h.count, alpha, add, level);

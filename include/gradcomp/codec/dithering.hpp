@@ -19,6 +19,7 @@
 #include <gradcomp/codec/detail/codec_base.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/kernels/dither.hpp>
+#include <gradcomp/cpu/kernels/stream.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <atomic>
@@ -199,8 +200,10 @@ inline void dither_decode(codec_id id, dither_config const& cfg, packet_header c
   }
   std::atomic<bool> ok{true};
   cpu::isa const level = cpu::effective_isa(ctx.isa);
+  bool const stream = !add && cpu::stream_output(4 * n);
   cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-    if (!cpu::kernels::dither_decode(codes, b, e, blen, steps.data(), shape, out, alpha, add, level)) {
+    if (!cpu::kernels::dither_decode(codes, b, e, blen, steps.data(), shape, out, alpha, add, level,
+                                     stream)) {
       ok.store(false, std::memory_order_relaxed);
     }
   });

@@ -13,6 +13,7 @@
 #include <gradcomp/codec/detail/codec_base.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/kernels/bytecode.hpp>
+#include <gradcomp/cpu/kernels/stream.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <numeric>
@@ -81,6 +82,7 @@ class int8_codec : public detail::codec_base<int8_codec> {
     auto* codes = reinterpret_cast<std::uint8_t*>(payload + 8 * nb);
     bool const stochastic = h.variant == 1;
     cpu::isa const level = cpu::effective_isa(ctx.isa);
+    bool const stream = cpu::stream_output(n);
     detail::bucketed_pass(
         n, blen, ctx,
         [&](std::size_t k, std::size_t b, std::size_t e) {
@@ -94,7 +96,8 @@ class int8_codec : public detail::codec_base<int8_codec> {
           kb[k] = cpu::kernels::make_int8_bucket(lo, hi);
         },
         [&](std::size_t cb, std::size_t ce) {
-          cpu::kernels::int8_encode(x, cb, ce, blen, kb.data(), stochastic, rs, codes, level);
+          cpu::kernels::int8_encode(x, cb, ce, blen, kb.data(), stochastic, rs, codes, level,
+                                    stream);
         });
   }
 
@@ -117,8 +120,10 @@ class int8_codec : public detail::codec_base<int8_codec> {
     }
     auto const* codes = reinterpret_cast<std::uint8_t const*>(payload + 8 * nb);
     cpu::isa const level = cpu::effective_isa(ctx.isa);
+    bool const stream = !add && cpu::stream_output(4 * n);
     cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-      cpu::kernels::int8_decode(codes, b, e, blen, los.data(), steps.data(), out, alpha, add, level);
+      cpu::kernels::int8_decode(codes, b, e, blen, los.data(), steps.data(), out, alpha, add, level,
+                                stream);
     });
   }
 

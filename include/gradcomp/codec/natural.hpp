@@ -16,6 +16,7 @@
 #include <gradcomp/codec/detail/codec_base.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/kernels/bytecode.hpp>
+#include <gradcomp/cpu/kernels/stream.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <atomic>
@@ -92,8 +93,9 @@ class natural_codec : public detail::codec_base<natural_codec> {
     auto const* codes = reinterpret_cast<std::uint8_t const*>(payload + nb);
     std::atomic<bool> ok{true};
     cpu::isa const level = cpu::effective_isa(ctx.isa);
+    bool const stream = !add && cpu::stream_output(4 * n);
     cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-      if (!cpu::kernels::natural_decode(codes, b, e, blen, emax, out, alpha, add, level)) {
+      if (!cpu::kernels::natural_decode(codes, b, e, blen, emax, out, alpha, add, level, stream)) {
         ok.store(false, std::memory_order_relaxed);
       }
     });

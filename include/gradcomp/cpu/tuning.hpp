@@ -37,15 +37,42 @@ inline constexpr std::size_t chunk_elements = std::size_t{1} << 16;
 /// threads", "Smaller tensors"), but no sweep of the threshold itself.
 inline constexpr std::size_t default_parallel_threshold = std::size_t{1} << 18;
 
+// --- Streaming stores (cpu/kernels/stream.hpp) -------------------------------------------------
+
+/// Outputs of at least this many bytes (a packet when compressing, the floats when
+/// decompressing without accumulating) are written with streaming (non-temporal) stores, which
+/// skip the read-for-ownership of every output line and leave the caches to the input. Below it
+/// the output is likely to be read again from cache (by the collective that sends the packet,
+/// or the optimizer that applies the gradient), so ordinary stores are kept. Chosen, not swept:
+/// twice the 4 MiB L2 of the measured machine. Measured at 2^24 float32 on one thread (Intel
+/// Xeon, docs/performance.md, "Streaming stores"): fp16 compress from 0.47 to 0.62 of the read
+/// kernel with the packet streamed.
+inline constexpr std::size_t streaming_store_min_bytes = std::size_t{8} << 20;
+
+/// How far ahead (bytes of input) the streamed 16-bit conversions prefetch. With streaming
+/// stores the loop's own loads are the only demand traffic, and the hardware prefetcher alone
+/// kept one thread below the read kernel. Measured at 2^24 float32, one thread (Intel Xeon):
+/// streamed fp16 from 15.5–16.3 to 18.3–18.6 GB/s, bf16 from 14.4–14.7 to 15.8–16.8 GB/s with
+/// 4 KiB; 1 KiB and 8 KiB were no better.
+inline constexpr std::size_t stream_prefetch_bytes = 4096;
+
 // --- Bucket statistics kernels (cpu/kernels/bytecode.hpp, cpu/kernels/dither.hpp) ------------
 
 /// How far ahead (bytes) the AVX-512 statistics kernels (`block_minmax`, `block_max_exponent`,
-/// `block_sumsq`, `block_absmax`) prefetch: one 512-element bucket of floats, so the next bucket
-/// is on its way while this one reduces. Measured: `block_minmax` over 2^24 elements in
-/// 512-element buckets went from 23 to 26 GB/s against 28 GB/s for a plain read
-/// (docs/performance.md, "Where the time goes"; commit efb81b1, where int8 nearest compress
-/// went from 0.35 to 0.48 of the read baseline); other distances were not tried.
-inline constexpr std::size_t stats_prefetch_bytes = 2048;
+/// `block_sumsq`, `block_absmax`) prefetch: two 512-element buckets of floats, so the next ones
+/// are on their way while this one reduces. Measured: 2048 bytes took `block_minmax` over 2^24
+/// elements from 23 to 26 GB/s against 28 GB/s for a plain read (commit efb81b1, where int8
+/// nearest compress went from 0.35 to 0.48 of the read baseline). Since the codes go out with
+/// streaming stores and the codes pass re-reads from L1 (`bucketed_pass_block`), the loads of
+/// this pass are the only demand traffic, and 4096 measured better at 2^24, one thread:
+/// int8 nearest compress 0.55–0.58 of read with 2048, 0.61–0.63 with 4096 or 8192.
+inline constexpr std::size_t stats_prefetch_bytes = 4096;
+
+/// Elements per block of the bucketed codecs' two passes (int8's range, natural's exponent, then
+/// the codes; codec/detail/codec_base.hpp, `bucketed_pass`), rounded up to whole buckets: 16 KiB
+/// of floats, so the codes pass re-reads the block from L1. Speed only. Measured at 2^24
+/// float32, one thread (Intel Xeon): see docs/performance.md, "Streaming stores".
+inline constexpr std::size_t bucketed_pass_block = 4096;
 
 // --- Fused error feedback (codec/detail/codec_base.hpp, feedback/policies.hpp) -----------------
 

@@ -85,7 +85,8 @@ static_assert(gc::codec<gc::approx_topk_codec>);
 TEST_CASE("approx_topk: count within tolerance, exact top-m, energy within (1 - tol) of top-k",
           "[codec][approx_topk]") {
   for (std::size_t n : {0u, 1u, 2u, 100u, 5000u, 70001u, quick_mode() ? 70002u : 1u << 18}) {
-    for (auto const& [name, x] : distributions(n, n + 5)) {
+    for (auto const& [name, x_] : distributions(n, n + 5)) {
+      auto const& x = x_;  // lambdas below capture it (Clang 14 cannot capture a binding)
       // The reference order once per input: |x| descending, ties by index.
       std::vector<std::uint32_t> order(n);
       std::iota(order.begin(), order.end(), 0u);

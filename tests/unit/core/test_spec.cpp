@@ -93,11 +93,12 @@ TEST_CASE("spec parser: codecs, controllers and PowerSGD report the same errors"
   auto const codec = error_from([](std::string const& s) { return gc::make_codec(s); });
   auto const controller = error_from([](std::string const& s) { return gc::make_controller(s); });
   auto const psgd = error_from([](std::string const& s) { return gc::make_powersgd(s); });
-  for (auto const& [bad, what] : std::vector<std::pair<std::string, std::string>>{
+  for (auto const& [bad_, what] : std::vector<std::pair<std::string, std::string>>{
            {":x=1", "has an empty name"},
            {"NAME:x", "option 'x' is not key=value"},
            {"NAME:x=1,x=2", "option 'x' given twice"},
            {"NAME:", "ends with ':'"}}) {
+    std::string const& bad = bad_;  // captured below (Clang 14 cannot capture a binding)
     auto sub = [&](std::string const& name) {
       std::string s = bad;
       if (auto p = s.find("NAME"); p != std::string::npos) s.replace(p, 4, name);

@@ -179,7 +179,7 @@ TEST_CASE("feedback state: overflow of the state is a numeric_error, state uncha
   float const big = 3.0e38f;
   std::vector<std::byte> buf(1024);
   SECTION("residual: signSGD leaves most of a huge gradient in the residual") {
-    gc::compressor<gc::onebit_codec> comp(gc::onebit_codec(gc::onebit_codec::scaling::none));
+    gc::compressor<gc::onebit_codec> comp{gc::onebit_codec(gc::onebit_codec::scaling::none)};
     std::vector<float> const g(8, big);
     (void)comp.compress(gc::tensor_view<float const>(g), buf);  // residual = big - 1 = big
     auto const before = comp.save();

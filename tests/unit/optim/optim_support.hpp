@@ -103,7 +103,8 @@ std::vector<double> two_way_residual_mass(TwoWay const& tw, gradcomp::tensor_id 
                                           std::uint32_t rank, std::uint32_t world) {
   std::vector<double> res(d, 0.0);
   for (std::uint32_t sh = 0; sh < world; ++sh) {
-    auto const [b, e] = gradcomp::shard_range(d, sh, world);
+    auto const range = gradcomp::shard_range(d, sh, world);
+    std::size_t const b = range.first, e = range.second;  // captured below
     gradcomp::shard_key const key{id, sh, world};
     auto const add = [&](auto const& r) {
       if (r.size() != e - b)

@@ -113,17 +113,22 @@ constexpr std::uint64_t bucket_count(std::uint32_t bucket, std::uint64_t n) noex
 }
 
 /// Runs `meta(k, b, e)` for every bucket k = [b, e) of length `blen` and `body(cb, ce)` over
-/// chunks aligned to 128 elements and to whole buckets, each chunk's buckets before its body
-/// (one pass, the bucket still in cache). Buckets too large for that get all their `meta`
-/// first, sequentially, then the bodies in parallel.
+/// chunks aligned to 128 elements and to whole buckets. Each chunk goes in blocks of whole
+/// buckets of about `cpu::bucketed_pass_block` elements, each block's buckets before its body,
+/// so the body reads the block again from L1 rather than from L2. Buckets too large for that
+/// get all their `meta` first, sequentially, then the bodies in parallel.
 template <class Meta, class Body>
 void bucketed_pass(std::size_t n, std::size_t blen, codec_context const& ctx, Meta&& meta,
                    Body&& body) {
   std::size_t const align = std::lcm(blen, std::size_t{128});
   if (align <= (std::size_t{1} << 20)) {
+    std::size_t const block = (cpu::bucketed_pass_block + align - 1) / align * align;
     cpu::for_each_chunk(n, align, ctx, [&](std::size_t, std::size_t cb, std::size_t ce) {
-      for (std::size_t b = cb; b < ce; b += blen) meta(b / blen, b, b + blen < ce ? b + blen : ce);
-      body(cb, ce);
+      for (std::size_t bb = cb; bb < ce; bb += block) {
+        std::size_t const be = ce - bb < block ? ce : bb + block;
+        for (std::size_t b = bb; b < be; b += blen) meta(b / blen, b, b + blen < be ? b + blen : be);
+        body(bb, be);
+      }
     });
     return;
   }
@@ -196,17 +201,23 @@ class codec_base {
   }
 
   /// Whether this codec fuses error feedback with compression (it has the block interface).
-  [[nodiscard]] static constexpr bool fusable() noexcept { return block_codec<Self>; }
+  /// A template, like `compress_fused`, so that the check waits for the call, when `Self` is
+  /// complete: Clang 14 otherwise checks it while the base is instantiated and keeps the
+  /// answer "no".
+  template <class S = Self>
+  [[nodiscard]] static constexpr bool fusable() noexcept {
+    return block_codec<S>;
+  }
 
   /// Error feedback fused with compression (the contract is `fused_feedback_codec`'s, in
   /// concepts/codec.hpp): blocks of `fused_feedback_block` elements, each filled, encoded and
   /// decoded into `x` while in cache, spread over the context's threads. The packet is the one
   /// `compress` writes, for any thread count and ISA level.
+  template <class S = Self>
+    requires block_codec<S>
   std::size_t compress_fused(float* x, std::size_t n, tensor_id id, std::span<std::byte> out,
                              block_fill const& fill, block_fill const& refill, float alpha,
-                             codec_context const& ctx) const
-    requires block_codec<Self>
-  {
+                             codec_context const& ctx) const {
     Self const& self = static_cast<Self const&>(*this);
     packet_header const h = self.header_for(n, dtype::f32);
     std::uint64_t const total = h.packet_bytes();

@@ -200,8 +200,8 @@ GRADCOMP_TARGET_AVX512 inline __m512 offsets16(philox16 const& g, unsigned k) no
 GRADCOMP_TARGET_AVX512 inline void int8_encode(isa_tag, float const* x, std::size_t begin,
                                                std::size_t end, std::size_t bucket_len,
                                                int8_bucket const* buckets, bool stochastic,
-                                               random_stream const& rs,
-                                               std::uint8_t* codes) noexcept {
+                                               random_stream const& rs, std::uint8_t* codes,
+                                               bool stream) noexcept {
   bucket_cursor cur(bucket_len, begin);
   philox_schedule const ks = philox_prepare(rs);
   __m512 const zero = _mm512_setzero_ps();
@@ -214,7 +214,7 @@ GRADCOMP_TARGET_AVX512 inline void int8_encode(isa_tag, float const* x, std::siz
       for (unsigned k = 0; k < 8; ++k) {
         __m128i const c = int8_codes16(_mm512_loadu_ps(x + g0 + 16 * k), inv, bias, stochastic,
                                        stochastic ? offsets16(g, k) : zero);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + g0 + 16 * k), c);
+        store_codes16(codes + g0 + 16 * k, c, stream);
       }
       continue;
     }
@@ -237,7 +237,7 @@ GRADCOMP_TARGET_AVX512 inline void int8_decode(isa_tag, std::uint8_t const* code
                                                std::size_t begin, std::size_t end,
                                                std::size_t bucket_len, float const* los,
                                                float const* steps, float* out, float alpha,
-                                               bool add) noexcept {
+                                               bool add, bool stream) noexcept {
   __m512 const a = _mm512_set1_ps(alpha);
   bucket_cursor cur(bucket_len, begin);
   for (std::size_t w0 = begin; w0 < end; w0 += 16) {
@@ -247,7 +247,7 @@ GRADCOMP_TARGET_AVX512 inline void int8_decode(isa_tag, std::uint8_t const* code
     __m512 const lo = lanes_ps(w, [&](std::size_t b) { return los[b]; });
     __m512 const st = lanes_ps(w, [&](std::size_t b) { return steps[b]; });
     __m512 const q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(load_bytes16(codes + w0, live)));
-    store_or_add16(out + w0, live, _mm512_fmadd_ps(q, st, lo), a, add);
+    store_or_add16(out + w0, live, _mm512_fmadd_ps(q, st, lo), a, add, stream);
   }
 }
 
@@ -297,7 +297,7 @@ GRADCOMP_TARGET_AVX512 inline void natural_encode(isa_tag, float const* x, std::
 GRADCOMP_TARGET_AVX512 inline bool natural_decode(isa_tag, std::uint8_t const* codes,
                                                   std::size_t begin, std::size_t end,
                                                   std::size_t bucket_len, std::uint8_t const* emax,
-                                                  float* out, float alpha, bool add) noexcept {
+                                                  float* out, float alpha, bool add, bool stream) noexcept {
   __m512 const a = _mm512_set1_ps(alpha);
   __mmask16 bad = 0;
   bucket_cursor cur(bucket_len, begin);
@@ -317,7 +317,7 @@ GRADCOMP_TARGET_AVX512 inline bool natural_decode(isa_tag, std::uint8_t const* c
     __m512i const bits = _mm512_or_si512(_mm512_slli_epi32(neg, 31), _mm512_slli_epi32(e, 23));
     __m512 const v =
         _mm512_castsi512_ps(_mm512_maskz_mov_epi32(static_cast<__mmask16>(~zero), bits));
-    store_or_add16(out + w0, live, v, a, add);
+    store_or_add16(out + w0, live, v, a, add, stream);
   }
   return (bad & 0xffff) == 0;
 }
@@ -418,8 +418,8 @@ GRADCOMP_TARGET_AVX2 inline __m256i int8_codes8(__m256 x, __m256 inv, __m256 bia
 GRADCOMP_TARGET_AVX2 inline void int8_encode(isa_tag, float const* x, std::size_t begin,
                                              std::size_t end, std::size_t bucket_len,
                                              int8_bucket const* buckets, bool stochastic,
-                                             random_stream const& rs,
-                                             std::uint8_t* codes) noexcept {
+                                             random_stream const& rs, std::uint8_t* codes,
+                                             bool stream) noexcept {
   bucket_cursor cur(bucket_len, begin);
   philox_schedule const ks = philox_prepare(rs);
   __m256 const zero = _mm256_setzero_ps();
@@ -435,7 +435,7 @@ GRADCOMP_TARGET_AVX2 inline void int8_encode(isa_tag, float const* x, std::size_
                                        stochastic ? offsets8(g, k, 0) : zero);
         __m256i const c1 = int8_codes8(_mm256_loadu_ps(xs + 8), inv, bias, stochastic,
                                        stochastic ? offsets8(g, k, 1) : zero);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + g0 + 16 * k), bytes16(c0, c1));
+        store_codes16(codes + g0 + 16 * k, bytes16(c0, c1), stream);
       }
       continue;
     }
@@ -459,7 +459,7 @@ GRADCOMP_TARGET_AVX2 inline void int8_encode(isa_tag, float const* x, std::size_
 GRADCOMP_TARGET_AVX2 inline void int8_decode(isa_tag, std::uint8_t const* codes, std::size_t begin,
                                              std::size_t end, std::size_t bucket_len,
                                              float const* los, float const* steps, float* out,
-                                             float alpha, bool add) noexcept {
+                                             float alpha, bool add, bool stream) noexcept {
   __m256 const a = _mm256_set1_ps(alpha);
   bucket_cursor cur(bucket_len, begin);
   for (std::size_t w0 = begin; w0 < end; w0 += 16) {
@@ -471,7 +471,7 @@ GRADCOMP_TARGET_AVX2 inline void int8_decode(isa_tag, std::uint8_t const* codes,
     __m256 const q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c));
     __m256 const q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(c, c)));
     store_or_add16(out + w0, valid,
-                   {_mm256_fmadd_ps(q0, st.lo, lo.lo), _mm256_fmadd_ps(q1, st.hi, lo.hi)}, a, add);
+                   {_mm256_fmadd_ps(q0, st.lo, lo.lo), _mm256_fmadd_ps(q1, st.hi, lo.hi)}, a, add, stream);
   }
 }
 
@@ -545,7 +545,7 @@ GRADCOMP_TARGET_AVX2 inline __m256 natural_values8(__m256i c, __m256i em, __m256
 GRADCOMP_TARGET_AVX2 inline bool natural_decode(isa_tag, std::uint8_t const* codes,
                                                 std::size_t begin, std::size_t end,
                                                 std::size_t bucket_len, std::uint8_t const* emax,
-                                                float* out, float alpha, bool add) noexcept {
+                                                float* out, float alpha, bool add, bool stream) noexcept {
   __m256 const a = _mm256_set1_ps(alpha);
   __m256i bad = _mm256_setzero_si256();
   bucket_cursor cur(bucket_len, begin);
@@ -556,7 +556,7 @@ GRADCOMP_TARGET_AVX2 inline bool natural_decode(isa_tag, std::uint8_t const* cod
     __m128i const c = load_bytes16(codes + w0, valid);  // dead lanes: code 0 (valid, value 0)
     __m256 const v0 = natural_values8(_mm256_cvtepu8_epi32(c), em.lo, bad);
     __m256 const v1 = natural_values8(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(c, c)), em.hi, bad);
-    store_or_add16(out + w0, valid, {v0, v1}, a, add);
+    store_or_add16(out + w0, valid, {v0, v1}, a, add, stream);
   }
   return _mm256_testz_si256(bad, bad) != 0;
 }
@@ -584,7 +584,7 @@ namespace scalar {
 /// The reference loop of `int8_encode`.
 inline void int8_encode(isa_tag, float const* x, std::size_t begin, std::size_t end,
                         std::size_t bucket_len, int8_bucket const* buckets, bool stochastic,
-                        random_stream const& rs, std::uint8_t* codes) noexcept {
+                        random_stream const& rs, std::uint8_t* codes, bool = false) noexcept {
   philox_group g;
   for (std::size_t i = begin; i < end; ++i) {
     if (stochastic && (i % 128 == 0 || i == begin)) philox_fill(rs, i / 128, g);
@@ -596,7 +596,7 @@ inline void int8_encode(isa_tag, float const* x, std::size_t begin, std::size_t 
 /// The reference loop of `int8_decode`.
 inline void int8_decode(isa_tag, std::uint8_t const* codes, std::size_t begin, std::size_t end,
                         std::size_t bucket_len, float const* los, float const* steps, float* out,
-                        float alpha, bool add) noexcept {
+                        float alpha, bool add, bool = false) noexcept {
   for (std::size_t i = begin; i < end; ++i) {
     std::size_t const b = i / bucket_len;
     float const v = std::fma(static_cast<float>(codes[i]), steps[b], los[b]);
@@ -618,7 +618,7 @@ inline void natural_encode(isa_tag, float const* x, std::size_t begin, std::size
 /// The reference loop of `natural_decode`.
 inline bool natural_decode(isa_tag, std::uint8_t const* codes, std::size_t begin, std::size_t end,
                            std::size_t bucket_len, std::uint8_t const* emax, float* out,
-                           float alpha, bool add) noexcept {
+                           float alpha, bool add, bool = false) noexcept {
   bool ok = true;
   for (std::size_t i = begin; i < end; ++i) {
     float const v = natural_value(codes[i], emax[i / bucket_len], ok);
@@ -639,22 +639,27 @@ inline unsigned block_max_exponent(float const* x, std::size_t n, isa level) noe
   return dispatch(level, [&](auto t) { return block_max_exponent(t, x, n); });
 }
 
-/// int8 codes of elements [begin, end) (begin a multiple of 128).
+/// int8 codes of elements [begin, end) (begin a multiple of 128); `stream`: whole 16-byte
+/// windows go out with streaming stores when `codes + begin` is 16-byte aligned.
 inline void int8_encode(float const* x, std::size_t begin, std::size_t end, std::size_t bucket_len,
                         int8_bucket const* buckets, bool stochastic, random_stream const& rs,
-                        std::uint8_t* codes, isa level) noexcept {
+                        std::uint8_t* codes, isa level, bool stream = false) noexcept {
+  stream = stream && bytes_to_alignment(codes + begin, 16) == 0;
   dispatch(level, [&](auto t) {
-    int8_encode(t, x, begin, end, bucket_len, buckets, stochastic, rs, codes);
+    int8_encode(t, x, begin, end, bucket_len, buckets, stochastic, rs, codes, stream);
   });
+  if (stream) stream_fence();
 }
 
 /// Decodes int8 codes [begin, end) (begin a multiple of 16).
 inline void int8_decode(std::uint8_t const* codes, std::size_t begin, std::size_t end,
                         std::size_t bucket_len, float const* los, float const* steps, float* out,
-                        float alpha, bool add, isa level) noexcept {
+                        float alpha, bool add, isa level,
+                        bool stream = false) noexcept {
   dispatch(level, [&](auto t) {
-    int8_decode(t, codes, begin, end, bucket_len, los, steps, out, alpha, add);
+    int8_decode(t, codes, begin, end, bucket_len, los, steps, out, alpha, add, stream);
   });
+  if (stream) stream_fence();
 }
 
 /// Natural-compression codes of elements [begin, end) (begin a multiple of 128).
@@ -668,10 +673,13 @@ inline void natural_encode(float const* x, std::size_t begin, std::size_t end, s
 /// not one the encoder can produce (out is then unspecified).
 inline bool natural_decode(std::uint8_t const* codes, std::size_t begin, std::size_t end,
                            std::size_t bucket_len, std::uint8_t const* emax, float* out,
-                           float alpha, bool add, isa level) noexcept {
-  return dispatch(level, [&](auto t) {
-    return natural_decode(t, codes, begin, end, bucket_len, emax, out, alpha, add);
+                           float alpha, bool add, isa level,
+                        bool stream = false) noexcept {
+  bool const ok = dispatch(level, [&](auto t) {
+    return natural_decode(t, codes, begin, end, bucket_len, emax, out, alpha, add, stream);
   });
+  if (stream) stream_fence();
+  return ok;
 }
 
 }  // namespace cpu::kernels

@@ -4,11 +4,13 @@
 /// @file
 /// Element-wise float32 <-> binary16 / bfloat16 conversion kernels (scalar, AVX2, AVX-512).
 /// All levels give bit-identical results: round to nearest even, NaN quieted with its payload
-/// truncated, overflow to infinity (see core/dtype.hpp).
+/// truncated, overflow to infinity (see core/dtype.hpp). With `stream` set, the SIMD levels
+/// write their output with streaming stores (cpu/kernels/stream.hpp); the bytes are the same.
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/kernels/stream.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -54,13 +56,13 @@ inline std::uint16_t load_u16(std::byte const* p) noexcept {
 inline void store_u16(std::byte* p, std::uint16_t v) noexcept { std::memcpy(p, &v, 2); }
 
 template <half_format F>
-inline void narrow(isa_tag, float const* x, std::byte* y, std::size_t n) noexcept {
+inline void narrow(isa_tag, float const* x, std::byte* y, std::size_t n, bool = false) noexcept {
   for (std::size_t i = 0; i < n; ++i) store_u16(y + 2 * i, narrow<F>(x[i]));
 }
 
 template <half_format F>
 inline void widen(isa_tag, std::byte const* x, float* y, std::size_t n, float alpha,
-                  bool add) noexcept {
+                  bool add, bool = false) noexcept {
   if (add) {
     for (std::size_t i = 0; i < n; ++i) y[i] = std::fma(alpha, widen<F>(load_u16(x + 2 * i)), y[i]);
   } else {
@@ -94,18 +96,60 @@ GRADCOMP_TARGET_AVX512 inline __m256i bf16_round(__m512 v) noexcept {
 }
 
 template <half_format F>
-GRADCOMP_TARGET_AVX512 inline void narrow(isa_tag, float const* x, std::byte* y,
-                                          std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX512 inline __m256i narrow16(__m512 v) noexcept {
+  if constexpr (F == half_format::f16) {
+    return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  } else {
+    return bf16_round(v);
+  }
+}
+
+/// `bf16_round` with the result in the high half of each 32-bit lane (the low half is junk).
+GRADCOMP_TARGET_AVX512 inline __m512i bf16_round_hi(__m512 v) noexcept {
+  __m512i const x = _mm512_castps_si512(v);
+  __m512i const lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  __m512i const r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb);
+  __m512i const quiet = _mm512_or_si512(x, _mm512_set1_epi32(0x400000));
+  return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), quiet);
+}
+
+/// 32 floats as 32 16-bit values in one register (a line of output). bf16 rounds in the 32-bit
+/// lanes and keeps the high halves with one two-source word shuffle, instead of narrowing each
+/// half with `vpmovdw` and joining them.
+template <half_format F>
+GRADCOMP_TARGET_AVX512 inline __m512i narrow32(float const* x) noexcept {
+  if constexpr (F == half_format::f16) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(narrow16<F>(_mm512_loadu_ps(x))),
+                              narrow16<F>(_mm512_loadu_ps(x + 16)), 1);
+  } else {
+    __m512i const odd_words = _mm512_set_epi16(
+        63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
+        31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(bf16_round_hi(_mm512_loadu_ps(x)), odd_words,
+                                     bf16_round_hi(_mm512_loadu_ps(x + 16)));
+  }
+}
+
+template <half_format F>
+GRADCOMP_TARGET_AVX512 inline void narrow(isa_tag, float const* x, std::byte* y, std::size_t n,
+                                          bool stream = false) noexcept {
   std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 const v = _mm512_loadu_ps(x + i);
-    __m256i r;
-    if constexpr (F == half_format::f16) {
-      r = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    } else {
-      r = bf16_round(v);
+  // Streaming: whole 64-byte lines of output (32 elements) once y + 2i is line-aligned; an odd
+  // y never is, and is written with ordinary stores.
+  std::size_t const head = bytes_to_alignment(y, 64);
+  if (stream && head % 2 == 0 && head / 2 + 32 <= n) {
+    scalar::narrow<F>(scalar_tag{}, x, y, head / 2);
+    for (i = head / 2; i + 32 <= n; i += 32) {
+      _mm_prefetch(reinterpret_cast<char const*>(x + i) + stream_prefetch_bytes, _MM_HINT_T0);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(y + 2 * i), narrow32<F>(x + i));
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + 2 * i), r);
+    stream_fence();
+  }
+  for (; i + 32 <= n; i += 32) {
+    _mm512_storeu_si512(reinterpret_cast<void*>(y + 2 * i), narrow32<F>(x + i));
+  }
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + 2 * i), narrow16<F>(_mm512_loadu_ps(x + i)));
   }
   scalar::narrow<F>(scalar_tag{}, x + i, y + 2 * i, n - i);
 }
@@ -121,9 +165,16 @@ GRADCOMP_TARGET_AVX512 inline __m512 widen16(__m256i h) noexcept {
 
 template <half_format F>
 GRADCOMP_TARGET_AVX512 inline void widen(isa_tag, std::byte const* x, float* y, std::size_t n,
-                                         float alpha, bool add) noexcept {
+                                         float alpha, bool add, bool stream = false) noexcept {
   std::size_t i = 0;
-  if (add) {
+  std::size_t const head = bytes_to_alignment(y, 64) / 4;
+  if (!add && stream && head + 16 <= n) {
+    scalar::widen<F>(scalar_tag{}, x, y, head, alpha, false);
+    for (i = head; i + 16 <= n; i += 16) {
+      _mm512_stream_ps(y + i, widen16<F>(_mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + 2 * i))));
+    }
+    stream_fence();
+  } else if (add) {
     __m512 const a = _mm512_set1_ps(alpha);
     for (; i + 16 <= n; i += 16) {
       __m512 const v = widen16<F>(_mm256_loadu_si256(reinterpret_cast<__m256i const*>(x + 2 * i)));
@@ -167,18 +218,31 @@ GRADCOMP_TARGET_AVX2 inline __m128i bf16_round(__m256 v) noexcept {
 }
 
 template <half_format F>
-GRADCOMP_TARGET_AVX2 inline void narrow(isa_tag, float const* x, std::byte* y,
-                                        std::size_t n) noexcept {
+GRADCOMP_TARGET_AVX2 inline __m128i narrow8(__m256 v) noexcept {
+  if constexpr (F == half_format::f16) {
+    return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  } else {
+    return bf16_round(v);
+  }
+}
+
+template <half_format F>
+GRADCOMP_TARGET_AVX2 inline void narrow(isa_tag, float const* x, std::byte* y, std::size_t n,
+                                        bool stream = false) noexcept {
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 const v = _mm256_loadu_ps(x + i);
-    __m128i r;
-    if constexpr (F == half_format::f16) {
-      r = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    } else {
-      r = bf16_round(v);
+  std::size_t const head = bytes_to_alignment(y, 32);
+  if (stream && head % 2 == 0 && head / 2 + 16 <= n) {
+    scalar::narrow<F>(scalar_tag{}, x, y, head / 2);
+    for (i = head / 2; i + 16 <= n; i += 16) {
+      _mm_prefetch(reinterpret_cast<char const*>(x + i) + stream_prefetch_bytes, _MM_HINT_T0);
+      __m128i const a = narrow8<F>(_mm256_loadu_ps(x + i));
+      __m128i const b = narrow8<F>(_mm256_loadu_ps(x + i + 8));
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(y + 2 * i), _mm256_set_m128i(b, a));
     }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + 2 * i), r);
+    stream_fence();
+  }
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + 2 * i), narrow8<F>(_mm256_loadu_ps(x + i)));
   }
   scalar::narrow<F>(scalar_tag{}, x + i, y + 2 * i, n - i);
 }
@@ -194,9 +258,16 @@ GRADCOMP_TARGET_AVX2 inline __m256 widen8(__m128i h) noexcept {
 
 template <half_format F>
 GRADCOMP_TARGET_AVX2 inline void widen(isa_tag, std::byte const* x, float* y, std::size_t n,
-                                       float alpha, bool add) noexcept {
+                                       float alpha, bool add, bool stream = false) noexcept {
   std::size_t i = 0;
-  if (add) {
+  std::size_t const head = bytes_to_alignment(y, 32) / 4;
+  if (!add && stream && head + 8 <= n) {
+    scalar::widen<F>(scalar_tag{}, x, y, head, alpha, false);
+    for (i = head; i + 8 <= n; i += 8) {
+      _mm256_stream_ps(y + i, widen8<F>(_mm_loadu_si128(reinterpret_cast<__m128i const*>(x + 2 * i))));
+    }
+    stream_fence();
+  } else if (add) {
     __m256 const a = _mm256_set1_ps(alpha);
     for (; i + 8 <= n; i += 8) {
       __m256 const v = widen8<F>(_mm_loadu_si128(reinterpret_cast<__m128i const*>(x + 2 * i)));
@@ -230,17 +301,20 @@ inline void axpy_f32(std::byte const* x, float* y, std::size_t n, float alpha, i
   dispatch(level, [&](auto t) { axpy_f32(t, x, y, n, alpha); });
 }
 
-/// Converts `n` floats to 16-bit format `F` at SIMD level `level`.
+/// Converts `n` floats to 16-bit format `F` at SIMD level `level`; `stream`: with streaming
+/// stores (for an output larger than the caches, `cpu::stream_output`).
 template <half_format F>
-inline void narrow(float const* x, std::byte* y, std::size_t n, isa level) noexcept {
-  dispatch(level, [&](auto t) { narrow<F>(t, x, y, n); });
+inline void narrow(float const* x, std::byte* y, std::size_t n, isa level,
+                   bool stream = false) noexcept {
+  dispatch(level, [&](auto t) { narrow<F>(t, x, y, n, stream); });
 }
 
-/// Widens `n` 16-bit values to float: `y = x` or, if `add`, `y = fma(alpha, x, y)`.
+/// Widens `n` 16-bit values to float: `y = x` or, if `add`, `y = fma(alpha, x, y)`; `stream`:
+/// `y = x` with streaming stores (ignored when `add`).
 template <half_format F>
 inline void widen(std::byte const* x, float* y, std::size_t n, float alpha, bool add,
-                  isa level) noexcept {
-  dispatch(level, [&](auto t) { widen<F>(t, x, y, n, alpha, add); });
+                  isa level, bool stream = false) noexcept {
+  dispatch(level, [&](auto t) { widen<F>(t, x, y, n, alpha, add, stream); });
 }
 
 }  // namespace cpu::kernels

@@ -457,24 +457,28 @@ GRADCOMP_TARGET_AVX512 inline __m512 dither_values16(__m512i c, __m512 step, dit
 template <unsigned W>
 GRADCOMP_TARGET_AVX512 inline __mmask16 dither_decode_group_fast(std::byte const* src, float step_s,
                                                                  dither_shape const& sh, float* out,
-                                                                 float alpha, bool add) noexcept {
+                                                                 float alpha, bool add, bool stream) noexcept {
   __mmask16 bad = 0;
   __m512 const step = _mm512_set1_ps(step_s);
   __m512 const a = _mm512_set1_ps(alpha);
   for (unsigned k = 0; k < 8; ++k) {
     __m512 v = dither_values16(unpack16_overlapping<W>(src + 2 * W * k), step, sh, bad);
     if (add) v = _mm512_fmadd_ps(a, v, _mm512_loadu_ps(out + 16 * k));
-    _mm512_storeu_ps(out + 16 * k, v);
+    if (stream) {
+      _mm512_stream_ps(out + 16 * k, v);
+    } else {
+      _mm512_storeu_ps(out + 16 * k, v);
+    }
   }
   return bad;
 }
 
 GRADCOMP_TARGET_AVX512 inline __mmask16 dither_decode_group_fast(unsigned width, std::byte const* src,
                                                                  float step, dither_shape const& sh,
-                                                                 float* out, float alpha, bool add) noexcept {
+                                                                 float* out, float alpha, bool add, bool stream) noexcept {
   switch (width) {
 #define GRADCOMP_CASE(W) \
-  case W: return dither_decode_group_fast<W>(src, step, sh, out, alpha, add);
+  case W: return dither_decode_group_fast<W>(src, step, sh, out, alpha, add, stream);
     GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
 #undef GRADCOMP_CASE
     default: return 0xffff;
@@ -484,16 +488,18 @@ GRADCOMP_TARGET_AVX512 inline __mmask16 dither_decode_group_fast(unsigned width,
 GRADCOMP_TARGET_AVX512 inline bool dither_decode(isa_tag, std::byte const* codes, std::size_t begin,
                                                  std::size_t end, std::size_t bucket_len,
                                                  float const* steps, dither_shape const& sh,
-                                                 float* out, float alpha, bool add) noexcept {
+                                                 float* out, float alpha, bool add, bool stream) noexcept {
   __mmask16 bad = 0;
   __m512 const a = _mm512_set1_ps(alpha);
   bucket_cursor cur(bucket_len, begin);
   std::size_t w0 = begin;
+  // The group path streams only from an aligned start (then every group is aligned).
+  stream = stream && !add && bytes_to_alignment(out + begin, 64) == 0;
   // Fast path: whole 128-element groups in one bucket with a full group after them (the
   // overlapping loads stay inside the code stream).
   while (w0 % 128 == 0 && w0 + 256 <= end && cur.advance(w0, 128)) {
     bad |= dither_decode_group_fast(sh.width, codes + (w0 / 16) * 2 * sh.width, steps[cur.index()],
-                                    sh, out + w0, alpha, add);
+                                    sh, out + w0, alpha, add, stream);
     w0 += 128;
   }
   for (; w0 < end; w0 += 16) {
@@ -511,7 +517,7 @@ GRADCOMP_TARGET_AVX512 inline bool dither_decode(isa_tag, std::byte const* codes
     c = _mm512_maskz_mov_epi32(live, c);
     __m512 const step =
         lanes_ps(window_at(cur, bucket_len, w0, valid), [&](std::size_t b) { return steps[b]; });
-    store_or_add16(out + w0, live, dither_values16(c, step, sh, bad), a, add);
+    store_or_add16(out + w0, live, dither_values16(c, step, sh, bad), a, add, stream);
   }
   return bad == 0;
 }
@@ -774,7 +780,7 @@ GRADCOMP_TARGET_AVX2 inline __m256 dither_values8(__m256i c, __m256 step, dither
 template <unsigned W>
 GRADCOMP_TARGET_AVX2 inline __m256i dither_decode_group_fast(std::byte const* src, float step_s,
                                                              dither_shape const& sh, float* out,
-                                                             float alpha, bool add) noexcept {
+                                                             float alpha, bool add, bool stream) noexcept {
   __m256i bad = _mm256_setzero_si256();
   __m256 const step = _mm256_set1_ps(step_s);
   __m256 const a = _mm256_set1_ps(alpha);
@@ -787,8 +793,13 @@ GRADCOMP_TARGET_AVX2 inline __m256i dither_decode_group_fast(std::byte const* sr
       v0 = _mm256_fmadd_ps(a, v0, _mm256_loadu_ps(out + 16 * k));
       v1 = _mm256_fmadd_ps(a, v1, _mm256_loadu_ps(out + 16 * k + 8));
     }
-    _mm256_storeu_ps(out + 16 * k, v0);
-    _mm256_storeu_ps(out + 16 * k + 8, v1);
+    if (stream) {
+      _mm256_stream_ps(out + 16 * k, v0);
+      _mm256_stream_ps(out + 16 * k + 8, v1);
+    } else {
+      _mm256_storeu_ps(out + 16 * k, v0);
+      _mm256_storeu_ps(out + 16 * k + 8, v1);
+    }
   }
   return bad;
 }
@@ -796,10 +807,10 @@ GRADCOMP_TARGET_AVX2 inline __m256i dither_decode_group_fast(std::byte const* sr
 GRADCOMP_TARGET_AVX2 inline __m256i dither_decode_group_fast(unsigned width, std::byte const* src,
                                                              float step, dither_shape const& sh,
                                                              float* out, float alpha,
-                                                             bool add) noexcept {
+                                                             bool add, bool stream) noexcept {
   switch (width) {
 #define GRADCOMP_CASE(W) \
-  case W: return dither_decode_group_fast<W>(src, step, sh, out, alpha, add);
+  case W: return dither_decode_group_fast<W>(src, step, sh, out, alpha, add, stream);
     GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
 #undef GRADCOMP_CASE
     default: return _mm256_set1_epi32(-1);
@@ -809,18 +820,20 @@ GRADCOMP_TARGET_AVX2 inline __m256i dither_decode_group_fast(unsigned width, std
 GRADCOMP_TARGET_AVX2 inline bool dither_decode(isa_tag, std::byte const* codes, std::size_t begin,
                                                std::size_t end, std::size_t bucket_len,
                                                float const* steps, dither_shape const& sh,
-                                               float* out, float alpha, bool add) noexcept {
+                                               float* out, float alpha, bool add, bool stream) noexcept {
   __m256i bad = _mm256_setzero_si256();
   __m256 const a = _mm256_set1_ps(alpha);
   bucket_cursor cur(bucket_len, begin);
   std::size_t w0 = begin;
+  // The group path streams only from an aligned start (then every group is aligned).
+  stream = stream && !add && bytes_to_alignment(out + begin, 32) == 0;
   while (w0 < end) {
     // Fast path: a whole 128-element group in one bucket with a full group after it (the
     // overlapping loads stay inside the code stream).
     if (w0 % 128 == 0 && w0 + 256 <= end && cur.advance(w0, 128)) {
       bad = _mm256_or_si256(bad,
                             dither_decode_group_fast(sh.width, codes + (w0 / 16) * 2 * sh.width,
-                                                     steps[cur.index()], sh, out + w0, alpha, add));
+                                                     steps[cur.index()], sh, out + w0, alpha, add, stream));
       w0 += 128;
       continue;
     }
@@ -840,7 +853,7 @@ GRADCOMP_TARGET_AVX2 inline bool dither_decode(isa_tag, std::byte const* codes, 
     f32x16 const step =
         lanes_ps(window_at(cur, bucket_len, w0, valid), [&](std::size_t b) { return steps[b]; });
     f32x16 const v = {dither_values8(c0, step.lo, sh, bad), dither_values8(c1, step.hi, sh, bad)};
-    store_or_add16(out + w0, valid, v, a, add);
+    store_or_add16(out + w0, valid, v, a, add, stream);
     w0 += 16;
   }
   return _mm256_testz_si256(bad, bad) != 0;
@@ -872,7 +885,7 @@ inline void dither_encode(isa_tag, float const* x, std::size_t begin, std::size_
 /// The reference loop of `dither_decode`.
 inline bool dither_decode(isa_tag, std::byte const* codes, std::size_t begin, std::size_t end,
                           std::size_t bucket_len, float const* steps, dither_shape const& sh,
-                          float* out, float alpha, bool add) noexcept {
+                          float* out, float alpha, bool add, bool = false) noexcept {
   bool ok = true;
   for (std::size_t i = begin; i < end; ++i) {
     float const v = dither_value(get_code(codes, i, sh.width), steps[i / bucket_len], sh, ok);
@@ -908,10 +921,13 @@ inline void dither_encode(float const* x, std::size_t begin, std::size_t end,
 /// value` when `add`). Returns false if a code is not canonical; out is then unspecified.
 inline bool dither_decode(std::byte const* codes, std::size_t begin, std::size_t end,
                           std::size_t bucket_len, float const* steps, dither_shape const& sh,
-                          float* out, float alpha, bool add, isa level) noexcept {
-  return dispatch(level, [&](auto t) {
-    return dither_decode(t, codes, begin, end, bucket_len, steps, sh, out, alpha, add);
+                          float* out, float alpha, bool add, isa level,
+                          bool stream = false) noexcept {
+  bool const ok = dispatch(level, [&](auto t) {
+    return dither_decode(t, codes, begin, end, bucket_len, steps, sh, out, alpha, add, stream);
   });
+  if (stream) stream_fence();
+  return ok;
 }
 
 }  // namespace cpu::kernels

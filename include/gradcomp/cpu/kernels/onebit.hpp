@@ -9,6 +9,7 @@
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -139,6 +140,10 @@ GRADCOMP_TARGET_AVX512 inline void onebit_pack_pair(isa_tag, float const* x, std
   float const* y = x + block;
   std::byte* ybits = bits + block / 8;
   for (std::size_t i = 0; i < block; i += 16) {
+    // Two input streams at once: the hardware prefetcher alone leaves one thread short of the
+    // read kernel (cpu/tuning.hpp, `stats_prefetch_bytes`).
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<char const*>(y + i) + stats_prefetch_bytes, _MM_HINT_T0);
     __m512 const u = _mm512_loadu_ps(x + i);
     __m512 const v = _mm512_loadu_ps(y + i);
     std::uint16_t const mu = static_cast<std::uint16_t>(_mm512_cmp_ps_mask(u, zero, _CMP_LT_OQ));

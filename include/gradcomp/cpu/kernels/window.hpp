@@ -13,6 +13,8 @@
 ///   read as zero and no byte past the range is touched;
 /// - the masked store of a tail (`store_bytes16`) and store-or-add of decoded floats
 ///   (`store_or_add16`: out = v, or out = fma(alpha, v, out)); dead lanes are never written.
+///   With `stream`, a full window stored to an aligned address uses a streaming store
+///   (cpu/kernels/stream.hpp; the caller fences once at the end).
 ///
 /// AVX-512 holds a window in one register with a `__mmask16`; AVX2 in two 8-lane halves
 /// (`f32x16`, `i32x16`). The primitives change no result: they are the loops the kernels
@@ -21,6 +23,7 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/isa.hpp>
 #include <gradcomp/cpu/kernels/bucket.hpp>
+#include <gradcomp/cpu/kernels/stream.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -76,7 +79,13 @@ constexpr std::size_t packed_bytes(std::size_t valid, unsigned width) noexcept {
 
 #if GRADCOMP_X86_SIMD
 GRADCOMP_SIMD_DIAGNOSTICS_PUSH
+namespace avx2 {
+GRADCOMP_TARGET_AVX2 inline void store_codes16(std::uint8_t* p, __m128i c, bool stream) noexcept;
+}  // namespace avx2
+
 namespace avx512 {
+
+using avx2::store_codes16;
 
 /// Mask of the live lanes.
 GRADCOMP_TARGET_AVX512 inline __mmask16 live16(std::size_t valid) noexcept {
@@ -124,10 +133,17 @@ GRADCOMP_TARGET_AVX512 inline void store_bytes16(std::uint8_t* p, __mmask16 live
   _mm_mask_storeu_epi8(p, live, c);
 }
 
-/// out = v, or out = fma(alpha, v, out) when `add`, on the live lanes.
+/// out = v, or out = fma(alpha, v, out) when `add`, on the live lanes; `stream` (ignored when
+/// `add`): a full window at a 64-byte aligned `out` is written with a streaming store.
 GRADCOMP_TARGET_AVX512 inline void store_or_add16(float* out, __mmask16 live, __m512 v,
-                                                  __m512 alpha, bool add) noexcept {
-  if (add) v = _mm512_fmadd_ps(alpha, v, _mm512_maskz_loadu_ps(live, out));
+                                                  __m512 alpha, bool add,
+                                                  bool stream = false) noexcept {
+  if (add) {
+    v = _mm512_fmadd_ps(alpha, v, _mm512_maskz_loadu_ps(live, out));
+  } else if (stream && live == __mmask16(0xffff) && bytes_to_alignment(out, 64) == 0) {
+    _mm512_stream_ps(out, v);
+    return;
+  }
   _mm512_mask_storeu_ps(out, live, v);
 }
 
@@ -205,6 +221,15 @@ GRADCOMP_TARGET_AVX2 inline __m128i load_bytes16(std::uint8_t const* p,
   return _mm_load_si128(reinterpret_cast<__m128i const*>(tmp));
 }
 
+/// Stores 16 code bytes at `p`; `stream`: with a streaming store (`p` 16-byte aligned).
+GRADCOMP_TARGET_AVX2 inline void store_codes16(std::uint8_t* p, __m128i c, bool stream) noexcept {
+  if (stream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), c);
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), c);
+  }
+}
+
 /// Stores the live bytes of `c`.
 GRADCOMP_TARGET_AVX2 inline void store_bytes16(std::uint8_t* p, std::size_t valid,
                                                __m128i c) noexcept {
@@ -217,10 +242,17 @@ GRADCOMP_TARGET_AVX2 inline void store_bytes16(std::uint8_t* p, std::size_t vali
   std::memcpy(p, tmp, valid);
 }
 
-/// out = v, or out = fma(alpha, v, out) when `add`, on the live lanes.
+/// out = v, or out = fma(alpha, v, out) when `add`, on the live lanes; `stream` (ignored when
+/// `add`): a full window at a 32-byte aligned `out` is written with streaming stores.
 GRADCOMP_TARGET_AVX2 inline void store_or_add16(float* out, std::size_t valid, f32x16 v,
-                                                __m256 alpha, bool add) noexcept {
+                                                __m256 alpha, bool add,
+                                                bool stream = false) noexcept {
   if (valid == window_lanes) {
+    if (!add && stream && bytes_to_alignment(out, 32) == 0) {
+      _mm256_stream_ps(out, v.lo);
+      _mm256_stream_ps(out + 8, v.hi);
+      return;
+    }
     if (add) {
       v.lo = _mm256_fmadd_ps(alpha, v.lo, _mm256_loadu_ps(out));
       v.hi = _mm256_fmadd_ps(alpha, v.hi, _mm256_loadu_ps(out + 8));
