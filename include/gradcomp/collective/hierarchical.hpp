@@ -335,6 +335,15 @@ void hierarchical_exchange(Comm& comm, hierarchical_plan const& plan, Source& sr
       } else if (lane_check.failed()) {
         check.fail(lane_check.failure());
       }
+    } catch (comm_error const& e) {
+      // Name the lane in parent ranks: the lane's own messages number its members from 0.
+      std::string members;
+      for (int r : lane_comm.members())
+        members += (members.empty() ? "" : ", ") + std::to_string(r);
+      check.fail(std::make_exception_ptr(comm_error(
+          "gradcomp: all_reduce_hierarchical: the inter-node all-reduce of "
+          "lane " +
+          std::to_string(local) + " (ranks " + members + ", in lane order) failed: " + e.what())));
     } catch (...) {
       check.fail(std::current_exception());
     }

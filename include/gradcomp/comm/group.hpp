@@ -72,6 +72,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -429,19 +430,15 @@ class node_layout {
   node_layout() = default;
   /// From the node label of every rank (labels already checked).
   explicit node_layout(std::vector<int> const& labels) {
-    std::vector<int> index_of_label;
+    std::map<int, int> index_of_label;
     node_of_.resize(labels.size());
     local_.resize(labels.size());
     for (std::size_t r = 0; r < labels.size(); ++r) {
-      auto const l = static_cast<std::size_t>(labels[r]);
-      if (l >= index_of_label.size()) index_of_label.resize(l + 1, -1);
-      if (index_of_label[l] < 0) {
-        index_of_label[l] = static_cast<int>(nodes_.size());
-        nodes_.emplace_back();
-      }
-      int const k = index_of_label[l];
-      auto& node = nodes_[static_cast<std::size_t>(k)];
-      node_of_[r] = k;
+      auto const [it, fresh] =
+          index_of_label.try_emplace(labels[r], static_cast<int>(nodes_.size()));
+      if (fresh) nodes_.emplace_back();
+      auto& node = nodes_[static_cast<std::size_t>(it->second)];
+      node_of_[r] = it->second;
       local_[r] = static_cast<int>(node.size());
       node.push_back(static_cast<int>(r));
     }
@@ -543,9 +540,9 @@ class node_grouping {
                " ranks (one per rank)");
         }
         for (std::size_t r = 0; r < labels_.size(); ++r) {
-          if (labels_[r] < 0 || labels_[r] >= size) {
+          if (labels_[r] < 0) {
             fail("rank " + std::to_string(r) + " has node label " + std::to_string(labels_[r]) +
-                 " (expected 0 to " + std::to_string(size - 1) + ")");
+                 " (expected a label >= 0)");
           }
         }
         labels = labels_;
