@@ -395,66 +395,65 @@ void hierarchical_exchange(Comm& comm, hierarchical_plan const& plan, Source& sr
 /// options; for a shared-support codec the same `ctx.seed` and `ctx.step`.
 /// @return the paths and this rank's traffic.
 template <communicator Comm, class Source>
-  requires detail::packet_source<std::remove_cvref_t<Source>> hierarchical_result
-  all_reduce_hierarchical(Comm& comm, Source&& src, tensor_view<float const> grad,
-                          std::span<float> out, codec_context const& ctx = {},
-                          hierarchical_options const& opt = {}) {
-    detail::check_contribution(grad.size(), out.size(), "all_reduce_hierarchical");
-    using source_type = std::remove_reference_t<Source>;
-    std::size_t const n = out.size();
-    hierarchical_result res;
-    detail::hierarchical_plan plan;
-    std::uint64_t config = 0;
-    std::exception_ptr local;
-    try {
-      plan = detail::plan_hierarchy(opt, comm.size());
-      aggregation_kind const kind = detail::aggregation_of(src);
-      if (kind == aggregation_kind::low_rank) {
-        throw config_error(std::string("gradcomp: all_reduce_hierarchical: codec '") +
-                           codec_name(detail::codec_id_of(src)) +
-                           "' is low-rank; the hierarchical all-reduce takes "
-                           "codecs whose packets are summed or gathered");
-      }
-      using plain = std::remove_cv_t<source_type>;
-      if constexpr (requires { plain::receives; }) {
-        if (plain::receives) {
-          throw config_error(
-              "gradcomp: all_reduce_hierarchical: error feedback whose packets are increments "
-              "(EF21) needs a receiver state on every rank; use residual feedback or none");
-        }
-      }
-      fingerprint f;
-      f.add("all_reduce_hierarchical").add(static_cast<std::uint64_t>(plan.lanes));
-      f.add(static_cast<std::uint64_t>(opt.intra)).add(static_cast<std::uint64_t>(opt.op));
-      f.add(opt.checksum ? 1 : 0).add(static_cast<std::uint64_t>(opt.groups.tag_base));
-      f.add(static_cast<std::uint64_t>(opt.groups.tag_count))
-          .add(static_cast<std::uint64_t>(grad.id()));
-      f.add(detail::codec_fingerprint(src, n, reduction::sum, ctx, "hierarchical"));
-      config = f.value();
-    } catch (...) {
-      local = std::current_exception();
+  requires(detail::packet_source<std::remove_cvref_t<Source>>)
+hierarchical_result all_reduce_hierarchical(Comm& comm, Source&& src, tensor_view<float const> grad,
+                                            std::span<float> out, codec_context const& ctx = {},
+                                            hierarchical_options const& opt = {}) {
+  detail::check_contribution(grad.size(), out.size(), "all_reduce_hierarchical");
+  using source_type = std::remove_reference_t<Source>;
+  std::size_t const n = out.size();
+  hierarchical_result res;
+  detail::hierarchical_plan plan;
+  std::uint64_t config = 0;
+  std::exception_ptr local;
+  try {
+    plan = detail::plan_hierarchy(opt, comm.size());
+    aggregation_kind const kind = detail::aggregation_of(src);
+    if (kind == aggregation_kind::low_rank) {
+      throw config_error(std::string("gradcomp: all_reduce_hierarchical: codec '") +
+                         codec_name(detail::codec_id_of(src)) +
+                         "' is low-rank; the hierarchical all-reduce takes "
+                         "codecs whose packets are summed or gathered");
     }
-    detail::agree_hierarchy(comm, plan, config,
-                            static_cast<std::uint32_t>(detail::codec_id_of(src)), n, opt.checksum,
-                            local, res.wire_bytes);
-
-    detail::pending_commit<source_type> pending(src);
-    detail::step_check check(opt.checksum);
-    detail::hierarchical_exchange(comm, plan, src, grad, out, ctx, opt, check, pending, res);
-    detail::agree_outcome(comm, check, "all_reduce_hierarchical");
-    res.wire_bytes += detail::outcome_wire_bytes(opt.checksum, comm.size());
-    pending.apply();
-    return res;
+    using plain = std::remove_cv_t<source_type>;
+    if constexpr (requires { plain::receives; }) {
+      if (plain::receives) {
+        throw config_error(
+            "gradcomp: all_reduce_hierarchical: error feedback whose packets are increments "
+            "(EF21) needs a receiver state on every rank; use residual feedback or none");
+      }
+    }
+    fingerprint f;
+    f.add("all_reduce_hierarchical").add(static_cast<std::uint64_t>(plan.lanes));
+    f.add(static_cast<std::uint64_t>(opt.intra)).add(static_cast<std::uint64_t>(opt.op));
+    f.add(opt.checksum ? 1 : 0).add(static_cast<std::uint64_t>(opt.groups.tag_base));
+    f.add(static_cast<std::uint64_t>(opt.groups.tag_count))
+        .add(static_cast<std::uint64_t>(grad.id()));
+    f.add(detail::codec_fingerprint(src, n, reduction::sum, ctx, "hierarchical"));
+    config = f.value();
+  } catch (...) {
+    local = std::current_exception();
   }
+  detail::agree_hierarchy(comm, plan, config, static_cast<std::uint32_t>(detail::codec_id_of(src)),
+                          n, opt.checksum, local, res.wire_bytes);
+
+  detail::pending_commit<source_type> pending(src);
+  detail::step_check check(opt.checksum);
+  detail::hierarchical_exchange(comm, plan, src, grad, out, ctx, opt, check, pending, res);
+  detail::agree_outcome(comm, check, "all_reduce_hierarchical");
+  res.wire_bytes += detail::outcome_wire_bytes(opt.checksum, comm.size());
+  pending.apply();
+  return res;
+}
 
 /// `all_reduce_hierarchical` of a 16-bit gradient (`half` or `bfloat16`) into a 16-bit output:
 /// widened to float32 (exact), reduced as the float32 overload does, and rounded once into
 /// `out`. Every rank passes the same element type.
 template <communicator Comm, class Source, element T>
-  requires(!std::same_as<T, float>)
-&&detail::packet_source<std::remove_cvref_t<Source>> hierarchical_result
-all_reduce_hierarchical(Comm& comm, Source&& src, tensor_view<T const> grad, std::span<T> out,
-                        codec_context const& ctx = {}, hierarchical_options const& opt = {}) {
+  requires(!std::same_as<T, float> && detail::packet_source<std::remove_cvref_t<Source>>)
+hierarchical_result all_reduce_hierarchical(Comm& comm, Source&& src, tensor_view<T const> grad,
+                                            std::span<T> out, codec_context const& ctx = {},
+                                            hierarchical_options const& opt = {}) {
   return detail::through_f32(grad, out, ctx, "all_reduce_hierarchical",
                              [&](tensor_view<float const> g, std::span<float> o) {
                                return all_reduce_hierarchical(comm, src, g, o, ctx, opt);
