@@ -118,6 +118,9 @@ class pending_commit {
     }
     ids_.clear();
   }
+  /// Hands the staged steps to the caller, who makes them current (`apply_commit`) or discards
+  /// them itself; this object then has none left.
+  [[nodiscard]] std::vector<tensor_id> release() noexcept { return std::exchange(ids_, {}); }
 
  private:
   Source& src_;
