@@ -7,6 +7,7 @@
 // error feedback; a grouping that is invalid on one rank and a non-finite node sum refused on
 // every rank without a hang, each rank's state unchanged.
 
+#include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/collective/dense.hpp>
 #include <gradcomp/collective/hierarchical.hpp>
 #include <gradcomp/comm/group.hpp>
