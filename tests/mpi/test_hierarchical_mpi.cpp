@@ -34,26 +34,17 @@ mpi_options hier_mpi_options() {
   return o;
 }
 
-// Small integers: exact sums in any order.
-std::vector<float> int_grad(std::size_t n, int rank, int step) {
+// Deterministic gradient of `rank` at `step`: small integers (exact sums in any order) or real
+// values of several magnitudes (sums round).
+std::vector<float> grad_of(std::size_t n, int rank, int step, bool integers) {
   std::vector<float> g(n);
   std::uint32_t x =
       2654435761u * static_cast<std::uint32_t>(rank + 1) + 97u * static_cast<std::uint32_t>(step);
   for (auto& v : g) {
     x = x * 1664525u + 1013904223u;
-    v = static_cast<float>(static_cast<int>((x >> 8) % 17) - 8);
-  }
-  return g;
-}
-
-// Real-valued gradients (sums round).
-std::vector<float> real_grad(std::size_t n, int rank, int step) {
-  std::vector<float> g(n);
-  std::uint32_t x =
-      40503u * static_cast<std::uint32_t>(rank + 3) + 7919u * static_cast<std::uint32_t>(step);
-  for (auto& v : g) {
-    x = x * 1664525u + 1013904223u;
-    v = (static_cast<float>(x >> 8) / 16777216.0f - 0.5f) * static_cast<float>(1u << (x % 5));
+    v = integers
+            ? static_cast<float>(static_cast<int>((x >> 8) % 17) - 8)
+            : (static_cast<float>(x >> 8) / 16777216.0f - 0.5f) * static_cast<float>(1u << (x % 5));
   }
   return g;
 }
@@ -103,7 +94,7 @@ MPI_TEST(hierarchical_identity_equals_dense_over_mpi) {
   for (node_grouping const& nodes : groupings(c.size())) {
     for (dense_format intra : {dense_format::f32, dense_format::bf16}) {
       for (std::size_t n : {std::size_t{1}, std::size_t{1001}}) {
-        std::vector<float> const g = int_grad(n, c.rank(), 0);
+        std::vector<float> const g = grad_of(n, c.rank(), 0, true);
         std::vector<float> out(n), dense(n);
         hierarchical_options opt;
         opt.nodes = nodes;
@@ -133,13 +124,13 @@ MPI_TEST(hierarchical_error_feedback_conserves_mass_over_mpi) {
     for (int t = 0; t < steps; ++t) {
       codec_context ctx;
       ctx.step = static_cast<std::uint32_t>(t);
-      std::vector<float> const g = real_grad(n, c.rank(), t);
+      std::vector<float> const g = grad_of(n, c.rank(), t, false);
       std::vector<float> out(n);
       all_reduce_hierarchical(c, ef, tensor_view<float const>(std::span<float const>(g), id),
                               std::span<float>(out), ctx, opt);
       for (std::size_t i = 0; i < n; ++i) delivered[i] += out[i];
       for (int r = 0; r < c.size(); ++r) {
-        std::vector<float> const gr = real_grad(n, r, t);
+        std::vector<float> const gr = grad_of(n, r, t, false);
         for (std::size_t i = 0; i < n; ++i) {
           inputs[i] += gr[i];
           magnitude[i] += std::fabs(gr[i]);
@@ -178,7 +169,7 @@ MPI_TEST(hierarchical_failures_over_mpi) {
   {
     hierarchical_options opt;
     opt.nodes = c.rank() == c.size() - 1 ? node_grouping::labelled({0}) : node_grouping::uniform(1);
-    std::vector<float> const g = int_grad(n, c.rank(), 0);
+    std::vector<float> const g = grad_of(n, c.rank(), 0, true);
     if (c.rank() == c.size() - 1 && c.size() > 1) {
       MPI_CHECK_THROWS_WITH(
           all_reduce_hierarchical(c, make_codec("onebit"),
@@ -200,7 +191,7 @@ MPI_TEST(hierarchical_failures_over_mpi) {
     compressor<any_codec, residual_feedback> ef(make_codec("onebit"));
     hierarchical_options opt;
     opt.nodes = node_grouping::uniform(1);
-    std::vector<float> g = real_grad(n, c.rank(), 0);
+    std::vector<float> g = grad_of(n, c.rank(), 0, false);
     all_reduce_hierarchical(c, ef,
                             tensor_view<float const>(std::span<float const>(g), tensor_id{3}),
                             std::span<float>(out), {}, opt);

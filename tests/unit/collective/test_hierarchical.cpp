@@ -31,6 +31,9 @@ using namespace gradcomp_test;
 
 namespace {
 
+// A codec with residual error feedback.
+using comp = gc::compressor<gc::any_codec, gc::residual_feedback>;
+
 struct shape {
   char const* name;
   int ranks;
@@ -94,6 +97,31 @@ std::string message(std::exception_ptr const& e) {
     std::rethrow_exception(e);
   } catch (std::exception const& x) {
     return x.what();
+  }
+}
+
+// Runs `step`; if it throws, `after` gets the state of `c` before the exception goes on.
+template <class C, class F>
+void keeping_state_on_failure(C const& c, std::vector<std::byte>& after, F&& step) {
+  try {
+    step();
+  } catch (...) {
+    after = c.save();
+    throw;
+  }
+}
+
+// A step that failed everywhere: rank `culprit` threw its own E (whose message holds `text`),
+// every other rank a comm_error (holding `others`).
+template <class E>
+void check_failed_step(std::vector<std::exception_ptr> const& errors, int culprit,
+                       char const* text = "", char const* others = "") {
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    CAPTURE(r, message(errors[r]));
+    if (static_cast<int>(r) == culprit)
+      CHECK(throws_as<E>(errors[r], text));
+    else
+      CHECK(throws_as<gc::comm_error>(errors[r], others));
   }
 }
 
@@ -258,7 +286,6 @@ TEST_CASE(
 
 TEST_CASE("hierarchical all-reduce with error feedback conserves mass over steps",
           "[collective][hierarchical]") {
-  using comp = gc::compressor<gc::any_codec, gc::residual_feedback>;
   std::size_t const n = 501;
   int const steps = 6;
   gc::tensor_id const id{5};
@@ -383,13 +410,7 @@ TEST_CASE("hierarchical all-reduce refuses a grouping that differs between ranks
           comm.rank() == 2 ? gc::node_grouping::labelled({0, 0, 1}) : gc::node_grouping::uniform(2);
       attempt(comm, opt);
     });
-    for (int r = 0; r < 4; ++r) {
-      CAPTURE(r, message(errors[static_cast<std::size_t>(r)]));
-      if (r == 2)
-        CHECK(throws_as<gc::config_error>(errors[2], "3 node labels for 4 ranks"));
-      else
-        CHECK(throws_as<gc::comm_error>(errors[static_cast<std::size_t>(r)], "rank 2 failed"));
-    }
+    check_failed_step<gc::config_error>(errors, 2, "3 node labels for 4 ranks", "rank 2 failed");
   }
   SECTION("no grouping, or more lanes than the smallest node has") {
     auto const errors = run_collecting(5, [&](gc::in_process_communicator& comm) {
@@ -446,7 +467,6 @@ TEST_CASE(
     "hierarchical all-reduce: a non-finite node sum follows the codec's policy; a failed step "
     "changes no state",
     "[collective][hierarchical]") {
-  using comp = gc::compressor<gc::any_codec, gc::residual_feedback>;
   std::size_t const n = 40;
   gc::hierarchical_options opt;
   opt.nodes = gc::node_grouping::uniform(2);
@@ -462,21 +482,12 @@ TEST_CASE(
                                   opt);  // a good step first
       before[static_cast<std::size_t>(comm.rank())] = c.save();
       if (comm.rank() == 3) g[0] = std::numeric_limits<float>::quiet_NaN();
-      try {
+      keeping_state_on_failure(c, after[static_cast<std::size_t>(comm.rank())], [&] {
         gc::all_reduce_hierarchical(comm, c, view(g), std::span<float>(out), {}, opt);
-      } catch (...) {
-        after[static_cast<std::size_t>(comm.rank())] = c.save();
-        throw;
-      }
+      });
     });
-    for (int r = 0; r < 4; ++r) {
-      CAPTURE(r, message(errors[static_cast<std::size_t>(r)]));
-      if (r == 2)
-        CHECK(throws_as<gc::numeric_error>(errors[2]));
-      else
-        CHECK(throws_as<gc::comm_error>(errors[static_cast<std::size_t>(r)]));
-      CHECK(after[static_cast<std::size_t>(r)] == before[static_cast<std::size_t>(r)]);
-    }
+    check_failed_step<gc::numeric_error>(errors, 2);
+    CHECK(after == before);
   }
   SECTION("fp16 carries it: NaN on every rank, as the dense all-reduce does") {
     REQUIRE_NOTHROW(gc::run_in_process(4, [&](gc::in_process_communicator& comm) {
@@ -495,7 +506,6 @@ TEST_CASE(
     "hierarchical all-reduce with checksums: the same result, and a corrupted intra-node message "
     "fails the step",
     "[collective][hierarchical][checksum]") {
-  using comp = gc::compressor<gc::any_codec, gc::residual_feedback>;
   std::size_t const n = 300;
   for (gc::dense_format intra : {gc::dense_format::f32, gc::dense_format::bf16}) {
     CAPTURE(gc::dense_format_name(intra));
@@ -529,21 +539,12 @@ TEST_CASE(
     std::vector<float> const g = rank_gradient(n, comm.rank(), 0);
     std::vector<float> out(n);
     before[static_cast<std::size_t>(comm.rank())] = c.save();
-    try {
+    keeping_state_on_failure(c, after[static_cast<std::size_t>(comm.rank())], [&] {
       gc::all_reduce_hierarchical(comm, c, view(g), std::span<float>(out), {}, opt);
-    } catch (...) {
-      after[static_cast<std::size_t>(comm.rank())] = c.save();
-      throw;
-    }
+    });
   });
-  for (int r = 0; r < 4; ++r) {
-    CAPTURE(r, message(errors[static_cast<std::size_t>(r)]));
-    if (r == 0)
-      CHECK(throws_as<gc::format_error>(errors[0], "checksum mismatch"));
-    else
-      CHECK(throws_as<gc::comm_error>(errors[static_cast<std::size_t>(r)], "rank 0 failed"));
-    CHECK(after[static_cast<std::size_t>(r)] == before[static_cast<std::size_t>(r)]);
-  }
+  check_failed_step<gc::format_error>(errors, 0, "checksum mismatch", "rank 0 failed");
+  CHECK(after == before);
 }
 
 TEST_CASE("hierarchical all-reduce of 16-bit gradients is the float32 one rounded once",

@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/codec_support.hpp"
 #include "../support/rank_check.hpp"
 
 #include <chrono>
@@ -29,16 +30,9 @@ namespace gc = gradcomp;
 
 namespace {
 
-// Deterministic values of any sign and magnitude (so that sums round, and the order shows).
-std::vector<float> values(std::size_t n, int who, int salt = 0) {
-  std::vector<float> v(n);
-  std::uint32_t x =
-      2654435761u * static_cast<std::uint32_t>(who + 1) + 40503u * static_cast<std::uint32_t>(salt);
-  for (auto& e : v) {
-    x = x * 1664525u + 1013904223u;
-    e = (static_cast<float>(x >> 8) / 16777216.0f - 0.5f) * static_cast<float>(1u << (x % 13));
-  }
-  return v;
+// Values of any sign and magnitude (so that sums round, and the order shows).
+std::vector<float> values(std::size_t n, int who) {
+  return gradcomp_test::heavy_tailed(n, 2654435761u * static_cast<std::uint64_t>(who + 1));
 }
 
 std::vector<std::byte> bytes_of(std::vector<float> const& v, gc::comm_type t) {

@@ -235,6 +235,19 @@ TEST_CASE("runtime model rejects invalid parameters", "[runtime_model]") {
                     gc::config_error);
 }
 
+namespace {
+
+gc::codec_params gather_codec(double ratio, double compress, double decompress) {
+  gc::codec_params k;
+  k.aggregation = gc::aggregation_kind::gather;
+  k.ratio = ratio;
+  k.compress_bandwidth = compress;
+  k.decompress_bandwidth = decompress;
+  return k;
+}
+
+}  // namespace
+
 TEST_CASE("runtime model: hierarchical all-reduce against hand-computed figures",
           "[runtime_model]") {
   // 2 nodes of 4 ranks, 100 MB gradient, a gather codec of ratio 32 (10 / 20 GB/s).
@@ -244,11 +257,7 @@ TEST_CASE("runtime model: hierarchical all-reduce against hand-computed figures"
   cl.intra = {1e-6, 100e9};
   cl.inter = {10e-6, 3e9};
   gc::compute_params cp = compute100ms();
-  gc::codec_params k;
-  k.aggregation = gc::aggregation_kind::gather;
-  k.ratio = 32;
-  k.compress_bandwidth = 10e9;
-  k.decompress_bandwidth = 20e9;
+  gc::codec_params k = gather_codec(32, 10e9, 20e9);
   double const m = 100e6;
 
   // Every lane (L = 4): 25 MB slices inside the node; 4 lanes share each interface (3e9 / 4).
@@ -297,11 +306,7 @@ TEST_CASE("runtime model: hierarchical all-reduce against hand-computed figures"
 
 TEST_CASE("runtime model: hierarchical all-reduce at the edges", "[runtime_model]") {
   gc::compute_params cp = compute100ms();
-  gc::codec_params k;
-  k.aggregation = gc::aggregation_kind::gather;
-  k.ratio = 16;
-  k.compress_bandwidth = 5e9;
-  k.decompress_bandwidth = 8e9;
+  gc::codec_params k = gather_codec(16, 5e9, 8e9);
   // One rank per node: exactly the flat compressed all-reduce.
   gc::cluster_params flat = cluster16();
   flat.ranks_per_node = 1;
