@@ -313,8 +313,8 @@ class group_communicator : public blocking_operations<group_communicator<Parent>
     auto shard = [count, g, es](std::size_t s) {
       return std::pair<std::size_t, std::size_t>{count * s / g * es, count * (s + 1) / g * es};
     };
-    auto const [mb, me_end] = shard(me);
-    std::size_t const mine = me_end - mb;
+    std::size_t const mb = shard(me).first;  // (Clang 14 cannot capture structured bindings)
+    std::size_t const mine = shard(me).second - mb;
     // First half: member q's part of our shard goes to scratch slot q (ours copied there too).
     p->scratch.resize(mine * g);
     for (std::size_t q = 0; q < g; ++q) {

@@ -237,8 +237,9 @@ TEST_CASE(
         // The definition: node sums (float32, rank order), then each lane's collective.
         std::vector<float> want(n, 0.0f);
         for (int j = 0; j < l; ++j) {
-          auto const [b, e] =
+          auto const range =
               gc::shard_range(n, static_cast<std::size_t>(j), static_cast<std::size_t>(l));
+          std::size_t const b = range.first, e = range.second;  // (Clang 14 captures no bindings)
           std::vector<int> const lane = layout.lane(j);
           std::vector<std::vector<float>> sums;
           for (int k = 0; k < layout.nodes(); ++k) {
