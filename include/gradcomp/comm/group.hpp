@@ -31,7 +31,8 @@
 /// a tag inside the reserved range is a `config_error`. Two groups may share the reserved range
 /// when at most one rank pair is in both of them (a node group and a group of one rank per node
 /// share none); groups used at the same time that share two or more ranks need ranges of their
-/// own. Keep the parent's own point-to-point messages out of the range too.
+/// own. Keep the parent's own point-to-point messages out of the range too. (NCCL ignores tags
+/// and matches by issue order per peer: over it, complete each group operation before the next.)
 ///
 /// Non-blocking operations post their messages at once and complete in `wait()` or `test()`;
 /// `all_reduce` posts its second half (the all-gather) when its first half has arrived, inside
