@@ -136,13 +136,14 @@ namespace avx512 {
 
 GRADCOMP_TARGET_AVX512 inline bool block_minmax(isa_tag, float const* x, std::size_t n, float& lo,
                                                 float& hi) noexcept {
+  std::size_t const ahead = machine_tuning().stats_bytes;
   float const lo0 = lo, hi0 = hi;
   __m512 mn = _mm512_set1_ps(lo);
   __m512 mx = _mm512_set1_ps(hi);
   __m512 const big = _mm512_set1_ps(FLT_MAX);
   __mmask16 bad = 0;
   for (std::size_t i = 0; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
     __mmask16 const live = live16(n - i);
     __m512 const v = load16(x + i, live);
     bad |= _mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(v), big, _CMP_NLE_UQ);
@@ -159,10 +160,11 @@ GRADCOMP_TARGET_AVX512 inline bool block_minmax(isa_tag, float const* x, std::si
 
 GRADCOMP_TARGET_AVX512 inline unsigned block_max_exponent(isa_tag, float const* x,
                                                           std::size_t n) noexcept {
+  std::size_t const ahead = machine_tuning().stats_bytes;
   __m512i m = _mm512_setzero_si512();
   __m512i const ef = _mm512_set1_epi32(0xff);
   for (std::size_t i = 0; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
     __m512i const v = load16_bits(x + i, live16(n - i));
     m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_srli_epi32(v, 23), ef));
   }

@@ -204,11 +204,12 @@ inline void load_runs(std::byte const* src, std::uint64_t& a, std::uint64_t& b) 
 namespace avx512 {
 
 GRADCOMP_TARGET_AVX512 inline double block_sumsq(isa_tag, float const* x, std::size_t n) noexcept {
+  std::size_t const ahead = machine_tuning().stats_bytes;
   __m512d lo = _mm512_setzero_pd();
   __m512d hi = _mm512_setzero_pd();
   std::size_t i = 0;
   for (; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
     __m512 const v = load16(x + i, live16(n - i));
     __m512d const a = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
     __m512d const b = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
@@ -224,12 +225,13 @@ GRADCOMP_TARGET_AVX512 inline double block_sumsq(isa_tag, float const* x, std::s
 }
 
 GRADCOMP_TARGET_AVX512 inline float block_absmax(isa_tag, float const* x, std::size_t n) noexcept {
+  std::size_t const ahead = machine_tuning().stats_bytes;
   __m512 m = _mm512_setzero_ps();
   __m512 const big = _mm512_set1_ps(FLT_MAX);
   __mmask16 bad = 0;
   std::size_t i = 0;
   for (; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
     __m512 const a = _mm512_abs_ps(load16(x + i, live16(n - i)));
     bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ);
     m = _mm512_max_ps(m, a);
