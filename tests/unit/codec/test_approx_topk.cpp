@@ -181,7 +181,7 @@ TEST_CASE("approx_topk golden packet", "[codec][approx_topk][golden]") {
   // indices 1, 4; delta b = bit_width(1 | 2) = 2 -> 4 bytes < 8.
   auto const p = compress(gc::approx_topk_codec::count(3, 0.001, 0.5), x);
   CHECK(to_hex(p) ==
-        "4743504b010d0104"
+        "4743504b020d0104"
         "0800000000000000"
         "0c00000000000000"
         "0200000002000000"
@@ -191,7 +191,7 @@ TEST_CASE("approx_topk golden packet", "[codec][approx_topk][golden]") {
   // Tolerance 0: top-k's golden packet with the approx_topk id.
   auto const q = compress(gc::approx_topk_codec::count(3, 0.001, 0.0), x);
   CHECK(to_hex(q) ==
-        "4743504b010d0104"
+        "4743504b020d0104"
         "0800000000000000"
         "1000000000000000"
         "0300000001000000"
