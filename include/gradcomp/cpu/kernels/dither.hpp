@@ -943,6 +943,27 @@ inline float block_absmax(float const* x, std::size_t n, isa level) noexcept {
   return dispatch(level, [&](auto t) { return block_absmax(t, x, n); });
 }
 
+/// The scales of the buckets of [begin, end) (begin a multiple of `bucket_len`, which is at most
+/// `norm_block`, so that each bucket is one canonical block): the L2 norm (`l2`) or max |x|,
+/// into out[0], out[1], ...; NaN for a bucket holding a NaN or infinity, or whose L2 norm is
+/// beyond the float range. One dispatch for all the buckets, instead of one per bucket.
+inline void bucket_scales(float const* x, std::size_t begin, std::size_t end,
+                          std::size_t bucket_len, bool l2, float* out, isa level) noexcept {
+  dispatch(level, [&](auto t) {
+    for (std::size_t b = begin; b < end; b += bucket_len) {
+      std::size_t const len = end - b < bucket_len ? end - b : bucket_len;
+      float scale;
+      if (l2) {
+        double const sum = block_sumsq(t, x + b, len);
+        scale = std::isfinite(sum) ? static_cast<float>(std::sqrt(sum)) : NAN;
+      } else {
+        scale = block_absmax(t, x + b, len);
+      }
+      *out++ = scale;
+    }
+  });
+}
+
 /// Quantizes elements [begin, end) of x (begin a multiple of 128; end a multiple of 128 or the
 /// tensor end) into the code stream `codes`. `buckets[k]` holds the constants of bucket k of
 /// length `bucket_len`. Code bytes of the range are overwritten (not OR-ed).
