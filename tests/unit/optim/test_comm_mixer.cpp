@@ -163,19 +163,29 @@ TEST_CASE("comm_mixer: test_mixing reports completion without changing the resul
 }
 
 TEST_CASE("comm_mixer: wait_seconds counts the time blocked waiting for a late peer", "[optim][comm_mixer]") {
+  using clock = std::chrono::steady_clock;
   std::vector<double> waited(2, -1.0);
+  std::vector<clock::time_point> posted(2);
   REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
     mixer m(comm, gc::topology::complete(2));
     RANK_REQUIRE(m.wait_seconds() == 0.0);
     std::vector<float> x(64, static_cast<float>(comm.rank()));
-    // Rank 1 starts its half of the exchange 100 ms late; rank 0 has to wait for it.
+    // Both ranks leave the barrier together; rank 1 then starts its half of the exchange
+    // 100 ms late, so rank 0 has to wait for it. Each rank notes when it posted its half: on a
+    // loaded machine rank 0's thread may itself start late, and what rank 0 must have waited is
+    // the gap between the two posts, not the 100 ms.
+    comm.barrier();
     if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    posted[static_cast<std::size_t>(comm.rank())] = clock::now();
     m.start_mixing(x, 0);
     m.wait_mixing(x);
     RANK_REQUIRE(x[0] == 0.5f);
     waited[static_cast<std::size_t>(comm.rank())] = m.wait_seconds();
   }));
-  CHECK(waited[0] >= 0.08);
+  const double gap = std::chrono::duration<double>(posted[1] - posted[0]).count();
+  INFO("rank 1 posted " << gap << " s after rank 0");
+  REQUIRE(gap > 0.02);  // the barrier and the sleep leave rank 1 behind (by about 100 ms)
+  CHECK(waited[0] >= gap - 0.02);
   CHECK(waited[1] >= 0.0);
   CHECK(waited[1] < waited[0]);
 }
