@@ -371,9 +371,9 @@ class onebit_codec {
  private:
   // The payload checks of the CPU decoder, on the probed bytes; returns the scale.
   static float checked_scale(packet_header const& h, detail::packet_probe const& p) {
-    float const scale = host_codec::checked_scale(h, p.head + header_bytes);
+    float const scale = onebit_format::checked_scale(h, p.head + header_bytes);
     // The packet's last byte holds the sign bits of elements 8 floor(n/8) .. n-1.
-    host_codec::check_padding(h.count, p.last);
+    onebit_format::check_padding(h.count, p.last);
     return scale;
   }
 
