@@ -158,17 +158,21 @@ class dither_codec_base : public codec_base<Self> {
   static constexpr bool unbiased = true;
 
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    return header_bytes + static_cast<std::size_t>(self().config().payload_bytes(n));
+    return wire_format().max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept {
-    return self().config().bits_per_element();
+    return wire_format().bits_per_element();
   }
 
-  packet_header header_for(std::size_t n, dtype t) const {
-    return dither_header_for<typename Self::format_type>(self().config(), n, t);
-  }
+  packet_header header_for(std::size_t n, dtype t) const { return wire_format().header_for(n, t); }
 
-  static void validate(packet_header const& h) { dither_validate<typename Self::format_type>(h); }
+  static void validate(packet_header const& h) {
+    dither_packets<typename Self::format_type>::validate(h);
+  }
+  /// The wire format of this codec's packets.
+  [[nodiscard]] auto wire_format() const noexcept {
+    return dither_packets<typename Self::format_type>{self().config()};
+  }
 
   void encode(float const* x, std::size_t n, std::byte* payload, packet_header const&,
               random_stream const& rs, codec_context const& ctx) const {

@@ -87,27 +87,6 @@ inline void check_dither_config(dither_config const& c, char const* who, bool pa
   }
 }
 
-/// The header of a dither packet of format `Format` (one of the formats below) for `n`
-/// elements of type `t`; `config_error` if n is too large.
-template <class Format>
-packet_header dither_header_for(dither_config const& c, std::size_t n, dtype t) {
-  std::uint64_t const bytes = c.payload_bytes(n);
-  if (n != 0 && bytes == 0) throw config_error("gradcomp: tensor too large for a dither packet");
-  return {Format::id, t, Format::variant_of(c), n, bytes, c.s, c.bucket};
-}
-
-/// Codec fields and payload size of a dither packet of format `Format` (throws `format_error`).
-template <class Format>
-void dither_validate(packet_header const& h) {
-  dither_config const c = Format::config_of(h);
-  check_dither_config(c, codec_name(Format::id), true);
-  std::uint64_t const bytes = c.payload_bytes(h.count);
-  if (h.count != 0 && bytes == 0) {
-    throw format_error("gradcomp: dither packet declares an impossible element count");
-  }
-  expect_payload(h, bytes);
-}
-
 /// Whether a packet may carry bucket scale `scale` (finite, >= +0).
 GRADCOMP_HOST_DEVICE constexpr bool valid_dither_scale(float scale) noexcept {
   return scale >= 0.0f && scale <= FLT_MAX && (detail::bit_cast<std::uint32_t>(scale) >> 31) == 0;
@@ -145,6 +124,38 @@ inline void check_dither_padding(codec_id id, std::uint64_t n, unsigned width, s
 }
 
 }  // namespace detail
+
+/// The packets of the dithering codec whose format is `Format` (one of the three below) with
+/// configuration `cfg`: a format object like `int8_format`.
+template <class Format>
+struct dither_packets {
+  static constexpr codec_id id = Format::id;
+
+  detail::dither_config cfg;
+
+  [[nodiscard]] constexpr std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+    return header_bytes + static_cast<std::size_t>(cfg.payload_bytes(n));
+  }
+  [[nodiscard]] constexpr double bits_per_element() const noexcept {
+    return cfg.bits_per_element();
+  }
+  /// The header of `n` elements of type `t`; `config_error` if n is too large.
+  [[nodiscard]] packet_header header_for(std::size_t n, dtype t) const {
+    std::uint64_t const bytes = cfg.payload_bytes(n);
+    if (n != 0 && bytes == 0) throw config_error("gradcomp: tensor too large for a dither packet");
+    return {id, t, Format::variant_of(cfg), n, bytes, cfg.s, cfg.bucket};
+  }
+  /// Codec fields and payload size (throws `format_error`).
+  static void validate(packet_header const& h) {
+    detail::dither_config const c = Format::config_of(h);
+    detail::check_dither_config(c, codec_name(id), true);
+    std::uint64_t const bytes = c.payload_bytes(h.count);
+    if (h.count != 0 && bytes == 0) {
+      throw format_error("gradcomp: dither packet declares an impossible element count");
+    }
+    detail::expect_payload(h, bytes);
+  }
+};
 
 /// QSGD packets: linear levels, L2 norm.
 struct qsgd_format {

@@ -140,8 +140,8 @@ GRADCOMP_HOST_DEVICE inline void put_code(std::byte* codes, std::uint64_t i, uns
   unsigned const shift = static_cast<unsigned>(bit % 8);
   std::uint32_t const v = c << shift;  // at most 16 + 7 bits
   for (unsigned k = 0; k < 3 && (k * 8) < shift + width; ++k) {
-    codes[byte + k] = static_cast<std::byte>(static_cast<unsigned>(codes[byte + k]) |
-                                             ((v >> (8 * k)) & 0xffu));
+    codes[byte + k] =
+        static_cast<std::byte>(static_cast<unsigned>(codes[byte + k]) | ((v >> (8 * k)) & 0xffu));
   }
 }
 

@@ -7,6 +7,7 @@
 /// that lives in backend memory (its first bytes are copied back and checked with the same
 /// functions the CPU codecs use).
 
+#include <gradcomp/codec/format/common.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cuda/config.cuh>
 #include <gradcomp/cuda/detail/runtime.cuh>
@@ -109,24 +110,15 @@ inline packet_header read_probed_header(packet_probe const& p, std::size_t packe
   return h;
 }
 
-/// The validated header of a probed packet of `HostCodec` (the CPU codec whose format the
-/// packet must follow): `read_header`, the codec id, `HostCodec::validate`, and the element
-/// count against `n`. Throws what the CPU codec's `decompress` throws for the same packet.
-template <class HostCodec>
+/// The validated header of a probed packet of wire format `Format` (codec/format/): `read_header`,
+/// the codec id, `Format::validate`, and the element count against `n`. Throws what the CPU
+/// codec's `decompress` throws for the same packet.
+template <class Format>
 packet_header checked_header(packet_probe const& p, std::size_t packet_bytes, std::size_t n) {
   packet_header const h = read_probed_header(p, packet_bytes);
-  if (h.codec != HostCodec::id) {
-    throw format_error(std::string("gradcomp: packet was written by codec '") +
-                       codec_name(h.codec) + "' (id " +
-                       std::to_string(static_cast<unsigned>(h.codec)) + "), expected '" +
-                       codec_name(HostCodec::id) + "'");
-  }
-  HostCodec::validate(h);
-  if (h.count != n) {
-    throw config_error(std::string("gradcomp: ") + codec_name(HostCodec::id) + " packet holds " +
-                       std::to_string(h.count) + " elements, the output span has " +
-                       std::to_string(n));
-  }
+  gradcomp::detail::expect_codec(h, Format::id);
+  Format::validate(h);
+  gradcomp::detail::expect_count(h, Format::id, n);
   return h;
 }
 
