@@ -34,15 +34,15 @@ struct int8_format {
   int8_rounding rounding = int8_rounding::nearest;  ///< the variant
 
   /// Payload bytes for n elements; 0 when n is too large (checked by callers).
-  [[nodiscard]] static constexpr std::uint64_t payload_bytes(std::uint32_t bucket,
+  [[nodiscard]] static constexpr std::uint64_t payload_bytes(std::uint32_t bucket_param,
                                                              std::uint64_t n) noexcept {
     if (n > UINT64_MAX / 16) return 0;
-    return 8 * detail::bucket_count(bucket, n) + n;
+    return 8 * detail::bucket_count(bucket_param, n) + n;
   }
   /// Offset in the payload of the codes (after the ranges).
-  [[nodiscard]] static constexpr std::uint64_t codes_offset(std::uint32_t bucket,
+  [[nodiscard]] static constexpr std::uint64_t codes_offset(std::uint32_t bucket_param,
                                                             std::uint64_t n) noexcept {
-    return 8 * detail::bucket_count(bucket, n);
+    return 8 * detail::bucket_count(bucket_param, n);
   }
 
   [[nodiscard]] constexpr std::size_t max_compressed_bytes(std::size_t n) const noexcept {

@@ -31,15 +31,15 @@ struct natural_format {
   std::uint32_t bucket = 512;  ///< elements per exponent byte (0 = whole tensor)
 
   /// Payload bytes for n elements; 0 when n is too large (checked by callers).
-  [[nodiscard]] static constexpr std::uint64_t payload_bytes(std::uint32_t bucket,
+  [[nodiscard]] static constexpr std::uint64_t payload_bytes(std::uint32_t bucket_param,
                                                              std::uint64_t n) noexcept {
     if (n > UINT64_MAX / 4) return 0;
-    return detail::bucket_count(bucket, n) + n;
+    return detail::bucket_count(bucket_param, n) + n;
   }
   /// Offset in the payload of the codes (after the exponents).
-  [[nodiscard]] static constexpr std::uint64_t codes_offset(std::uint32_t bucket,
+  [[nodiscard]] static constexpr std::uint64_t codes_offset(std::uint32_t bucket_param,
                                                             std::uint64_t n) noexcept {
-    return detail::bucket_count(bucket, n);
+    return detail::bucket_count(bucket_param, n);
   }
   [[nodiscard]] constexpr std::size_t max_compressed_bytes(std::size_t n) const noexcept {
     return header_bytes + static_cast<std::size_t>(payload_bytes(bucket, n));
