@@ -241,14 +241,11 @@ class qsgd_codec : public detail::dither_codec_base<qsgd_codec> {
   static constexpr codec_id id = format_type::id;
 
   /// `levels` = s in [1, 32767]; `bucket` elements per norm (0 = whole tensor).
-  explicit qsgd_codec(std::uint32_t levels = 7, std::uint32_t bucket = 512) : cfg_{levels, bucket} {
-    cfg_.norm = dither_norm::l2;
-    detail::check_dither_config(cfg_, "qsgd", false);
-  }
+  explicit qsgd_codec(std::uint32_t levels = 7, std::uint32_t bucket = 512)
+      : cfg_(format_type::configure(levels, bucket)) {}
   [[nodiscard]] detail::dither_config config() const noexcept { return cfg_; }
   [[nodiscard]] std::uint32_t levels() const noexcept { return cfg_.s; }
   [[nodiscard]] std::uint32_t bucket() const noexcept { return cfg_.bucket; }
-
 
  private:
   detail::dither_config cfg_;
@@ -262,10 +259,9 @@ class terngrad_codec : public detail::dither_codec_base<terngrad_codec> {
   static constexpr codec_id id = format_type::id;
 
   /// `bucket` elements per scale (0 = whole tensor, the paper's layer-wise scale).
-  explicit terngrad_codec(std::uint32_t bucket = 512) : cfg_{1, bucket} {}
+  explicit terngrad_codec(std::uint32_t bucket = 512) : cfg_(format_type::configure(bucket)) {}
   [[nodiscard]] detail::dither_config config() const noexcept { return cfg_; }
   [[nodiscard]] std::uint32_t bucket() const noexcept { return cfg_.bucket; }
-
 
  private:
   detail::dither_config cfg_;
@@ -282,11 +278,8 @@ class dithering_codec : public detail::dither_codec_base<dithering_codec> {
   /// `levels` = s (linear: 1..32767, natural: 1..30).
   explicit dithering_codec(std::uint32_t levels = 2, dither_partition partition = dither_partition::linear,
                            dither_norm norm = dither_norm::max, std::uint32_t bucket = 512)
-      : cfg_{levels, bucket, partition, norm} {
-    detail::check_dither_config(cfg_, "dithering", false);
-  }
+      : cfg_(format_type::configure(levels, partition, norm, bucket)) {}
   [[nodiscard]] detail::dither_config config() const noexcept { return cfg_; }
-
 
  private:
   detail::dither_config cfg_;

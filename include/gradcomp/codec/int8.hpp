@@ -32,11 +32,7 @@ class int8_codec : public detail::codec_base<int8_codec> {
 
   /// `bucket` elements per [lo, hi] range (0 = the whole tensor).
   explicit int8_codec(std::uint32_t bucket = 512, int8_rounding rounding = int8_rounding::nearest)
-      : bucket_(bucket), rounding_(rounding) {
-    if (rounding != int8_rounding::nearest && rounding != int8_rounding::stochastic) {
-      throw config_error("gradcomp: int8 rounding must be nearest or stochastic");
-    }
-  }
+      : bucket_(bucket), rounding_(int8_format::checked_rounding(rounding)) {}
   [[nodiscard]] std::uint32_t bucket() const noexcept { return bucket_; }
   [[nodiscard]] int8_rounding rounding() const noexcept { return rounding_; }
 

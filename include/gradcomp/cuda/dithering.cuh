@@ -260,9 +260,7 @@ class qsgd_codec : public detail::dither_codec_base<qsgd_codec> {
 
   /// `levels` = s in [1, 32767] (else `config_error`).
   explicit qsgd_codec(std::uint32_t levels = 7, std::uint32_t bucket = 512)
-      : cfg_{levels, bucket, dither_partition::linear, dither_norm::l2} {
-    gradcomp::detail::check_dither_config(cfg_, "qsgd", false);
-  }
+      : cfg_(format_type::configure(levels, bucket)) {}
   [[nodiscard]] gradcomp::detail::dither_config config() const noexcept { return cfg_; }
   [[nodiscard]] std::uint32_t levels() const noexcept { return cfg_.s; }
   [[nodiscard]] std::uint32_t bucket() const noexcept { return cfg_.bucket; }
@@ -279,7 +277,7 @@ class terngrad_codec : public detail::dither_codec_base<terngrad_codec> {
   static constexpr codec_id id = format_type::id;
 
   explicit terngrad_codec(std::uint32_t bucket = 512) noexcept
-      : cfg_{1, bucket, dither_partition::linear, dither_norm::max} {}
+      : cfg_(format_type::configure(bucket)) {}
   [[nodiscard]] gradcomp::detail::dither_config config() const noexcept { return cfg_; }
   [[nodiscard]] std::uint32_t bucket() const noexcept { return cfg_.bucket; }
 
@@ -298,9 +296,7 @@ class dithering_codec : public detail::dither_codec_base<dithering_codec> {
   explicit dithering_codec(std::uint32_t levels = 2,
                            dither_partition partition = dither_partition::linear,
                            dither_norm norm = dither_norm::max, std::uint32_t bucket = 512)
-      : cfg_{levels, bucket, partition, norm} {
-    gradcomp::detail::check_dither_config(cfg_, "dithering", false);
-  }
+      : cfg_(format_type::configure(levels, partition, norm, bucket)) {}
   [[nodiscard]] gradcomp::detail::dither_config config() const noexcept { return cfg_; }
 
  private:

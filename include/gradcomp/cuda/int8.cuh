@@ -144,11 +144,7 @@ class int8_codec : public detail::device_codec<int8_codec> {
   /// `bucket` elements per [lo, hi] range (0 = the whole tensor); `config_error` for a rounding
   /// that is neither nearest nor stochastic.
   explicit int8_codec(std::uint32_t bucket = 512, int8_rounding rounding = int8_rounding::nearest)
-      : format_{bucket, rounding} {
-    if (rounding != int8_rounding::nearest && rounding != int8_rounding::stochastic) {
-      throw config_error("gradcomp: int8 rounding must be nearest or stochastic");
-    }
-  }
+      : format_{bucket, int8_format::checked_rounding(rounding)} {}
   [[nodiscard]] std::uint32_t bucket() const noexcept { return format_.bucket; }
   [[nodiscard]] int8_rounding rounding() const noexcept { return format_.rounding; }
   [[nodiscard]] int8_format wire_format() const noexcept { return format_; }

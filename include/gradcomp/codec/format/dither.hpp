@@ -165,6 +165,13 @@ struct qsgd_format {
     return {h.param0, h.param1, dither_partition::linear, dither_norm::l2};
   }
   static constexpr std::uint8_t variant_of(detail::dither_config const&) noexcept { return 0; }
+  /// A QSGD codec's configuration: `levels` = s in [1, 32767] (else `config_error`), `bucket`
+  /// elements per norm (0 = whole tensor).
+  static detail::dither_config configure(std::uint32_t levels, std::uint32_t bucket) {
+    detail::dither_config const c{levels, bucket, dither_partition::linear, dither_norm::l2};
+    detail::check_dither_config(c, "qsgd", false);
+    return c;
+  }
 };
 
 /// TernGrad packets: one linear level, max norm.
@@ -177,6 +184,10 @@ struct terngrad_format {
     return {1, h.param1, dither_partition::linear, dither_norm::max};
   }
   static constexpr std::uint8_t variant_of(detail::dither_config const&) noexcept { return 0; }
+  /// A TernGrad codec's configuration: `bucket` elements per scale (0 = whole tensor).
+  static constexpr detail::dither_config configure(std::uint32_t bucket) noexcept {
+    return {1, bucket, dither_partition::linear, dither_norm::max};
+  }
 };
 
 /// Random dithering packets: linear or natural levels, max or L2 norm.
@@ -190,6 +201,14 @@ struct dithering_format {
   static constexpr std::uint8_t variant_of(detail::dither_config const& c) noexcept {
     return static_cast<std::uint8_t>(static_cast<unsigned>(c.partition) |
                                      (static_cast<unsigned>(c.norm) << 1));
+  }
+  /// A dithering codec's configuration: `levels` = s (linear: 1..32767, natural: 1..30; else
+  /// `config_error`), `bucket` elements per norm (0 = whole tensor).
+  static detail::dither_config configure(std::uint32_t levels, dither_partition partition,
+                                         dither_norm norm, std::uint32_t bucket) {
+    detail::dither_config const c{levels, bucket, partition, norm};
+    detail::check_dither_config(c, "dithering", false);
+    return c;
   }
 };
 

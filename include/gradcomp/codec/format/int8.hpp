@@ -70,6 +70,14 @@ struct int8_format {
     detail::expect_payload(h, bytes);
   }
 
+  /// `r`, unless it is neither nearest nor stochastic (`config_error`).
+  static int8_rounding checked_rounding(int8_rounding r) {
+    if (r != int8_rounding::nearest && r != int8_rounding::stochastic) {
+      throw config_error("gradcomp: int8 rounding must be nearest or stochastic");
+    }
+    return r;
+  }
+
   /// Whether bucket range [lo, hi] is one a packet may carry (finite, lo <= hi).
   GRADCOMP_HOST_DEVICE static constexpr bool valid_range(float lo, float hi) noexcept {
     return (lo >= -FLT_MAX && lo <= FLT_MAX) && (hi >= -FLT_MAX && hi <= FLT_MAX) && lo <= hi;
