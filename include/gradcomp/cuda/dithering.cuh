@@ -70,7 +70,7 @@ struct finish_fn {
       detail::report(&status->bucket, k);
       return;
     }
-    detail::store_u32_le(payload + 4 * k, gradcomp::detail::bit_cast<std::uint32_t>(scale));
+    detail::store_f32_le(payload + 4 * k, scale);
     kb[k] = quant::make_dither_bucket(scale, shape);
   }
 };
@@ -91,7 +91,7 @@ struct code {
 };
 
 GRADCOMP_HOST_DEVICE inline float scale_at(std::byte const* payload, std::uint64_t k) noexcept {
-  return gradcomp::detail::bit_cast<float>(detail::load_u32_le(payload + 4 * k));
+  return detail::load_f32_le(payload + 4 * k);
 }
 
 // Checks bucket k's scale; item 0 also checks the padding bits of the code stream's last byte

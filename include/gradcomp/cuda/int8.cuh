@@ -34,15 +34,6 @@ GRADCOMP_CUDA_NAMESPACE_BEGIN
 
 namespace ops {
 
-/// The f32 stored little-endian at `p`.
-GRADCOMP_HOST_DEVICE inline float load_f32(std::byte const* p) noexcept {
-  return gradcomp::detail::bit_cast<float>(detail::load_u32_le(p));
-}
-/// Stores `v` little-endian at `p`.
-GRADCOMP_HOST_DEVICE inline void store_f32(std::byte* p, float v) noexcept {
-  detail::store_u32_le(p, gradcomp::detail::bit_cast<std::uint32_t>(v));
-}
-
 /// The range of bucket `k` from its statistic: NaN bounds (a non-finite element) stay; a zero
 /// bound becomes the bucket's first zero element, `first_zero` (its value through the input).
 GRADCOMP_HOST_DEVICE inline void int8_settle_range(float& lo, float& hi,
@@ -79,8 +70,8 @@ struct finish_fn {
     }
     float lo = p.lo, hi = p.hi;
     if (lo == 0.0f || hi == 0.0f) ops::int8_settle_range(lo, hi, in.at(p.zero));
-    ops::store_f32(payload + 8 * k, lo);
-    ops::store_f32(payload + 8 * k + 4, hi);
+    detail::store_f32_le(payload + 8 * k, lo);
+    detail::store_f32_le(payload + 8 * k + 4, hi);
     c.encode[k] = quant::make_int8_bucket(lo, hi);
     c.lo[k] = lo;
     c.step[k] = quant::int8_step(lo, hi);
@@ -107,8 +98,8 @@ struct prefix_fn {
   detail::status_words* status;
 
   GRADCOMP_HOST_DEVICE void operator()(std::uint64_t k) const {
-    float const lo = ops::load_f32(payload + 8 * k);
-    float const hi = ops::load_f32(payload + 8 * k + 4);
+    float const lo = detail::load_f32_le(payload + 8 * k);
+    float const hi = detail::load_f32_le(payload + 8 * k + 4);
     if (!int8_format::valid_range(lo, hi)) detail::report(&status->bucket, k);
   }
 };
@@ -122,8 +113,8 @@ struct decoder {
 
   GRADCOMP_HOST_DEVICE float value(std::uint64_t i, bool&) const {
     std::uint64_t const k = geo.bucket_of(i);
-    float const lo = ops::load_f32(payload + 8 * k);
-    float const hi = ops::load_f32(payload + 8 * k + 4);
+    float const lo = detail::load_f32_le(payload + 8 * k);
+    float const hi = detail::load_f32_le(payload + 8 * k + 4);
     return quant::int8_value(static_cast<std::uint8_t>(codes[i]), lo, quant::int8_step(lo, hi));
   }
 };
@@ -205,7 +196,7 @@ class int8_codec : public detail::device_codec<int8_codec> {
     std::byte range[8];
     detail::copy_to_host(range, payload + 8 * k, sizeof range, stream);
     detail::synchronize(stream);
-    int8_format::check_range(k, ops::load_f32(range), ops::load_f32(range + 4));
+    int8_format::check_range(k, detail::load_f32_le(range), detail::load_f32_le(range + 4));
   }
 
   template <class Policy, element T>

@@ -109,7 +109,7 @@ GRADCOMP_HOST_DEVICE inline double onebit_total(double const* block_sums,
 
 /// Writes the first 8 payload bytes: f32 scale, u32 reserved 0.
 GRADCOMP_HOST_DEVICE inline void onebit_store_prefix(std::byte* payload, float scale) noexcept {
-  detail::store_u32_le(payload, gradcomp::detail::bit_cast<std::uint32_t>(scale));
+  detail::store_f32_le(payload, scale);
   detail::store_u32_le(payload + 4, 0);
 }
 
@@ -120,11 +120,6 @@ GRADCOMP_HOST_DEVICE inline float onebit_value(std::byte const* bits, float scal
   std::uint32_t const neg = (static_cast<std::uint32_t>(bits[i / 8]) >> (i % 8)) & 1u;
   return gradcomp::detail::bit_cast<float>(gradcomp::detail::bit_cast<std::uint32_t>(scale) ^
                                            (neg << 31));
-}
-
-/// The scale stored in a onebit payload.
-GRADCOMP_HOST_DEVICE inline float onebit_stored_scale(std::byte const* payload) noexcept {
-  return gradcomp::detail::bit_cast<float>(detail::load_u32_le(payload));
 }
 
 }  // namespace ops
@@ -197,7 +192,7 @@ struct residual_fn {
   std::byte const* payload;
   GRADCOMP_HOST_DEVICE void operator()(std::size_t i) const noexcept {
     float const p = in.at(i);
-    in.settle(i, p, ops::onebit_value(payload + 8, ops::onebit_stored_scale(payload), i));
+    in.settle(i, p, ops::onebit_value(payload + 8, detail::load_f32_le(payload), i));
   }
 };
 
@@ -208,7 +203,7 @@ struct decode_fn {
   float alpha;
   bool add;
   GRADCOMP_HOST_DEVICE void operator()(std::size_t i) const noexcept {
-    float const v = ops::onebit_value(payload + 8, ops::onebit_stored_scale(payload), i);
+    float const v = ops::onebit_value(payload + 8, detail::load_f32_le(payload), i);
     detail::store_decoded(out, i, v, alpha, add);
   }
 };

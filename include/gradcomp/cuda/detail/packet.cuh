@@ -8,6 +8,7 @@
 /// functions the CPU codecs use).
 
 #include <gradcomp/codec/format/common.hpp>
+#include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cuda/config.cuh>
 #include <gradcomp/cuda/detail/runtime.cuh>
@@ -42,6 +43,14 @@ GRADCOMP_HOST_DEVICE inline std::uint32_t load_u32_le(std::byte const* p) noexce
   std::uint32_t v = 0;
   for (int k = 0; k < 4; ++k) v |= static_cast<std::uint32_t>(p[k]) << (8 * k);
   return v;
+}
+
+GRADCOMP_HOST_DEVICE inline void store_f32_le(std::byte* p, float v) noexcept {
+  store_u32_le(p, gradcomp::detail::bit_cast<std::uint32_t>(v));
+}
+
+GRADCOMP_HOST_DEVICE inline float load_f32_le(std::byte const* p) noexcept {
+  return gradcomp::detail::bit_cast<float>(load_u32_le(p));
 }
 
 /// The 32 header bytes of a packet, built on the host by `gradcomp::write_header` and passed
