@@ -700,6 +700,10 @@ void quantizer_decoding(CpuCodec const& cpu, CudaCodec const& gpu) {
       require_same_decoding(cpu, gpu, cpu_compress(cpu, convert<T>(x, true), keys()[1]), init);
     });
   }
+  // A packet decodes by its own header: a codec of other parameters (the default ones) reads it
+  // the same way.
+  std::vector<float> const x = make_input(4097, 77, finite_specials());
+  require_same_decoding(cpu, CudaCodec{}, cpu_compress(cpu, x, keys()[2]), make_input(4097, 78));
 }
 
 // Three steps of residual feedback at several sizes, for every gradient type. `scale`
