@@ -39,6 +39,7 @@
 
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/dense.hpp>
+#include <gradcomp/collective/hierarchical.hpp>
 #include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/comm/mpi.hpp>
 #include <gradcomp/gradcomp.hpp>
@@ -348,6 +349,39 @@ class checker {
                     s.two_way ? "predict_two_way" : "predict_compressed_allreduce", k.ratio,
                     k.compress_bandwidth / 1e9, k.decompress_bandwidth / 1e9);
       add(s.name, what, p, t);
+    }
+    hierarchical_cases(idle);
+  }
+
+  // The hierarchical all-reduce on the ranks grouped as nodes of 2 (ranks 2k and 2k+1). In the
+  // lab every byte crosses the one shaped loopback, the intra-node ones too: in the intra-node
+  // phases all n ranks send at once, so each gets beta / n (intra = {alpha, beta / n}); in the
+  // inter-node phase the 2 lanes' n flows share the fabric (network_link: min(beta / 2,
+  // beta / n)). So the lab is a cluster of n / 2 nodes with intra = {alpha, beta / n}.
+  void hierarchical_cases(gc::compute_params const& idle) {
+    int const n = comm_.size();
+    if (n < 4 || n % 2 != 0) return;
+    gc::cluster_params cl = lab_.cluster;
+    cl.ranks_per_node = 2;
+    cl.intra = {lab_.alpha, lab_.beta / n};
+    gc::hierarchical_options opt;
+    opt.nodes = gc::node_grouping::uniform(2);
+    struct spec {
+      char const* name;
+      char const* codec;
+    };
+    for (spec const s : {spec{"hierarchical top-k 1% + EF", "topk:ratio=0.01"},
+                         spec{"hierarchical onebit + EF", "onebit"}}) {
+      if (!wanted(s.name)) continue;
+      gc::any_codec const codec = gc::make_codec(s.codec);
+      gc::codec_params const k = measure_codec(comm_, codec, true, grad_, cfg_.reps);
+      gc::compressor<gc::any_codec> comp(codec);
+      double const t = time_steps([&] { gc::all_reduce_hierarchical(comm_, comp, grad(), out_, {}, opt); });
+      char what[160];
+      std::snprintf(what, sizeof what,
+                    "predict_hierarchical_allreduce, nodes of 2, ratio %.1f, compress %.2f GB/s, decode %.2f GB/s",
+                    k.ratio, k.compress_bandwidth / 1e9, k.decompress_bandwidth / 1e9);
+      add(s.name, what, gc::predict_hierarchical_allreduce(bytes_, cl, idle, k), t);
     }
   }
 

@@ -2,8 +2,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // gradcomp_planner — predicts the time of one training iteration for dense all-reduce,
-// compressed all-reduce, two-way compression and gossip (decentralized) training on a given
-// model size and cluster, with gradcomp's runtime model (docs/runtime-model.md), and recommends
+// compressed all-reduce, two-way compression, hierarchical all-reduce (dense inside a node,
+// compressed between nodes) and gossip (decentralized) training on a given model size and
+// cluster, with gradcomp's runtime model (docs/runtime-model.md), and recommends
 // the fastest configuration.
 //
 // It predicts time only. Lossy codecs and decentralized training also change how many
@@ -191,6 +192,31 @@ int main(int argc, char** argv) {
                     gc::predict_two_way(bytes, cl, cp, codec(ak::gather, 0.125, 23.2, 23.1, sp))});
     rows.push_back({"two-way top-k 1%", "lossy",
                     gc::predict_two_way(bytes, cl, cp, codec(ak::gather, 0.08, 2.0, 20.0, sp))});
+    // Hierarchical all-reduce (collective/hierarchical.hpp): float32 inside the nodes (or
+    // bfloat16, converted at the fp16 codec's speed), the codec between them, every rank of a
+    // node sending its shard (or one leader per node).
+    if (cl.nodes() >= 2 && s.ranks_per_node >= 2) {
+      gc::hierarchical_params leaders;
+      leaders.lanes = 1;
+      gc::hierarchical_params bf16_inside;
+      bf16_inside.intra_ratio = 2.0;
+      bf16_inside.intra_convert_bandwidth = 12.5e9 * sp;
+      rows.push_back({"hier. fp16", "lossy",
+                      gc::predict_hierarchical_allreduce(
+                          bytes, cl, cp, codec(ak::summable, 2.0, 12.5, 14.0, sp))});
+      rows.push_back({"hier. onebit", "lossy",
+                      gc::predict_hierarchical_allreduce(
+                          bytes, cl, cp, codec(ak::gather, 0.125, 23.2, 23.1, sp))});
+      rows.push_back({"hier. onebit, bf16 in node", "lossy",
+                      gc::predict_hierarchical_allreduce(
+                          bytes, cl, cp, codec(ak::gather, 0.125, 23.2, 23.1, sp), bf16_inside)});
+      rows.push_back({"hier. top-k 1%", "lossy",
+                      gc::predict_hierarchical_allreduce(bytes, cl, cp,
+                                                         codec(ak::gather, 0.08, 2.0, 20.0, sp))});
+      rows.push_back({"hier. top-k 1%, leaders", "lossy",
+                      gc::predict_hierarchical_allreduce(
+                          bytes, cl, cp, codec(ak::gather, 0.08, 2.0, 20.0, sp), leaders)});
+    }
 
     std::vector<gc::topology> tops;
     tops.push_back(gc::topology::complete(s.ranks));
@@ -229,6 +255,11 @@ int main(int argc, char** argv) {
       std::printf("%-26s %-9s %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7.2fx\n", r.name.c_str(),
                   r.kind, r.t.bytes_sent / 1e6, r.t.communication * 1e3, r.t.exposed * 1e3,
                   r.t.codec * 1e3, r.t.compute * 1e3, r.t.total() * 1e3, base / r.t.total());
+    }
+    if (cl.nodes() >= 2 && s.ranks_per_node >= 2) {
+      std::puts(
+          "(hier.: dense inside the node, the codec between nodes; its MB/rank counts the bytes "
+          "sent inside the node too)");
     }
     auto const best = std::min_element(rows.begin(), rows.end(), [](row const& a, row const& b) {
       return a.t.total() < b.t.total();

@@ -31,6 +31,7 @@
 #include <gradcomp/collective/bucket.hpp>
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/dense.hpp>
+#include <gradcomp/collective/hierarchical.hpp>
 #include <gradcomp/collective/low_rank.hpp>
 #include <gradcomp/collective/parameter_server.hpp>
 #include <gradcomp/collective/powersgd_session.hpp>
@@ -38,6 +39,7 @@
 #include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/comm/any_communicator.hpp>
 #include <gradcomp/comm/async_adaptor.hpp>
+#include <gradcomp/comm/group.hpp>
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/comm/reduce.hpp>
 #include <gradcomp/concepts/codec.hpp>

@@ -5,7 +5,7 @@
 /// Library version. CMake parses these three macros; keep them on their own lines.
 
 #define GRADCOMP_VERSION_MAJOR 0
-#define GRADCOMP_VERSION_MINOR 1
+#define GRADCOMP_VERSION_MINOR 2
 #define GRADCOMP_VERSION_PATCH 0
 
 /// Version as one integer, `major * 10000 + minor * 100 + patch`.

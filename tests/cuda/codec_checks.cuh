@@ -521,7 +521,8 @@ void check_header_rejections(CpuCodec const& cpu, CudaCodec const& gpu,
   require_same_rejection(cpu, gpu, edited(good, [](bytes& p) { p.push_back(std::byte{0}); }), n);
   require_same_rejection(cpu, gpu, edited(good, [](bytes& p) { p[0] = std::byte{'X'}; }), n);
   require_same_rejection(cpu, gpu, edited(good, [](bytes& p) { p[3] = std::byte{0}; }), n);
-  require_same_rejection(cpu, gpu, edited(good, [](bytes& p) { p[4] = std::byte{2}; }), n);
+  require_same_rejection(cpu, gpu,
+                         edited(good, [](bytes& p) { p[4] = std::byte{gc::wire_version + 1}; }), n);
   require_same_rejection(cpu, gpu, edited(good, [](bytes& p) { p[4] = std::byte{0}; }), n);
   for (std::uint8_t id : {1, 2, 3, 4, 5, 6, 7, 8, 9, 200}) {
     if (id == static_cast<std::uint8_t>(CudaCodec::id)) continue;

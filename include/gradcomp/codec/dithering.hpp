@@ -78,10 +78,18 @@ inline void dither_encode(codec_id id, dither_config const& cfg, float const* x,
   std::size_t const align = std::lcm(blen, std::size_t{128});
   if (align <= (std::size_t{1} << 20)) {
     // One pass: each chunk normalises its own buckets (in cache) and then quantizes them.
+    std::vector<float> scales(blen <= cpu::kernels::norm_block ? nb : 0);
     cpu::for_each_chunk(n, align, ctx, [&](std::size_t, std::size_t cb, std::size_t ce) {
-      for (std::size_t b = cb; b < ce; b += blen) {
-        std::size_t const e = b + blen < ce ? b + blen : ce;
-        set_bucket(b / blen, dither_bucket_scale(x, b, e, cfg.norm, level));
+      if (blen <= cpu::kernels::norm_block) {
+        // A bucket is one canonical block: all the chunk's scales in one kernel call.
+        cpu::kernels::bucket_scales(x, cb, ce, blen, cfg.norm == dither_norm::l2, scales.data() + cb / blen,
+                                    level);
+        for (std::size_t b = cb; b < ce; b += blen) set_bucket(b / blen, scales[b / blen]);
+      } else {
+        for (std::size_t b = cb; b < ce; b += blen) {
+          std::size_t const e = b + blen < ce ? b + blen : ce;
+          set_bucket(b / blen, dither_bucket_scale(x, b, e, cfg.norm, level));
+        }
       }
       cpu::kernels::dither_encode(x, cb, ce, blen, kb.data(), shape, rs, codes, level);
     });

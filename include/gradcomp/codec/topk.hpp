@@ -105,22 +105,29 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
   /// which spares the packet writer a gather over x).
   void select(float const* x, std::size_t n, std::vector<std::uint32_t>& idx,
               std::vector<float>& values, codec_context const& ctx) const {
+    select(x, n, idx, values, ctx, id);
+  }
+
+  /// As `select`, naming codec `who` in the `numeric_error` of a non-finite input (for
+  /// `approx_topk_codec`, which selects with this kernel).
+  void select(float const* x, std::size_t n, std::vector<std::uint32_t>& idx,
+              std::vector<float>& values, codec_context const& ctx, codec_id who) const {
     idx.clear();
     values.clear();
     if (n == 0) return;
     std::size_t const k = k_for(n);
     if (k > 0 && k < n && n >= (std::size_t{1} << 16) &&
-        select_sampled(x, n, k, idx, values, ctx)) {
+        select_sampled(x, n, k, idx, values, ctx, who)) {
       return;
     }
-    select_histogram(x, n, k, idx, values, ctx);
+    select_histogram(x, n, k, idx, values, ctx, who);
   }
 
  private:
   /// The radix select of the file comment (any n, any k).
   void select_histogram(float const* x, std::size_t n, std::size_t k,
                         std::vector<std::uint32_t>& idx, std::vector<float>& values,
-                        codec_context const& ctx) const {
+                        codec_context const& ctx, codec_id who) const {
     constexpr std::size_t bins = 2048;
     std::size_t const chunks = cpu::chunk_count(n, 64);
     std::vector<std::uint32_t> hist(chunks * bins);
@@ -135,7 +142,7 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
     for (std::size_t d = 0x7f8; d < bins; ++d) {  // infinities and NaNs
       if (total[d] != 0) {
         std::size_t const bad = detail::first_nonfinite(x, n);
-        detail::throw_nonfinite(id, bad, x[bad]);
+        detail::throw_nonfinite(who, bad, x[bad]);
       }
     }
     if (k == 0) return;
@@ -240,7 +247,7 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
   /// selects among them. Returns false, with no effect, when fewer than k were collected (the
   /// caller then runs the histogram select); the result is the same either way.
   bool select_sampled(float const* x, std::size_t n, std::size_t k, std::vector<std::uint32_t>& idx,
-                      std::vector<float>& values, codec_context const& ctx) const {
+                      std::vector<float>& values, codec_context const& ctx, codec_id who) const {
     std::size_t const s = std::size_t{1} << 14;
     std::size_t const stride = n / s;
     std::vector<std::uint32_t> sample(s);
@@ -329,7 +336,7 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
       idx.clear();
       values.clear();
       std::size_t const at = detail::first_nonfinite(x, n);
-      detail::throw_nonfinite(id, at, x[at]);
+      detail::throw_nonfinite(who, at, x[at]);
     }
     if (idx.size() < k) {
       idx.clear();

@@ -118,6 +118,9 @@ class pending_commit {
     }
     ids_.clear();
   }
+  /// Hands the staged steps to the caller, who makes them current (`apply_commit`) or discards
+  /// them itself; this object then has none left.
+  [[nodiscard]] std::vector<tensor_id> release() noexcept { return std::exchange(ids_, {}); }
 
  private:
   Source& src_;
@@ -213,6 +216,87 @@ inline std::vector<std::span<std::byte const>> split_packets(std::span<std::byte
 
 }  // namespace detail
 
+namespace detail {
+
+/// `all_reduce_compressed` of a packet source without its outcome round and its commit: the
+/// agreement round, the payload and the decoding into `out` (whose failure is recorded in
+/// `check`, with the result's checksum). Error feedback is staged into `pending`, to be applied
+/// by the caller once every rank has succeeded (the hierarchical all-reduce runs it on a group
+/// of ranks and settles the step over all of them).
+template <communicator Comm, class Source>
+collective_result compressed_exchange(Comm& comm, Source& src, tensor_view<float const> grad, std::span<float> out,
+                                      codec_context const& ctx, collective_options const& opt, step_check& check,
+                                      pending_commit<Source>& pending) {
+  check_contribution(grad.size(), out.size(), "all_reduce_compressed");
+  std::size_t const n = out.size();
+  auto const& codec = codec_of(src);
+  aggregation_kind const kind = aggregation_of(src);
+  fingerprint fp;
+  rank_report mine;
+  mine.count = n;
+  mine.codec = static_cast<std::uint32_t>(codec_id_of(src));
+  std::exception_ptr local;
+  local_packet p;
+  bool const trailer = opt.checksum && kind == aggregation_kind::gather;
+  if (opt.checksum) fp.add("checksum");
+  try {
+    fp.add(codec_fingerprint(src, n, opt.op, ctx, "all_reduce_compressed")).add(static_cast<std::uint64_t>(grad.id()));
+    if (kind == aggregation_kind::low_rank) {
+      throw config_error(std::string("gradcomp: codec '") + codec_name(codec_id_of(src)) +
+                         "' is low-rank: all_reduce_compressed needs its low_rank_session (the "
+                         "stateful factor object), not the codec");
+    }
+    compress_contribution(src, kind, grad, n, p, ctx, &pending, trailer ? checksum_trailer_bytes : 0);
+    if (kind != aggregation_kind::gather) p.add_frame(fp);
+    if (trailer && p.bytes != 0) p.bytes = add_trailer(p.buf.span(), p.bytes);
+    mine.bytes = p.bytes;
+  } catch (...) {
+    local = std::current_exception();
+    mine.status = 1;
+  }
+  mine.fingerprint = fp.value();
+  report_round round;
+  round.post(comm, mine, {}, opt.checksum, "all_reduce_compressed");
+  round.finish("all_reduce_compressed", local);
+  round.check_sizes("all_reduce_compressed", codec.max_compressed_bytes(n) + (trailer ? checksum_trailer_bytes : 0),
+                    mine.bytes);
+
+  float const alpha = reduction_scale(opt.op, comm.size());
+  collective_result res;
+  res.packet_bytes = grad.empty() ? 0 : p.bytes;
+  res.wire_bytes = round.wire_bytes();
+  // Decoding may fail on this rank alone (a packet corrupted on its way here): it is recorded,
+  // and the outcome round makes every rank fail the step before anything is committed.
+  if (kind == aggregation_kind::gather) {
+    res.path = collective_path::gather;
+    std::vector<std::size_t> const sizes = round.bytes();
+    std::size_t total = 0;
+    for (std::size_t s : sizes) total += s;
+    raw_buffer all(total);
+    comm.all_gather_v(p.packet(), all.span(), std::span<std::size_t const>(sizes));
+    check.guard([&] {
+      auto packets = split_packets(std::as_const(all).span(), sizes);
+      if (trailer) {
+        for (auto& pk : packets) pk = strip_trailer(pk, "all_reduce_compressed");
+      }
+      decode_gathered(codec, std::span<std::span<std::byte const> const>(packets), out, alpha, ctx);
+    });
+    res.wire_bytes += ring_all_gather_bytes(sizes, comm.rank());
+  } else {
+    res.path = kind == aggregation_kind::summable ? collective_path::summable : collective_path::shared_support;
+    comm_type const vt = comm_type_of_dtype(p.section.type);
+    check.before_sum(p.values(), vt);
+    comm.all_reduce(p.values(), vt, reduce_op::sum);
+    check.after_sum(p.values(), vt);
+    check.guard([&] { decode_summed(codec, p, out, alpha, ctx); });
+    res.wire_bytes += ring_all_reduce_bytes(p.section.bytes, comm.size());
+  }
+  check.output(out);
+  return res;
+}
+
+}  // namespace detail
+
 /// Compressed all-reduce of `grad` into `out`, the algorithm chosen by the aggregation kind of
 /// `src` (a codec, an `any_codec`, a `compressor` with error feedback, or a
 /// `low_rank_session`); see the file comment. `grad` empty: this rank contributes nothing
@@ -231,75 +315,10 @@ collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<fl
   if constexpr (low_rank_session<std::remove_cvref_t<Source>>) {
     return all_reduce_low_rank(comm, src, grad, out, ctx, opt);
   } else {
-    detail::check_contribution(grad.size(), out.size(), "all_reduce_compressed");
-    std::size_t const n = out.size();
-    auto const& codec = detail::codec_of(src);
-    aggregation_kind const kind = detail::aggregation_of(src);
-    fingerprint fp;
-    rank_report mine;
-    mine.count = n;
-    mine.codec = static_cast<std::uint32_t>(detail::codec_id_of(src));
-    std::exception_ptr local;
-    detail::local_packet p;
     using source_type = std::remove_reference_t<Source>;
     detail::pending_commit<source_type> pending(src);
-    bool const trailer = opt.checksum && kind == aggregation_kind::gather;
-    if (opt.checksum) fp.add("checksum");
-    try {
-      fp.add(detail::codec_fingerprint(src, n, opt.op, ctx, "all_reduce_compressed"))
-          .add(static_cast<std::uint64_t>(grad.id()));
-      if (kind == aggregation_kind::low_rank) {
-        throw config_error(std::string("gradcomp: codec '") + codec_name(detail::codec_id_of(src)) +
-                           "' is low-rank: all_reduce_compressed needs its low_rank_session (the "
-                           "stateful factor object), not the codec");
-      }
-      detail::compress_contribution(src, kind, grad, n, p, ctx, &pending, trailer ? checksum_trailer_bytes : 0);
-      if (kind != aggregation_kind::gather) p.add_frame(fp);
-      if (trailer && p.bytes != 0) p.bytes = detail::add_trailer(p.buf.span(), p.bytes);
-      mine.bytes = p.bytes;
-    } catch (...) {
-      local = std::current_exception();
-      mine.status = 1;
-    }
-    mine.fingerprint = fp.value();
-    detail::report_round round;
-    round.post(comm, mine, {}, opt.checksum, "all_reduce_compressed");
-    round.finish("all_reduce_compressed", local);
-    round.check_sizes("all_reduce_compressed", codec.max_compressed_bytes(n) + (trailer ? checksum_trailer_bytes : 0),
-                      mine.bytes);
-
-    float const alpha = detail::reduction_scale(opt.op, comm.size());
-    collective_result res;
-    res.packet_bytes = grad.empty() ? 0 : p.bytes;
-    res.wire_bytes = round.wire_bytes();
-    // Decoding may fail on this rank alone (a packet corrupted on its way here): it is recorded,
-    // and the outcome round makes every rank fail the step before anything is committed.
     detail::step_check check(opt.checksum);
-    if (kind == aggregation_kind::gather) {
-      res.path = collective_path::gather;
-      std::vector<std::size_t> const sizes = round.bytes();
-      std::size_t total = 0;
-      for (std::size_t s : sizes) total += s;
-      detail::raw_buffer all(total);
-      comm.all_gather_v(p.packet(), all.span(), std::span<std::size_t const>(sizes));
-      check.guard([&] {
-        auto packets = detail::split_packets(std::as_const(all).span(), sizes);
-        if (trailer) {
-          for (auto& pk : packets) pk = detail::strip_trailer(pk, "all_reduce_compressed");
-        }
-        detail::decode_gathered(codec, std::span<std::span<std::byte const> const>(packets), out, alpha, ctx);
-      });
-      res.wire_bytes += detail::ring_all_gather_bytes(sizes, comm.rank());
-    } else {
-      res.path = kind == aggregation_kind::summable ? collective_path::summable : collective_path::shared_support;
-      comm_type const vt = detail::comm_type_of_dtype(p.section.type);
-      check.before_sum(p.values(), vt);
-      comm.all_reduce(p.values(), vt, reduce_op::sum);
-      check.after_sum(p.values(), vt);
-      check.guard([&] { detail::decode_summed(codec, p, out, alpha, ctx); });
-      res.wire_bytes += detail::ring_all_reduce_bytes(p.section.bytes, comm.size());
-    }
-    check.output(out);
+    collective_result res = detail::compressed_exchange(comm, src, grad, out, ctx, opt, check, pending);
     detail::agree_outcome(comm, check, "all_reduce_compressed");
     res.wire_bytes += detail::outcome_wire_bytes(opt.checksum, comm.size());
     pending.apply();

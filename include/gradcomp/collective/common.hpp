@@ -46,6 +46,7 @@ enum class collective_path : std::uint8_t {
   low_rank = 6,          ///< factor all-reduces of a low-rank session
   two_way = 7,           ///< compressed shards exchanged, summed, re-compressed, gathered
   parameter_server = 8,  ///< workers push compressed shards to servers, which push back
+  hierarchical = 9,      ///< reduced inside nodes, compressed between them, gathered inside nodes
 };
 
 /// Name of a collective path ("dense f32", ...).
@@ -60,6 +61,7 @@ constexpr char const* collective_path_name(collective_path p) noexcept {
     case collective_path::low_rank: return "low-rank";
     case collective_path::two_way: return "two-way";
     case collective_path::parameter_server: return "parameter server";
+    case collective_path::hierarchical: return "hierarchical";
   }
   return "unknown";
 }

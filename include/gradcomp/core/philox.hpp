@@ -6,15 +6,29 @@
 /// (seed, step, tensor id, element index) to the 16-bit uniform draw that element uses.
 ///
 /// Every stochastic codec takes element i's randomness from one fixed place, so a packet does
-/// not depend on the thread count, the chunking, the SIMD width or the backend:
+/// not depend on the thread count, the chunking, the SIMD width or the backend. Since wire
+/// format 2, one 16-bit Philox draw serves `draw_share` = 4 elements, 128 apart, each shifted
+/// by its own quarter of the 16-bit range:
 ///
 ///   counter = (block_lo, block_hi, step, tensor id), key = (seed_lo, seed_hi)
-///   block(i) = (i / 128) * 16 + (i % 16)          (which Philox call)
-///   lane(i)  = (i / 16) % 8                        (which 16-bit half of its 128-bit output)
-///   draw(i)  = (out[lane / 2] >> (16 * (lane % 2))) & 0xffff
+///   block(i)  = (i / 512) * 16 + (i % 16)          (which Philox call)
+///   lane(i)   = (i / 16) % 8                        (which 16-bit half of its 128-bit output)
+///   shift(i)  = ((i / 128) % 4) * 2^14              (which quarter)
+///   draw(i)   = ((out[lane / 2] >> (16 * (lane % 2))) + shift(i)) mod 2^16
+///
+/// Each draw is uniform on [0, 2^16) (a uniform value plus a constant, mod 2^16), so every
+/// element's rounding is exactly as unbiased, and has exactly the variance, it had with a draw
+/// of its own; only the four elements that share a draw are coupled (stratified: their offsets
+/// sit a quarter apart, so their round-ups are negatively correlated, which lowers the
+/// variance of any sum over them). The proofs of QSGD, TernGrad and natural compression use
+/// only per-element unbiasedness and per-element second moments, summed, so they hold as they
+/// are. The point is speed: a 16-lane generator makes the draws of 512 consecutive elements
+/// per 16 Philox calls, a quarter of the arithmetic of one draw per element (docs/wire-format.md,
+/// "Randomness"). Format 1 drew one value per element (block(i) = (i / 128) * 16 + (i % 16),
+/// no shift); its packets still decode, as decoding uses no randomness.
 ///
 /// This layout lets a 16-wide SIMD generator produce the draws of 16 consecutive elements as one
-/// vector without transposes, and a GPU thread produce the 8 draws of one block.
+/// vector without transposes, and a GPU thread produce the draws of one block.
 
 #include <gradcomp/config.hpp>
 
@@ -63,6 +77,11 @@ GRADCOMP_HOST_DEVICE constexpr philox_block philox4x32(philox_block ctr, philox_
   return ctr;
 }
 
+/// Elements that share one Philox draw (wire format 2; see the file comment): 128 consecutive
+/// elements take the 128 draws of 16 Philox calls, and `draw_share` such groups in a row take
+/// the same 16 calls, each group shifted by its own fraction of the 16-bit range.
+inline constexpr unsigned draw_share = 4;
+
 /// Where an element's randomness comes from: the seed shared by all ranks, the training step
 /// and the tensor. Together with the element index this fixes the draw.
 struct random_stream {
@@ -84,20 +103,37 @@ struct random_stream {
   }
   /// Block holding element `i`'s draw.
   GRADCOMP_HOST_DEVICE static constexpr std::uint64_t block_of(std::uint64_t i) noexcept {
-    return ((i >> 7) << 4) | (i & 15u);
+    return ((i / (128u * draw_share)) << 4) | (i & 15u);
   }
   /// Which of the eight 16-bit lanes of its block element `i` uses.
   GRADCOMP_HOST_DEVICE static constexpr unsigned lane_of(std::uint64_t i) noexcept {
     return static_cast<unsigned>((i >> 4) & 7u);
+  }
+  /// The quarter (0..3) by which element `i`'s draw is shifted: (i / 128) % draw_share.
+  GRADCOMP_HOST_DEVICE static constexpr unsigned quarter_of(std::uint64_t i) noexcept {
+    return static_cast<unsigned>((i / 128u) % draw_share);
   }
   /// Extracts 16-bit lane `lane` of a block output.
   GRADCOMP_HOST_DEVICE static constexpr std::uint32_t lane16(philox_block const& out,
                                                              unsigned lane) noexcept {
     return (out[lane >> 1] >> (16u * (lane & 1u))) & 0xffffu;
   }
+  /// A raw 16-bit lane shifted by quarter `q` of the 16-bit range.
+  GRADCOMP_HOST_DEVICE static constexpr std::uint32_t shifted(std::uint32_t raw16,
+                                                              unsigned q) noexcept {
+    return (raw16 + q * (0x10000u / draw_share)) & 0xffffu;
+  }
+  /// Element `i`'s draw taken from `out`, the output of its block (`block(block_of(i))`): the
+  /// one place that says which bits of a block, shifted how, element i uses. Generators that
+  /// compute a block once for the several elements it serves (the CUDA codecs' draw cache)
+  /// call this, so they follow any change of the mapping.
+  GRADCOMP_HOST_DEVICE static constexpr std::uint32_t draw_from(philox_block const& out,
+                                                                std::uint64_t i) noexcept {
+    return shifted(lane16(out, lane_of(i)), quarter_of(i));
+  }
   /// Element `i`'s uniform 16-bit draw (one Philox call; use the block form in loops).
   GRADCOMP_HOST_DEVICE constexpr std::uint32_t draw16(std::uint64_t i) const noexcept {
-    return lane16(block(block_of(i)), lane_of(i));
+    return draw_from(block(block_of(i)), i);
   }
 };
 

@@ -8,7 +8,7 @@
 /// | offset | size | field                                             |
 /// |-------:|-----:|---------------------------------------------------|
 /// |      0 |    4 | magic "GCPK" (0x47 0x43 0x50 0x4B)                |
-/// |      4 |    1 | format version (1)                                |
+/// |      4 |    1 | format version (2; 1 is still read)               |
 /// |      5 |    1 | codec id (`codec_id`)                             |
 /// |      6 |    1 | dtype of the compressed tensor (`dtype`)          |
 /// |      7 |    1 | codec variant (codec-specific, 0 when unused)     |
@@ -69,8 +69,19 @@ constexpr char const* codec_name(codec_id id) noexcept {
   return "unknown";
 }
 
-/// The wire format version this library writes and reads.
-inline constexpr std::uint8_t wire_version = 1;
+/// The wire format version this library writes. Version 2 changed only how stochastic codecs
+/// draw their randomness (core/philox.hpp: one Philox draw shared by four elements), so the
+/// packets of int8 (stochastic rounding), QSGD, TernGrad, natural and dithering differ from
+/// version 1 and those of every other codec differ only in this byte.
+inline constexpr std::uint8_t wire_version = 2;
+/// The oldest version this library reads. A version-1 packet has the same layout and
+/// decodes to the same values: decoding uses no randomness.
+inline constexpr std::uint8_t oldest_wire_version = 1;
+
+/// Whether this library reads packets of format version `v`.
+constexpr bool readable_wire_version(std::uint8_t v) noexcept {
+  return v >= oldest_wire_version && v <= wire_version;
+}
 /// Size of the packet header in bytes.
 inline constexpr std::size_t header_bytes = 32;
 /// The four magic bytes that start every packet.
@@ -163,9 +174,10 @@ inline packet_header read_header(std::span<std::byte const> packet) {
   if (std::memcmp(p, wire_magic, 4) != 0) {
     throw format_error("gradcomp: packet does not start with the magic bytes \"GCPK\"");
   }
-  if (static_cast<std::uint8_t>(p[4]) != wire_version) {
+  if (!readable_wire_version(static_cast<std::uint8_t>(p[4]))) {
     throw format_error("gradcomp: packet has wire format version " +
                        std::to_string(static_cast<unsigned>(p[4])) + ", this library reads " +
+                       std::to_string(oldest_wire_version) + " to " +
                        std::to_string(wire_version));
   }
   packet_header h;
@@ -197,8 +209,9 @@ inline std::uint64_t declared_packet_bytes(std::span<std::byte const> prefix) {
                        " bytes to read a packet size, got " + std::to_string(prefix.size()));
   }
   if (std::memcmp(prefix.data(), wire_magic, 4) != 0 ||
-      static_cast<std::uint8_t>(prefix[4]) != wire_version) {
-    throw format_error("gradcomp: not a version-1 gradcomp packet (bad magic or version)");
+      !readable_wire_version(static_cast<std::uint8_t>(prefix[4]))) {
+    throw format_error("gradcomp: not a gradcomp packet of a version this library reads (bad "
+                       "magic or version)");
   }
   std::uint64_t const payload = detail::load_le<std::uint64_t>(prefix.data() + 16);
   if (payload > UINT64_MAX - header_bytes) {

@@ -7,13 +7,20 @@
 /// where there was one (the figures come from docs/performance.md and docs/algorithms.md, on the
 /// 2-vCPU AVX-512 Xeon described there), or that it was not measured.
 ///
-/// Retuning for a microarchitecture means editing this header. Every constant here changes
+/// Retuning for a microarchitecture means editing this header. Most constants hold on every
+/// machine measured; where two machines wanted different values (the prefetch distances), the
+/// value is chosen once at run time from the CPU vendor (`machine_tuning()`). Every constant here changes
 /// speed only, except `chunk_elements`, which also fixes the order of chunked reductions and so
 /// the bytes of some packets (see its comment).
 
 #include <gradcomp/config.hpp>
 
 #include <cstddef>
+#include <cstring>
+
+#if GRADCOMP_X86_SIMD
+#  include <cpuid.h>
+#endif
 
 GRADCOMP_NAMESPACE_BEGIN
 namespace cpu {
@@ -49,24 +56,57 @@ inline constexpr std::size_t default_parallel_threshold = std::size_t{1} << 18;
 /// kernel with the packet streamed.
 inline constexpr std::size_t streaming_store_min_bytes = std::size_t{8} << 20;
 
-/// How far ahead (bytes of input) the streamed 16-bit conversions prefetch. With streaming
-/// stores the loop's own loads are the only demand traffic, and the hardware prefetcher alone
-/// kept one thread below the read kernel. Measured at 2^24 float32, one thread (Intel Xeon):
-/// streamed fp16 from 15.5–16.3 to 18.3–18.6 GB/s, bf16 from 14.4–14.7 to 15.8–16.8 GB/s with
-/// 4 KiB; 1 KiB and 8 KiB were no better.
-inline constexpr std::size_t stream_prefetch_bytes = 4096;
-
 // --- Bucket statistics kernels (cpu/kernels/bytecode.hpp, cpu/kernels/dither.hpp) ------------
 
-/// How far ahead (bytes) the AVX-512 statistics kernels (`block_minmax`, `block_max_exponent`,
-/// `block_sumsq`, `block_absmax`) prefetch: two 512-element buckets of floats, so the next ones
-/// are on their way while this one reduces. Measured: 2048 bytes took `block_minmax` over 2^24
-/// elements from 23 to 26 GB/s against 28 GB/s for a plain read (commit efb81b1, where int8
-/// nearest compress went from 0.35 to 0.48 of the read baseline). Since the codes go out with
-/// streaming stores and the codes pass re-reads from L1 (`bucketed_pass_block`), the loads of
-/// this pass are the only demand traffic, and 4096 measured better at 2^24, one thread:
-/// int8 nearest compress 0.55–0.58 of read with 2048, 0.61–0.63 with 4096 or 8192.
-inline constexpr std::size_t stats_prefetch_bytes = 4096;
+/// The CPU families whose measurements chose a tuning value of their own.
+enum class cpu_vendor : unsigned char { other, intel, amd };
+
+/// The vendor in CPUID leaf 0 ("GenuineIntel", "AuthenticAMD"); `other` elsewhere.
+inline cpu_vendor detect_cpu_vendor() noexcept {
+#if GRADCOMP_X86_SIMD
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return cpu_vendor::other;
+  char name[12];
+  std::memcpy(name, &b, 4);
+  std::memcpy(name + 4, &d, 4);
+  std::memcpy(name + 8, &c, 4);
+  if (std::memcmp(name, "GenuineIntel", 12) == 0) return cpu_vendor::intel;
+  if (std::memcmp(name, "AuthenticAMD", 12) == 0) return cpu_vendor::amd;
+#endif
+  return cpu_vendor::other;
+}
+
+/// Prefetch distances (bytes of input ahead of the loads) of the streaming kernels. Speed only:
+/// no value changes a byte of output.
+struct prefetch_tuning {
+  /// The streamed 16-bit conversions (cpu/kernels/convert.hpp). With streaming stores the
+  /// loop's own loads are the only demand traffic, and the hardware prefetcher alone kept one
+  /// thread below the read kernel. Intel Xeon, 2^24 float32, one thread: fp16 from 15.5–16.3
+  /// to 18.3–18.6 GB/s, bf16 from 14.4–14.7 to 15.8–16.8 GB/s with 4 KiB; 1 and 8 KiB were no
+  /// better.
+  std::size_t stream_bytes;
+  /// The statistics passes (`block_minmax`, `block_max_exponent`, `block_sumsq`,
+  /// `block_absmax`) and onebit's packer. Intel Xeon: 2048 bytes took `block_minmax` over 2^24
+  /// elements from 23 to 26 GB/s (commit efb81b1); with streamed codes and the codes pass
+  /// re-reading from L1, 4096 measured better (int8 nearest compress 0.55–0.58 of read with
+  /// 2048, 0.61–0.63 with 4096 or 8192). AMD EPYC (Zen 5, 2026-11-28, 2^24, one thread, ratio
+  /// to the traffic kernel): 4096 gave int8 nearest 0.64–0.65 and onebit 0.81–0.82; 16384 gave
+  /// 0.84–0.87 and 0.87–0.92; 32768 no better. The streamed conversions kept 4096 there
+  /// (16384 was no better for fp16 and worse for bf16).
+  std::size_t stats_bytes;
+};
+
+/// The prefetch distances measured best on each vendor's machine; `other` takes Intel's.
+inline constexpr prefetch_tuning prefetch_tuning_for(cpu_vendor v) noexcept {
+  if (v == cpu_vendor::amd) return {4096, 16384};
+  return {4096, 4096};
+}
+
+/// The tuning of the machine this runs on (detected once).
+inline prefetch_tuning const& machine_tuning() noexcept {
+  static prefetch_tuning const tuning = prefetch_tuning_for(detect_cpu_vendor());
+  return tuning;
+}
 
 /// Elements per block of the bucketed codecs' two passes (int8's range, natural's exponent, then
 /// the codes; codec/detail/codec_base.hpp, `bucketed_pass`), rounded up to whole buckets: 16 KiB

@@ -3,10 +3,10 @@
 #pragma once
 /// @file
 /// A runtime model of one training iteration: dense all-reduce, compressed all-reduce (per
-/// aggregation kind), two-way compression and gossip, on an alpha-beta network with fast
-/// intra-node and slower inter-node links, with straggling compute and communication hidden
-/// behind compute. The formulas, their assumptions and their sources are in
-/// docs/runtime-model.md; every function here names the one it implements.
+/// aggregation kind), two-way compression, hierarchical all-reduce and gossip, on an
+/// alpha-beta network with fast intra-node and slower inter-node links, with straggling compute
+/// and communication hidden behind compute. The formulas, their assumptions and their sources
+/// are in docs/runtime-model.md; every function here names the one it implements.
 ///
 /// Units: seconds, bytes, bytes per second. Ranks are laid out node by node.
 
@@ -275,6 +275,93 @@ inline double window(compute_params const& c, bool whole_compute) {
   t.communication = reduce_scatter_time(mc, n, l) + allgather_time(mc / n, n, l);
   t.bytes_sent = n > 1 ? 2.0 * (n - 1.0) / n * mc : 0.0;
   t.codec = (bytes + bytes / n) / k.compress_bandwidth + 2.0 * bytes / k.decompress_bandwidth;
+  t.exposed = std::max(0.0, t.communication - detail::window(c, false));
+  t.optimizer = c.optimizer;
+  return t;
+}
+
+/// How a hierarchical all-reduce (collective/hierarchical.hpp) is set up, as the model sees it.
+struct hierarchical_params {
+  /// Shards per node, each sent between nodes by its own rank: 0 for `ranks_per_node` (every
+  /// network interface in use), 1 for one leader per node; at most `ranks_per_node`.
+  int lanes = 0;
+  /// Float32 gradient bytes per byte on the intra-node wire: 1 for float32, 2 for binary16 or
+  /// bfloat16 (`hierarchical_options::intra`).
+  double intra_ratio = 1.0;
+  /// Speed of the conversions to and from the intra-node format, in float32 bytes per second;
+  /// infinity (the default, and what float32 costs) is free.
+  double intra_convert_bandwidth = std::numeric_limits<double>::infinity();
+
+  void validate(cluster_params const& cl) const {
+    auto fail = [](std::string const& what) {
+      throw config_error("gradcomp: runtime model: " + what);
+    };
+    if (lanes < 0 || lanes > cl.ranks_per_node) {
+      fail("hierarchical lanes must be 0 (ranks_per_node) or 1 to ranks_per_node (" +
+           std::to_string(cl.ranks_per_node) + "), got " + std::to_string(lanes));
+    }
+    if (!(std::isfinite(intra_ratio) && intra_ratio > 0.0))
+      fail("hierarchical intra_ratio must be finite and > 0");
+    if (!(intra_convert_bandwidth > 0.0)) fail("hierarchical intra_convert_bandwidth must be > 0");
+  }
+};
+
+/// Hierarchical all-reduce of a `bytes` gradient (docs/runtime-model.md): p = ranks_per_node,
+/// N = nodes, L lanes, M_i = bytes / intra_ratio, M_c = bytes / ratio:
+/// - intra-node reduce-scatter, each shard owner receiving p - 1 slices of M_i / L:
+///   T_rs = (p - 1) alpha_intra + (p - 1) (M_i / L) / beta_intra;
+/// - inter-node: the L lanes at once, each a compressed all-reduce of M_c / L over N nodes on
+///   the link `network_link(L N, L)` (L flows per interface, L N sharing the fabric): summable and
+///   shared support T_ar(N, M_c / L), gather T_ag(N, M_c / L); low-rank is not supported;
+/// - intra-node all-gather, each owner sending M_i / L to p - 1 ranks:
+///   T_ag = (p - 1) (alpha_intra + (M_i / L) / beta_intra).
+/// comm = T_rs + T_inter + T_ag, hidden behind the backward pass; codec (on a shard owner) =
+/// (M / L) / compress + decoded / decompress (decoded = M / L, or N M / L for gather), plus the
+/// intra-node conversions (2 M + (p + 1) M / L) / intra_convert_bandwidth; with one node no
+/// codec runs. bytes_sent: the larger of an owner's ((L - 1) / L M_i + inter + (p - 1) M_i / L)
+/// and a non-owner's (M_i). With p = 1 this is `predict_compressed_allreduce`.
+[[nodiscard]] inline iteration_time predict_hierarchical_allreduce(
+    double bytes, cluster_params const& cl, compute_params const& c, codec_params const& k,
+    hierarchical_params const& h = {}) {
+  detail::check_bytes(bytes);
+  cl.validate();
+  c.validate();
+  k.validate();
+  h.validate(cl);
+  if (k.aggregation == aggregation_kind::low_rank) {
+    throw config_error(
+        "gradcomp: runtime model: the hierarchical all-reduce takes summable, shared-support or "
+        "gather codecs, not low-rank ones");
+  }
+  double const p = cl.ranks_per_node;
+  int const nodes = cl.nodes();
+  double const n_nodes = nodes;
+  double const lanes = h.lanes == 0 ? p : static_cast<double>(h.lanes);
+  double const slice = bytes / h.intra_ratio / lanes;  // M_i / L
+  double const shard = bytes / k.ratio / lanes;        // M_c / L
+  iteration_time t;
+  t.compute = expected_max_compute(c, cl.ranks);
+  double const intra =
+      p > 1.0 ? (p - 1.0) * cl.intra.latency + (p - 1.0) * slice / cl.intra.bandwidth : 0.0;
+  double const gather = p > 1.0 ? (p - 1.0) * (cl.intra.latency + slice / cl.intra.bandwidth) : 0.0;
+  double inter = 0.0, inter_bytes = 0.0;
+  if (nodes > 1) {
+    link_params const l = cl.network_link(static_cast<int>(lanes) * nodes, static_cast<int>(lanes));
+    if (k.aggregation == aggregation_kind::gather) {
+      inter = allgather_time(shard, nodes, l);
+      inter_bytes = (n_nodes - 1.0) * shard;
+    } else {
+      inter = ring_allreduce_time(shard, nodes, l);
+      inter_bytes = 2.0 * (n_nodes - 1.0) / n_nodes * shard;
+    }
+    double const decoded =
+        k.aggregation == aggregation_kind::gather ? n_nodes * bytes / lanes : bytes / lanes;
+    t.codec = bytes / lanes / k.compress_bandwidth + decoded / k.decompress_bandwidth;
+  }
+  if (p > 1.0) t.codec += (2.0 * bytes + (p + 1.0) * bytes / lanes) / h.intra_convert_bandwidth;
+  t.communication = intra + inter + gather;
+  double const owner = (lanes - 1.0) * slice + inter_bytes + (p - 1.0) * slice;
+  t.bytes_sent = std::max(owner, lanes < p ? lanes * slice : 0.0);
   t.exposed = std::max(0.0, t.communication - detail::window(c, false));
   t.optimizer = c.optimizer;
   return t;

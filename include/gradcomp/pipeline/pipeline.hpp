@@ -59,6 +59,7 @@
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/bucket.hpp>
 #include <gradcomp/collective/common.hpp>
+#include <gradcomp/collective/hierarchical.hpp>
 #include <gradcomp/collective/low_rank.hpp>
 #include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/collective/powersgd_session.hpp>
@@ -116,6 +117,14 @@ struct pipeline_options {
   /// feedback, the shard's owner sums, re-compresses with server-side feedback and gathers).
   /// Not with a controller or PowerSGD.
   bool two_way = false;
+  /// Send the compressed tensors through the hierarchical all-reduce
+  /// (collective/hierarchical.hpp): with `hierarchical.nodes` set (e.g.
+  /// `node_grouping::uniform(8)`), each large tensor is reduced inside the nodes (in
+  /// `hierarchical.intra`), the node sums are compressed between nodes by the shard owners
+  /// (`hierarchical.lanes`), whose error feedback they keep, and the result is gathered inside
+  /// the nodes. Its `op` and `checksum` are those of `buckets`. Empty (the default): flat. Not
+  /// with a controller, two-way compression or PowerSGD; feedback "residual" or "none".
+  hierarchical_options hierarchical{};
   /// Seed of the codecs' random streams. Each rank adds its rank, except for shared-support
   /// codecs (random-k), whose ranks must draw the same coordinates, and PowerSGD, whose ranks
   /// start from the same Q.
@@ -261,6 +270,21 @@ class gradient_pipeline {
     }
     if (opt_.two_way) {
       two_way_.emplace(make_two_way(opt_.feedback, base_));
+    }
+    if (!opt_.hierarchical.nodes.empty()) {
+      if (!opt_.controller.empty() || opt_.two_way || low_rank_) {
+        throw config_error(
+            "gradcomp: gradient_pipeline: the hierarchical all-reduce takes no controller, no "
+            "two-way compression and no PowerSGD");
+      }
+      if (opt_.feedback != "residual" && opt_.feedback != "none") {
+        throw config_error(
+            "gradcomp: gradient_pipeline: the hierarchical all-reduce keeps error feedback on the "
+            "shard owners: feedback must be 'residual' or 'none', got '" + opt_.feedback + "'");
+      }
+      hier_ = true;
+      opt_.hierarchical.op = opt_.buckets.op;
+      opt_.hierarchical.checksum = opt_.buckets.checksum;
     }
     guard_.emplace(opt_.guard);
   }
@@ -558,7 +582,7 @@ class gradient_pipeline {
     }
     e.packets = &b.packets;
     e.large = g.size() >= opt_.buckets.min_compress_elements;
-    e.staged = e.large && !low_rank_ && !two_way_;
+    e.staged = e.large && !low_rank_ && !two_way_ && !hier_;
     if (guard_->enabled()) {
       // The guard's local norms; a non-finite one is not staged (the codec would throw): the
       // guard's round tells every rank, and no packet of this step is sent then.
@@ -681,6 +705,9 @@ class gradient_pipeline {
         else sessions_.erase(id);
       }
       if (two_way_) std::visit([](auto& tw) { tw.rollback_step(); }, *two_way_);
+      std::visit([&](auto& c) {
+        for (tensor_id id : hier_staged_) c.discard(id);
+      }, comp_);
       for (auto& [id, acc] : accumulator_undo_) {
         if (acc) accumulators_[id] = std::move(*acc);
         else accumulators_.erase(id);
@@ -689,6 +716,7 @@ class gradient_pipeline {
     }
     session_undo_.clear();
     accumulator_undo_.clear();
+    hier_staged_.clear();
   }
 
   template <communicator Comm>
@@ -711,7 +739,7 @@ class gradient_pipeline {
     guard_verdict gv;
     if (guard_->enabled()) {
       auto const t0 = clock::now();
-      bool const watch = !low_rank_ && !two_way_ && opt_.feedback != "none";
+      bool const watch = !low_rank_ && !two_way_ && !hier_ && opt_.feedback != "none";
       gv = guard_->check_with([&](std::span<double> v) { sum_stats(comm, v); }, comm.size(), step_,
                               std::span<guard_tensor const>(guard_tensors_), watch, info_.loss, br.wire_bytes);
       communicate += seconds(t0, clock::now());
@@ -762,7 +790,7 @@ class gradient_pipeline {
       } else if (k == decision::npos) {
         st.gain = 1.0;
       }
-    } else if (opt_.measure_gain && !low_rank_) {
+    } else if (opt_.measure_gain && !low_rank_ && !hier_) {
       double sums[2] = {ef_norm_, levels_ > 0 ? comp_norms_[0] : 0.0};
       auto const t0 = clock::now();
       sum_stats(comm, std::span<double>(sums));
@@ -774,15 +802,13 @@ class gradient_pipeline {
     if (k == decision::npos && rule == residual_rule::keep && receives && !guard_dense)
       rule = residual_rule::zero;
 
-    for (auto const& e : pending_) {
-      st.compressed_tensors +=
-          e.large && !guard_dense && (low_rank_ || two_way_ || k != decision::npos) ? 1 : 0;
-    }
+    bool const compressing = low_rank_ || two_way_ || hier_ || k != decision::npos;
+    for (auto const& e : pending_) st.compressed_tensors += e.large && !guard_dense && compressing ? 1 : 0;
 
     // The next residuals for the packets to be sent are computed now (the packets may be summed
     // in place on the wire); they become current only once the exchange has succeeded.
     auto const t_prepare = clock::now();
-    if (k != decision::npos && !low_rank_ && !two_way_) {
+    if (k != decision::npos && !low_rank_ && !two_way_ && !hier_) {
       for (auto const& e : pending_) {
         if (e.staged) {
           std::visit([&](auto& c) { c.prepare_commit(e.id, level_codecs_[k], (*e.packets)[k].packet(), ctx_); }, comp_);
@@ -796,7 +822,7 @@ class gradient_pipeline {
     auto const t_send = clock::now();
     if (guard_dense) {
       send_dense(comm, items, residual_rule::keep, br, decode);
-    } else if (low_rank_ || two_way_) {
+    } else if (low_rank_ || two_way_ || hier_) {
       send_per_tensor(comm, br, decode);
     } else if (k == decision::npos) {
       send_dense(comm, items, rule, br, decode);
@@ -808,13 +834,17 @@ class gradient_pipeline {
     detail::agree_outcome(comm, step_check_, "gradient_pipeline", step_);
     br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
     if (two_way_) std::visit([](auto& tw) { tw.commit_step(); }, *two_way_);
+    std::visit([&](auto& c) {
+      for (tensor_id id : hier_staged_) c.apply_commit(id);
+    }, comp_);
+    hier_staged_.clear();
     session_undo_.clear();
     accumulator_undo_.clear();
     communicate += seconds(t_send, clock::now()) - decode;
 
     // Commit exactly what was sent, then the receiver side and the 16-bit outputs.
     auto const t_commit = clock::now();
-    if (!low_rank_ && !two_way_) {
+    if (!low_rank_ && !two_way_ && !hier_) {
       for (auto const& e : pending_) {
         if (!e.staged) continue;
         std::visit(
@@ -833,7 +863,7 @@ class gradient_pipeline {
     }
     double const commit_s = seconds(t_commit, clock::now());
     auto const t_out = clock::now();
-    if (!low_rank_ && !two_way_ && !guard_dense) {
+    if (!low_rank_ && !two_way_ && !hier_ && !guard_dense) {
       for (auto const& e : pending_) {
         if (e.staged) std::visit([&](auto& c) { c.receive(e.id, e.out32); }, comp_);
       }
@@ -921,6 +951,14 @@ class gradient_pipeline {
       plan = detail::plan_buckets(std::span<bucket_item const>(items), opt_.buckets);
       fingerprint fp;
       fp.add("gradient_pipeline").add(opt_.codec).add(opt_.feedback).add(opt_.controller);
+      if (hier_) {
+        hier_plan_ = detail::plan_hierarchy(opt_.hierarchical, comm.size());
+        fp.add("hierarchical").add(hier_plan_.grouping);
+        fp.add(static_cast<std::uint64_t>(hier_plan_.lanes));
+        fp.add(static_cast<std::uint64_t>(opt_.hierarchical.intra));
+        fp.add(static_cast<std::uint64_t>(opt_.hierarchical.groups.tag_base));
+        fp.add(static_cast<std::uint64_t>(opt_.hierarchical.groups.tag_count));
+      }
       fp.add(opt_.two_way ? 1 : 0).add(step_).add(opt_.buckets.bucket_bytes).add(opt_.buckets.min_compress_elements);
       fp.add(static_cast<std::uint64_t>(opt_.buckets.small_format)).add(static_cast<std::uint64_t>(opt_.buckets.op));
       fp.add(opt_.measure_gain ? 1 : 0).add(opt_.guard);
@@ -1026,6 +1064,19 @@ class gradient_pipeline {
           session_undo_.emplace_back(e.id, it->second.snapshot());
         }
         r = detail::low_rank_exchange(comm, it->second, g, e.out32, ctx_, copt, step_check_);
+      } else if (hier_) {
+        hierarchical_result hr;
+        std::visit(
+            [&](auto& c) {
+              detail::pending_commit<std::remove_reference_t<decltype(c)>> staged(c);
+              detail::hierarchical_exchange(comm, hier_plan_, c, g, e.out32, ctx_,
+                                            opt_.hierarchical, step_check_, staged, hr);
+              // made current after the step's outcome round, or discarded by `rollback`
+              for (tensor_id id : staged.release()) hier_staged_.push_back(id);
+            },
+            comp_);
+        r.packet_bytes = hr.packet_bytes;
+        r.wire_bytes = hr.wire_bytes;
       } else {
         r = std::visit([&](auto& tw) { return detail::two_way_exchange(comm, tw, g, e.out32, ctx_, copt, step_check_); },
                        *two_way_);
@@ -1081,6 +1132,9 @@ class gradient_pipeline {
   std::optional<powersgd_options> low_rank_;
   std::map<tensor_id, std::pair<std::size_t, std::size_t>> shapes_;
   std::optional<two_way_variant> two_way_;
+  bool hier_ = false;                      // hierarchical all-reduce (opt_.hierarchical)
+  detail::hierarchical_plan hier_plan_;    // its layout, settled by the step's agreement round
+  std::vector<tensor_id> hier_staged_;     // the owners' staged feedback of the step
   std::map<tensor_id, powersgd_session> sessions_;
   std::map<double, any_codec> codec_cache_;
   std::map<tensor_id, buffers> buffers_;

@@ -283,7 +283,7 @@ TEST_CASE(
         REQUIRE_THROWS_AS(decode(p), gc::format_error);
         REQUIRE_THROWS_AS(decode_any(p), gc::format_error);
       }
-      for (unsigned ver : {0u, 2u, 255u}) {
+      for (unsigned ver : {0u, 3u, 255u}) {
         auto p = good;
         put_u8(p, field::version, ver);
         REQUIRE_THROWS_AS(decode(p), gc::format_error);

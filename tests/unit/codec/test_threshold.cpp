@@ -59,7 +59,7 @@ TEST_CASE("threshold golden packet", "[codec][threshold][golden]") {
   // 01 01 00 10 -> 0b10000101 = 0x85, padded to 4 bytes.
   auto const p = compress(gc::threshold_codec(1.0f), x);
   CHECK(to_hex(p) ==
-        "4743504b010b0104" "0800000000000000" "1400000000000000" "0400000002000000"
+        "4743504b020b0104" "0800000000000000" "1400000000000000" "0400000002000000"
         "85000000" "000000c0" "0000803f" "00004040" "000080bf");
 }
 

@@ -155,19 +155,19 @@ TEST_CASE("topk golden packet", "[codec][topk][golden]") {
   // first 1, gaps-1 1 and 0, b = 1: bits 1,1,0 -> 0x03, padded to 4 bytes (< 12 absolute).
   auto const p = compress(gc::topk_codec::count(3), x);
   CHECK(to_hex(p) ==
-        "4743504b010a0104" "0800000000000000" "1000000000000000" "0300000001000000"
+        "4743504b020a0104" "0800000000000000" "1000000000000000" "0300000001000000"
         "03000000" "000000c0" "0000803f" "00004040");
   // k = 2 with f16 values: indices 1, 4; delta b = bit_width(1 | 2) = 2 -> 4 bytes < 8.
   auto const q = compress(gc::topk_codec::count(2, gc::sparse_values::f16), x);
   CHECK(to_hex(q) ==
-        "4743504b010a0105" "0800000000000000" "0800000000000000" "0200000002000000"
+        "4743504b020a0105" "0800000000000000" "0800000000000000" "0200000002000000"
         "09000000" "00c0" "0042");
   // One element of a large tensor: absolute (4 bytes) ties delta (4 bytes) -> absolute.
   std::vector<float> y(300, 0.0f);
   y[299] = -1.0f;
   auto const r = compress(gc::topk_codec::count(1), y);
   CHECK(to_hex(r) ==
-        "4743504b010a0100" "2c01000000000000" "0800000000000000" "0100000000000000"
+        "4743504b020a0100" "2c01000000000000" "0800000000000000" "0100000000000000"
         "2b010000" "000080bf");
 }
 

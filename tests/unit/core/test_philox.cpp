@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <set>
+#include <tuple>
 #include <vector>
 
 namespace gc = gradcomp;
@@ -49,7 +50,13 @@ bool chi2_plausible(std::vector<std::uint64_t> const& counts) {
 static_assert(gc::philox4x32<10>({0, 0, 0, 0}, {0, 0}) ==
               gc::philox_block{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
 static_assert(gc::random_stream::block_of(0) == 0 && gc::random_stream::block_of(16) == 0 &&
-              gc::random_stream::block_of(128) == 16 && gc::random_stream::block_of(131) == 19);
+              gc::random_stream::block_of(128) == 0 && gc::random_stream::block_of(131) == 3 &&
+              gc::random_stream::block_of(512) == 16 && gc::random_stream::block_of(515) == 19);
+static_assert(gc::draw_share == 4 && gc::random_stream::quarter_of(127) == 0 &&
+              gc::random_stream::quarter_of(128) == 1 && gc::random_stream::quarter_of(511) == 3 &&
+              gc::random_stream::quarter_of(512) == 0);
+static_assert(gc::random_stream::shifted(0xc000u, 1) == 0 &&
+              gc::random_stream::shifted(0x1234u, 3) == 0xd234u);
 static_assert(gc::random_stream::lane_of(15) == 0 && gc::random_stream::lane_of(16) == 1 &&
               gc::random_stream::lane_of(127) == 7 && gc::random_stream::lane_of(128) == 0);
 
@@ -85,13 +92,15 @@ TEST_CASE("random_stream: key and counter layout", "[core][philox]") {
 
 TEST_CASE("random_stream: element i draws the documented 16 bits", "[core][philox]") {
   gc::random_stream const rs{42, 7, 3};
-  // philox.hpp: block(i) = (i / 128) * 16 + (i % 16), lane(i) = (i / 16) % 8,
-  //             draw(i) = (out[lane / 2] >> (16 * (lane % 2))) & 0xffff.
+  // philox.hpp (wire format 2): block(i) = (i / 512) * 16 + (i % 16), lane(i) = (i / 16) % 8,
+  // shift(i) = ((i / 128) % 4) * 2^14, draw(i) = ((out[lane / 2] >> (16 * (lane % 2))) +
+  // shift(i)) mod 2^16.
   auto expected_draw = [&](std::uint64_t i) {
-    std::uint64_t const block = (i / 128) * 16 + (i % 16);
+    std::uint64_t const block = (i / 512) * 16 + (i % 16);
     unsigned const lane = static_cast<unsigned>((i / 16) % 8);
     gc::philox_block const out = rs.block(block);
-    return (out[lane / 2] >> (16 * (lane % 2))) & 0xffffu;
+    std::uint32_t const shift = static_cast<std::uint32_t>((i / 128) % 4) * 0x4000u;
+    return (((out[lane / 2] >> (16 * (lane % 2))) & 0xffffu) + shift) & 0xffffu;
   };
   std::vector<std::uint64_t> indices;
   for (std::uint64_t i = 0; i < 1024; ++i) indices.push_back(i);
@@ -101,7 +110,7 @@ TEST_CASE("random_stream: element i draws the documented 16 bits", "[core][philo
   }
   for (std::uint64_t i : indices) {
     INFO("element " << i);
-    REQUIRE(gc::random_stream::block_of(i) == (i / 128) * 16 + (i % 16));
+    REQUIRE(gc::random_stream::block_of(i) == (i / 512) * 16 + (i % 16));
     REQUIRE(gc::random_stream::lane_of(i) == (i / 16) % 8);
     REQUIRE(rs.draw16(i) == expected_draw(i));
   }
@@ -111,23 +120,86 @@ TEST_CASE("random_stream: element i draws the documented 16 bits", "[core][philo
   for (unsigned l = 0; l < 8; ++l) CHECK(gc::random_stream::lane16(out, l) == lanes[l]);
 }
 
-TEST_CASE("random_stream: elements use every draw of their blocks exactly once", "[core][philox]") {
-  // Elements [0, 128 k) map one-to-one onto the 8 lanes of blocks [0, 16 k).
+TEST_CASE("random_stream: known-answer draws of wire format 2", "[core][philox][wire]") {
+  // Pinned: these are the draws every stochastic packet of format 2 is made of (the golden
+  // packets' 37 elements lie in the first 128-element group, where formats 1 and 2 agree, so
+  // this is what pins the sharing). Element 128 shares element 0's draw shifted by 2^14, 511
+  // shares 127's shifted by 3 * 2^14.
+  gc::random_stream const rs{0x0123456789abcdefull, 7, 3};
+  std::pair<std::uint64_t, std::uint32_t> const kat[] = {
+      {0, 0x54be},   {1, 0x2d21},    {127, 0xf7ec},  {128, 0x94be},
+      {300, 0x9843}, {511, 0xb7ec},  {512, 0x3add},  {1000, 0xe405},
+      {(std::uint64_t{1} << 33) + 389, 0x3590}};
+  for (auto const& [i, d] : kat) {
+    INFO("element " << i);
+    CHECK(rs.draw16(i) == d);
+  }
+}
+
+TEST_CASE("random_stream: every draw of a block serves draw_share elements, one per quarter",
+          "[core][philox]") {
+  // Elements [0, 512 k) map onto the 8 lanes of blocks [0, 16 k), each (block, lane) taken by
+  // exactly draw_share = 4 elements, 128 apart, with the quarters 0, 1, 2, 3.
   constexpr std::uint64_t groups = 5;
-  std::set<std::pair<std::uint64_t, unsigned>> used;
-  for (std::uint64_t i = 0; i < 128 * groups; ++i) {
+  std::set<std::tuple<std::uint64_t, unsigned, unsigned>> used;
+  for (std::uint64_t i = 0; i < 512 * groups; ++i) {
     std::uint64_t const b = gc::random_stream::block_of(i);
     unsigned const l = gc::random_stream::lane_of(i);
+    unsigned const q = gc::random_stream::quarter_of(i);
     REQUIRE(b < 16 * groups);
     REQUIRE(l < 8);
-    REQUIRE(used.insert({b, l}).second);
+    REQUIRE(q < gc::draw_share);
+    REQUIRE(used.insert({b, l, q}).second);
+    if (i % 512 < 128) {
+      for (unsigned k = 1; k < gc::draw_share; ++k) {
+        REQUIRE(gc::random_stream::block_of(i + 128 * k) == b);
+        REQUIRE(gc::random_stream::lane_of(i + 128 * k) == l);
+      }
+    }
   }
-  CHECK(used.size() == 128 * groups);
-  // 16 consecutive elements (a SIMD vector) share one lane and use 16 consecutive blocks.
-  for (std::uint64_t start = 0; start < 128 * groups; start += 16) {
+  CHECK(used.size() == 512 * groups);
+  // 16 consecutive elements (a SIMD vector) share one lane and quarter and use 16 consecutive
+  // blocks.
+  for (std::uint64_t start = 0; start < 512 * groups; start += 16) {
     for (std::uint64_t k = 1; k < 16; ++k) {
       REQUIRE(gc::random_stream::lane_of(start + k) == gc::random_stream::lane_of(start));
+      REQUIRE(gc::random_stream::quarter_of(start + k) == gc::random_stream::quarter_of(start));
       REQUIRE(gc::random_stream::block_of(start + k) == gc::random_stream::block_of(start) + k);
+    }
+  }
+}
+
+TEST_CASE("random_stream: elements sharing a draw round up as a stratified sample",
+          "[core][philox][statistics]") {
+  // The four elements i, i + 128, i + 256, i + 384 draw d, d + 2^14, d + 2^15, d + 3 * 2^14
+  // (mod 2^16). For a common fraction p, the number of them that round up is floor(4p) or
+  // ceil(4p), whatever d is; alone, each still rounds up with probability p (checked below by
+  // frequency over 2^18 shared draws, and in "round_up" over all 2^16 values).
+  gc::random_stream const rs{77, 4, 11};
+  for (float const p : {0.1f, 0.3f, 0.5f, 0.77f, 0.999f}) {
+    std::uint64_t ups[4] = {0, 0, 0, 0};
+    std::uint64_t supers = 0;
+    for (std::uint64_t base = 0; base < (std::uint64_t{1} << 20); base += 512) {
+      for (std::uint64_t j = 0; j < 128; j += 7) {
+        unsigned count = 0;
+        for (unsigned k = 0; k < 4; ++k) {
+          bool const up = gc::round_up(rs.draw16(base + j + 128 * k), p);
+          count += up ? 1u : 0u;
+          ups[k] += up ? 1u : 0u;
+        }
+        double const lo = std::floor(4.0 * p), hi = std::ceil(4.0 * p);
+        INFO("p = " << p << ", element " << base + j);
+        REQUIRE(count >= lo);
+        REQUIRE(count <= hi);
+      }
+      ++supers;
+    }
+    std::uint64_t const trials = supers * ((128 + 6) / 7);
+    double const sigma = std::sqrt(static_cast<double>(p) * (1.0 - p) / static_cast<double>(trials));
+    for (unsigned k = 0; k < 4; ++k) {
+      double const freq = static_cast<double>(ups[k]) / static_cast<double>(trials);
+      INFO("p = " << p << ", quarter " << k << ", frequency " << freq);
+      CHECK(std::fabs(freq - static_cast<double>(p)) <= 6 * sigma + 0x1p-17);
     }
   }
 }
@@ -155,9 +227,11 @@ TEST_CASE("random_stream: draws are uniform (chi-square, 16 buckets, 1M draws)",
     CHECK(chi2_plausible(high));
     CHECK(chi2_plausible(mid));
     CHECK(chi2_plausible(low));
-    // Spot-check that the loop above used the same numbers as draw16.
-    CHECK(rs.draw16(777) == gc::random_stream::lane16(rs.block(gc::random_stream::block_of(777)),
-                                                      gc::random_stream::lane_of(777)));
+    // Spot-check that the loop above used the raw numbers behind draw16.
+    CHECK(rs.draw16(777) ==
+          gc::random_stream::shifted(gc::random_stream::lane16(rs.block(gc::random_stream::block_of(777)),
+                                                               gc::random_stream::lane_of(777)),
+                                     gc::random_stream::quarter_of(777)));
   }
 }
 

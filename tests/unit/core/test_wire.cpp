@@ -54,7 +54,9 @@ unsigned byte_at(std::vector<std::byte> const& v, std::size_t i) {
 }  // namespace
 
 static_assert(gc::header_bytes == 32);
-static_assert(gc::wire_version == 1);
+static_assert(gc::wire_version == 2 && gc::oldest_wire_version == 1);
+static_assert(gc::readable_wire_version(1) && gc::readable_wire_version(2) &&
+              !gc::readable_wire_version(0) && !gc::readable_wire_version(3));
 static_assert(
     gc::packet_header{gc::codec_id::int8, gc::dtype::f16, 0, 10, 100, 0, 0}.packet_bytes() == 132);
 
@@ -66,7 +68,7 @@ TEST_CASE("wire: header bytes are the documented little-endian layout", "[core][
   gc::write_header(buf, h);
   std::vector<unsigned> const expect = {
       0x47, 0x43, 0x50, 0x4B,                          // "GCPK"
-      0x01,                                            // version
+      0x02,                                            // version
       0x06,                                            // codec id (qsgd)
       0x03,                                            // dtype (bf16)
       0xA7,                                            // variant
@@ -177,17 +179,23 @@ TEST_CASE("wire: read_header rejects malformed packets with a format_error", "[c
     }
   }
   SECTION("wrong version") {
-    for (unsigned v : {0u, 2u, 3u, 0x81u, 255u}) {
+    for (unsigned v : {0u, 3u, 4u, 0x81u, 255u}) {
       auto bad = good;
       bad[4] = static_cast<std::byte>(v);
       INFO("version " << v);
       std::string const msg = format_error_message([&] { (void)gc::read_header(cspan(bad)); });
       CHECK(msg.find("version " + std::to_string(v)) != std::string::npos);
-      CHECK(msg.find("reads 1") != std::string::npos);
+      CHECK(msg.find("reads 1 to 2") != std::string::npos);
       CHECK(format_error_message([&] {
               (void)gc::declared_packet_bytes(cspan(bad));
-            }).find("version-1") != std::string::npos);
+            }).find("of a version this library reads") != std::string::npos);
     }
+  }
+  SECTION("version 1 is still read") {
+    auto old = good;
+    old[4] = std::byte{1};
+    CHECK(gc::read_header(cspan(old)).count == gc::read_header(cspan(good)).count);
+    CHECK(gc::declared_packet_bytes(cspan(old)) == gc::declared_packet_bytes(cspan(good)));
   }
   SECTION("unknown dtype") {
     for (unsigned t : {0u, 4u, 5u, 0x7fu, 255u}) {

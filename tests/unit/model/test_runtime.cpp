@@ -234,3 +234,110 @@ TEST_CASE("runtime model rejects invalid parameters", "[runtime_model]") {
   REQUIRE_THROWS_AS(gc::predict_gossip(1.0, cl, cp, gc::topology::alternating_exp_ring(16, 8)),
                     gc::config_error);
 }
+
+namespace {
+
+gc::codec_params gather_codec(double ratio, double compress, double decompress) {
+  gc::codec_params k;
+  k.aggregation = gc::aggregation_kind::gather;
+  k.ratio = ratio;
+  k.compress_bandwidth = compress;
+  k.decompress_bandwidth = decompress;
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("runtime model: hierarchical all-reduce against hand-computed figures",
+          "[runtime_model]") {
+  // 2 nodes of 4 ranks, 100 MB gradient, a gather codec of ratio 32 (10 / 20 GB/s).
+  gc::cluster_params cl;
+  cl.ranks = 8;
+  cl.ranks_per_node = 4;
+  cl.intra = {1e-6, 100e9};
+  cl.inter = {10e-6, 3e9};
+  gc::compute_params cp = compute100ms();
+  gc::codec_params k = gather_codec(32, 10e9, 20e9);
+  double const m = 100e6;
+
+  // Every lane (L = 4): 25 MB slices inside the node; 4 lanes share each interface (3e9 / 4).
+  gc::iteration_time const t = gc::predict_hierarchical_allreduce(m, cl, cp, k);
+  double const rs = 3 * 1e-6 + 3 * 25e6 / 100e9;  // 7.53e-4
+  double const inter = 1e-5 + 781250.0 / 7.5e8;   // T_ag(2 nodes, 3.125 MB / 4)
+  double const ag = 3 * (1e-6 + 25e6 / 100e9);    // 7.53e-4
+  CHECK(t.communication == Approx(rs + inter + ag).epsilon(1e-12));
+  CHECK(t.communication == Approx(2.5576666667e-3).epsilon(1e-9));
+  CHECK(t.codec == Approx(25e6 / 10e9 + 2 * 25e6 / 20e9).epsilon(1e-12));  // 5 ms
+  CHECK(t.bytes_sent == Approx(75e6 + 781250.0 + 75e6).epsilon(1e-12));
+  CHECK(t.compute == Approx(gc::expected_max_compute(cp, 8)).epsilon(1e-12));
+  CHECK(t.exposed == 0.0);  // hidden behind the backward pass (66.7 ms)
+
+  // A leader per node (L = 1): the whole 100 MB to the leader, one flow per interface.
+  gc::hierarchical_params leader;
+  leader.lanes = 1;
+  gc::iteration_time const u = gc::predict_hierarchical_allreduce(m, cl, cp, k, leader);
+  CHECK(u.communication == Approx(2 * (3e-6 + 3e-3) + (1e-5 + 3.125e6 / 3e9)).epsilon(1e-12));
+  CHECK(u.codec == Approx(100e6 / 10e9 + 2 * 100e6 / 20e9).epsilon(1e-12));
+  CHECK(u.bytes_sent == Approx(3.125e6 + 3 * 100e6).epsilon(1e-12));  // the leader's
+
+  // 16-bit inside the node, converted at 10 GB/s: half the intra bytes, the conversions charged.
+  gc::hierarchical_params half;
+  half.intra_ratio = 2;
+  half.intra_convert_bandwidth = 10e9;
+  gc::iteration_time const v = gc::predict_hierarchical_allreduce(m, cl, cp, k, half);
+  CHECK(v.communication == Approx(2 * (3e-6 + 3 * 12.5e6 / 100e9) + inter).epsilon(1e-12));
+  CHECK(v.codec == Approx(t.codec + (2 * m + 5 * m / 4) / 10e9).epsilon(1e-12));
+
+  // A summable codec: each lane ring-all-reduces its shard between the nodes.
+  k.aggregation = gc::aggregation_kind::summable;
+  k.ratio = 2;
+  gc::iteration_time const w = gc::predict_hierarchical_allreduce(m, cl, cp, k);
+  CHECK(w.communication ==
+        Approx(rs + gc::ring_allreduce_time(12.5e6, 2, {10e-6, 7.5e8}) + ag).epsilon(1e-12));
+  CHECK(w.codec == Approx(25e6 / 10e9 + 25e6 / 20e9).epsilon(1e-12));
+
+  // A shared fabric of 1.5 GB/s: 8 flows between the nodes share it (1.5e9 / 8 < 3e9 / 4).
+  cl.fabric_bandwidth = 1.5e9;
+  k.aggregation = gc::aggregation_kind::gather;
+  k.ratio = 32;
+  gc::iteration_time const f = gc::predict_hierarchical_allreduce(m, cl, cp, k);
+  CHECK(f.communication == Approx(rs + 1e-5 + 781250.0 / 1.875e8 + ag).epsilon(1e-12));
+}
+
+TEST_CASE("runtime model: hierarchical all-reduce at the edges", "[runtime_model]") {
+  gc::compute_params cp = compute100ms();
+  gc::codec_params k = gather_codec(16, 5e9, 8e9);
+  // One rank per node: exactly the flat compressed all-reduce.
+  gc::cluster_params flat = cluster16();
+  flat.ranks_per_node = 1;
+  flat.fabric_bandwidth = 4e9;
+  gc::iteration_time const h = gc::predict_hierarchical_allreduce(64e6, flat, cp, k);
+  gc::iteration_time const c = gc::predict_compressed_allreduce(64e6, flat, cp, k);
+  CHECK(h.communication == Approx(c.communication).epsilon(1e-12));
+  CHECK(h.codec == Approx(c.codec).epsilon(1e-12));
+  CHECK(h.bytes_sent == Approx(c.bytes_sent).epsilon(1e-12));
+  CHECK(h.total() == Approx(c.total()).epsilon(1e-12));
+  // One node: no codec, only the intra-node reduce-scatter and all-gather.
+  gc::cluster_params one = cluster16();
+  one.ranks = 4;
+  gc::iteration_time const o = gc::predict_hierarchical_allreduce(64e6, one, cp, k);
+  CHECK(o.codec == 0.0);
+  CHECK(o.communication == Approx(2 * (3e-6 + 3 * 16e6 / 1e11)).epsilon(1e-12));
+  // On cluster16 (4 nodes of 4, 10 Gb/s) hierarchical onebit-like gather beats the flat one:
+  // 4 lanes of a quarter each instead of 16 ranks all-gathering full packets.
+  gc::cluster_params cl = cluster16();
+  CHECK(gc::predict_hierarchical_allreduce(64e6, cl, cp, k).communication <
+        gc::predict_compressed_allreduce(64e6, cl, cp, k).communication);
+  // What is refused.
+  gc::hierarchical_params bad;
+  bad.lanes = 5;
+  CHECK_THROWS_WITH(gc::predict_hierarchical_allreduce(64e6, cl, cp, k, bad),
+                    Catch::Contains("lanes"));
+  bad.lanes = 0;
+  bad.intra_ratio = 0;
+  CHECK_THROWS_WITH(gc::predict_hierarchical_allreduce(64e6, cl, cp, k, bad),
+                    Catch::Contains("intra_ratio"));
+  k.aggregation = gc::aggregation_kind::low_rank;
+  CHECK_THROWS_WITH(gc::predict_hierarchical_allreduce(64e6, cl, cp, k),
+                    Catch::Contains("not low-rank"));
+}

@@ -79,13 +79,14 @@ namespace avx512 {
 
 GRADCOMP_TARGET_AVX512 inline bool block_minmax(isa_tag, float const* x, std::size_t n, float& lo,
                                                 float& hi) noexcept {
+  std::size_t const ahead = machine_tuning().stats_bytes;
   float const lo0 = lo, hi0 = hi;
   __m512 mn = _mm512_set1_ps(lo);
   __m512 mx = _mm512_set1_ps(hi);
   __m512 const big = _mm512_set1_ps(FLT_MAX);
   __mmask16 bad = 0;
   for (std::size_t i = 0; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
     __mmask16 const live = live16(n - i);
     __m512 const v = load16(x + i, live);
     bad |= _mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(v), big, _CMP_NLE_UQ);
@@ -102,10 +103,11 @@ GRADCOMP_TARGET_AVX512 inline bool block_minmax(isa_tag, float const* x, std::si
 
 GRADCOMP_TARGET_AVX512 inline unsigned block_max_exponent(isa_tag, float const* x,
                                                           std::size_t n) noexcept {
+  std::size_t const ahead = machine_tuning().stats_bytes;
   __m512i m = _mm512_setzero_si512();
   __m512i const ef = _mm512_set1_epi32(0xff);
   for (std::size_t i = 0; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
     __m512i const v = load16_bits(x + i, live16(n - i));
     m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_srli_epi32(v, 23), ef));
   }
@@ -139,26 +141,34 @@ GRADCOMP_TARGET_AVX512 inline __m512 offsets16(philox16 const& g, unsigned k) no
                          _mm512_set1_ps(0x1p-17f));
 }
 
+// Codes of windows K..7 of a full 128-element group in one bucket (K a template parameter, so
+// that each window's draws are picked at compile time).
+template <bool Stochastic, unsigned K = 0>
+GRADCOMP_TARGET_AVX512 inline void int8_group_fast(float const* x, __m512 inv, __m512 bias,
+                                                   philox16 const& g, std::uint8_t* codes,
+                                                   bool stream) noexcept {
+  __m512 const r = Stochastic ? offsets16(g, K) : _mm512_setzero_ps();
+  store_codes16(codes + 16 * K, int8_codes16(_mm512_loadu_ps(x + 16 * K), inv, bias, Stochastic, r),
+                stream);
+  if constexpr (K + 1 < 8) int8_group_fast<Stochastic, K + 1>(x, inv, bias, g, codes, stream);
+}
+
 // int8 codes of [begin, end) (begin multiple of 128, end multiple of 128 or tensor end).
-GRADCOMP_TARGET_AVX512 inline void int8_encode(isa_tag, float const* x, std::size_t begin,
-                                               std::size_t end, std::size_t bucket_len,
-                                               int8_bucket const* buckets, bool stochastic,
-                                               random_stream const& rs, std::uint8_t* codes,
-                                               bool stream) noexcept {
+template <bool Stochastic>
+GRADCOMP_TARGET_AVX512 inline void int8_encode_rounding(float const* x, std::size_t begin,
+                                                        std::size_t end, std::size_t bucket_len,
+                                                        int8_bucket const* buckets,
+                                                        random_stream const& rs,
+                                                        std::uint8_t* codes, bool stream) noexcept {
   bucket_cursor cur(bucket_len, begin);
-  philox_schedule const ks = philox_prepare(rs);
+  philox_draws draws(rs);
   __m512 const zero = _mm512_setzero_ps();
   for (std::size_t g0 = begin; g0 < end; g0 += 128) {
     philox16 g{};
-    if (stochastic) g = philox_generate(ks, g0 / 128);
+    if constexpr (Stochastic) g = draws.group(g0 / 128);
     if (g0 + 128 <= end && cur.advance(g0, 128)) {
-      __m512 const inv = _mm512_set1_ps(buckets[cur.index()].inv);
-      __m512 const bias = _mm512_set1_ps(buckets[cur.index()].bias);
-      for (unsigned k = 0; k < 8; ++k) {
-        __m128i const c = int8_codes16(_mm512_loadu_ps(x + g0 + 16 * k), inv, bias, stochastic,
-                                       stochastic ? offsets16(g, k) : zero);
-        store_codes16(codes + g0 + 16 * k, c, stream);
-      }
+      int8_group_fast<Stochastic>(x + g0, _mm512_set1_ps(buckets[cur.index()].inv),
+                                  _mm512_set1_ps(buckets[cur.index()].bias), g, codes + g0, stream);
       continue;
     }
     for (unsigned k = 0; k < 8; ++k) {
@@ -169,10 +179,22 @@ GRADCOMP_TARGET_AVX512 inline void int8_encode(isa_tag, float const* x, std::siz
       window_buckets const w = window_at(cur, bucket_len, w0, valid);
       __m512 const inv = lanes_ps(w, [&](std::size_t b) { return buckets[b].inv; });
       __m512 const bias = lanes_ps(w, [&](std::size_t b) { return buckets[b].bias; });
-      __m128i const c = int8_codes16(load16(x + w0, live), inv, bias, stochastic,
-                                     stochastic ? offsets16(g, k) : zero);
+      __m128i const c = int8_codes16(load16(x + w0, live), inv, bias, Stochastic,
+                                     Stochastic ? offsets16(g, k) : zero);
       store_bytes16(codes + w0, live, c);
     }
+  }
+}
+
+GRADCOMP_TARGET_AVX512 inline void int8_encode(isa_tag, float const* x, std::size_t begin,
+                                               std::size_t end, std::size_t bucket_len,
+                                               int8_bucket const* buckets, bool stochastic,
+                                               random_stream const& rs, std::uint8_t* codes,
+                                               bool stream) noexcept {
+  if (stochastic) {
+    int8_encode_rounding<true>(x, begin, end, bucket_len, buckets, rs, codes, stream);
+  } else {
+    int8_encode_rounding<false>(x, begin, end, bucket_len, buckets, rs, codes, stream);
   }
 }
 
@@ -194,14 +216,51 @@ GRADCOMP_TARGET_AVX512 inline void int8_decode(isa_tag, std::uint8_t const* code
   }
 }
 
+// Natural codes of 16 elements whose buckets have maximum exponents `em`.
+GRADCOMP_TARGET_AVX512 inline __m512i natural_codes16(__m512i bits, __m512i em, __m512 d) noexcept {
+  // lo = max(1, E - 125)
+  __m512i const lo = _mm512_max_epi32(_mm512_sub_epi32(em, _mm512_set1_epi32(125)), _mm512_set1_epi32(1));
+  __m512i const a = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+  __m512i const e = _mm512_srli_epi32(a, 23);
+  __m512 const frac = _mm512_sub_ps(
+      _mm512_castsi512_ps(_mm512_ternarylogic_epi32(a, _mm512_set1_epi32(0x7fffff),
+                                                    _mm512_set1_epi32(0x3f800000), 0xEA)),
+      _mm512_set1_ps(1.0f));
+  __m512 const p = _mm512_mul_ps(_mm512_castsi512_ps(a),
+                                 _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(254), lo), 23)));
+  __mmask16 const normal = _mm512_cmp_epi32_mask(e, lo, _MM_CMPINT_NLT);
+  __mmask16 const up = _mm512_cmp_ps_mask(d, _mm512_mask_blend_ps(normal, p, frac), _CMP_LT_OQ);
+  __m512i const two = _mm512_add_epi32(em, _mm512_set1_epi32(2));
+  __m512i const ep = _mm512_mask_add_epi32(e, up, e, _mm512_set1_epi32(1));
+  __m512i const kn = _mm512_sub_epi32(two, ep);
+  __m512i const ksub = _mm512_maskz_sub_epi32(up, two, lo);
+  __m512i const kk = _mm512_mask_blend_epi32(normal, ksub, kn);
+  // The sign bit of x (finite; -0 gives kk = 0, which the test drops).
+  __mmask16 const neg = _mm512_mask_test_epi32_mask(_mm512_movepi32_mask(bits), kk, kk);
+  return _mm512_mask_or_epi32(kk, neg, kk, _mm512_set1_epi32(0x80));
+}
+
+// Windows K..7 of a full 128-element group in one bucket.
+template <unsigned K = 0>
+GRADCOMP_TARGET_AVX512 inline void natural_group_fast(float const* x, __m512i em, philox16 const& g,
+                                                      std::uint8_t* codes) noexcept {
+  __m512i const c = natural_codes16(_mm512_loadu_si512(x + 16 * K), em, draws_unit(philox_window(g, K)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 16 * K), _mm512_cvtepi32_epi8(c));
+  if constexpr (K + 1 < 8) natural_group_fast<K + 1>(x, em, g, codes);
+}
+
 GRADCOMP_TARGET_AVX512 inline void natural_encode(isa_tag, float const* x, std::size_t begin,
                                                   std::size_t end, std::size_t bucket_len,
                                                   std::uint8_t const* emax, random_stream const& rs,
                                                   std::uint8_t* codes) noexcept {
   bucket_cursor cur(bucket_len, begin);
-  philox_schedule const ks = philox_prepare(rs);
+  philox_draws draws(rs);
   for (std::size_t g0 = begin; g0 < end; g0 += 128) {
-    philox16 const g = philox_generate(ks, g0 / 128);
+    philox16 const g = draws.group(g0 / 128);
+    if (g0 + 128 <= end && cur.advance(g0, 128)) {
+      natural_group_fast(x + g0, _mm512_set1_epi32(emax[cur.index()]), g, codes + g0);
+      continue;
+    }
     for (unsigned k = 0; k < 8; ++k) {
       std::size_t const w0 = g0 + 16 * k;
       if (w0 >= end) break;
@@ -209,29 +268,9 @@ GRADCOMP_TARGET_AVX512 inline void natural_encode(isa_tag, float const* x, std::
       __mmask16 const live = live16(valid);
       __m512i const em = lanes_epi32(window_at(cur, bucket_len, w0, valid),
                                      [&](std::size_t b) { return emax[b]; });
-      // lo = max(1, E - 125)
-      __m512i const lo = _mm512_max_epi32(_mm512_sub_epi32(em, _mm512_set1_epi32(125)), _mm512_set1_epi32(1));
-      __m512i const bits = load16_bits(x + w0, live);
-      __m512i const a = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
-      __m512i const e = _mm512_srli_epi32(a, 23);
-      __m512 const d = draws_unit(philox_window(g, k));
-      __m512 const frac = _mm512_sub_ps(
-          _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(a, _mm512_set1_epi32(0x7fffff)),
-                                              _mm512_set1_epi32(0x3f800000))),
-          _mm512_set1_ps(1.0f));
-      __m512 const p = _mm512_mul_ps(_mm512_castsi512_ps(a),
-                                     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(254), lo), 23)));
-      __mmask16 const normal = _mm512_cmp_epi32_mask(e, lo, _MM_CMPINT_NLT);
-      __mmask16 const up = _mm512_cmp_ps_mask(d, _mm512_mask_blend_ps(normal, p, frac), _CMP_LT_OQ);
-      __m512i const two = _mm512_add_epi32(em, _mm512_set1_epi32(2));
-      __m512i const ep = _mm512_mask_add_epi32(e, up, e, _mm512_set1_epi32(1));
-      __m512i const kn = _mm512_sub_epi32(two, ep);
-      __m512i const ksub = _mm512_maskz_sub_epi32(up, two, lo);
-      __m512i kk = _mm512_mask_blend_epi32(normal, ksub, kn);
-      kk = _mm512_maskz_mov_epi32(live, kk);
-      __mmask16 const neg = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(static_cast<int>(0x80000000u))) &
-                            _mm512_test_epi32_mask(kk, kk);
-      kk = _mm512_mask_or_epi32(kk, neg, kk, _mm512_set1_epi32(0x80));
+      __m512i const kk =
+          _mm512_maskz_mov_epi32(live, natural_codes16(load16_bits(x + w0, live), em,
+                                                       draws_unit(philox_window(g, k))));
       store_bytes16(codes + w0, live, _mm512_cvtepi32_epi8(kk));
     }
   }
@@ -364,11 +403,11 @@ GRADCOMP_TARGET_AVX2 inline void int8_encode(isa_tag, float const* x, std::size_
                                              random_stream const& rs, std::uint8_t* codes,
                                              bool stream) noexcept {
   bucket_cursor cur(bucket_len, begin);
-  philox_schedule const ks = philox_prepare(rs);
+  philox_draws draws(rs);
   __m256 const zero = _mm256_setzero_ps();
   for (std::size_t g0 = begin; g0 < end; g0 += 128) {
     philox16 g{};
-    if (stochastic) g = philox_generate(ks, g0 / 128);
+    if (stochastic) g = draws.group(g0 / 128);
     if (g0 + 128 <= end && cur.advance(g0, 128)) {
       __m256 const inv = _mm256_set1_ps(buckets[cur.index()].inv);
       __m256 const bias = _mm256_set1_ps(buckets[cur.index()].bias);
@@ -454,9 +493,9 @@ GRADCOMP_TARGET_AVX2 inline void natural_encode(isa_tag, float const* x, std::si
                                                 std::uint8_t const* emax, random_stream const& rs,
                                                 std::uint8_t* codes) noexcept {
   bucket_cursor cur(bucket_len, begin);
-  philox_schedule const ks = philox_prepare(rs);
+  philox_draws draws(rs);
   for (std::size_t g0 = begin; g0 < end; g0 += 128) {
-    philox16 const g = philox_generate(ks, g0 / 128);
+    philox16 const g = draws.group(g0 / 128);
     for (unsigned k = 0; k < 8; ++k) {
       std::size_t const w0 = g0 + 16 * k;
       if (w0 >= end) break;

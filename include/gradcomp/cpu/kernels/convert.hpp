@@ -133,6 +133,7 @@ GRADCOMP_TARGET_AVX512 inline __m512i narrow32(float const* x) noexcept {
 template <half_format F>
 GRADCOMP_TARGET_AVX512 inline void narrow(isa_tag, float const* x, std::byte* y, std::size_t n,
                                           bool stream = false) noexcept {
+  std::size_t const ahead = machine_tuning().stream_bytes;
   std::size_t i = 0;
   // Streaming: whole 64-byte lines of output (32 elements) once y + 2i is line-aligned; an odd
   // y never is, and is written with ordinary stores.
@@ -140,7 +141,7 @@ GRADCOMP_TARGET_AVX512 inline void narrow(isa_tag, float const* x, std::byte* y,
   if (stream && head % 2 == 0 && head / 2 + 32 <= n) {
     scalar::narrow<F>(scalar_tag{}, x, y, head / 2);
     for (i = head / 2; i + 32 <= n; i += 32) {
-      _mm_prefetch(reinterpret_cast<char const*>(x + i) + stream_prefetch_bytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
       _mm512_stream_si512(reinterpret_cast<__m512i*>(y + 2 * i), narrow32<F>(x + i));
     }
     stream_fence();
@@ -229,12 +230,13 @@ GRADCOMP_TARGET_AVX2 inline __m128i narrow8(__m256 v) noexcept {
 template <half_format F>
 GRADCOMP_TARGET_AVX2 inline void narrow(isa_tag, float const* x, std::byte* y, std::size_t n,
                                         bool stream = false) noexcept {
+  std::size_t const ahead = machine_tuning().stream_bytes;
   std::size_t i = 0;
   std::size_t const head = bytes_to_alignment(y, 32);
   if (stream && head % 2 == 0 && head / 2 + 16 <= n) {
     scalar::narrow<F>(scalar_tag{}, x, y, head / 2);
     for (i = head / 2; i + 16 <= n; i += 16) {
-      _mm_prefetch(reinterpret_cast<char const*>(x + i) + stream_prefetch_bytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
       __m128i const a = narrow8<F>(_mm256_loadu_ps(x + i));
       __m128i const b = narrow8<F>(_mm256_loadu_ps(x + i + 8));
       _mm256_stream_si256(reinterpret_cast<__m256i*>(y + 2 * i), _mm256_set_m128i(b, a));

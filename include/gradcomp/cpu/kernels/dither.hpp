@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #if GRADCOMP_X86_SIMD
 #  include <immintrin.h>
@@ -103,11 +104,12 @@ inline void load_runs(std::byte const* src, std::uint64_t& a, std::uint64_t& b) 
 namespace avx512 {
 
 GRADCOMP_TARGET_AVX512 inline double block_sumsq(isa_tag, float const* x, std::size_t n) noexcept {
+  std::size_t const ahead = machine_tuning().stats_bytes;
   __m512d lo = _mm512_setzero_pd();
   __m512d hi = _mm512_setzero_pd();
   std::size_t i = 0;
   for (; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
     __m512 const v = load16(x + i, live16(n - i));
     __m512d const a = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
     __m512d const b = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
@@ -123,12 +125,13 @@ GRADCOMP_TARGET_AVX512 inline double block_sumsq(isa_tag, float const* x, std::s
 }
 
 GRADCOMP_TARGET_AVX512 inline float block_absmax(isa_tag, float const* x, std::size_t n) noexcept {
+  std::size_t const ahead = machine_tuning().stats_bytes;
   __m512 m = _mm512_setzero_ps();
   __m512 const big = _mm512_set1_ps(FLT_MAX);
   __mmask16 bad = 0;
   std::size_t i = 0;
   for (; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
     __m512 const a = _mm512_abs_ps(load16(x + i, live16(n - i)));
     bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ);
     m = _mm512_max_ps(m, a);
@@ -243,71 +246,84 @@ GRADCOMP_TARGET_AVX512 inline __m512 dither_offsets(philox16 const& g, unsigned 
                          _mm512_set1_ps(0x1p-17f));
 }
 
-// Codes of 16 elements (see the file comment for the math).
+// The constants of one code stream, broadcast once per call.
+struct dither_lanes {
+  __m512i s;     // the top level
+  __m512i sign;  // the sign bit of a code
+};
+
+GRADCOMP_TARGET_AVX512 inline dither_lanes make_dither_lanes(dither_shape const& sh) noexcept {
+  return {_mm512_set1_epi32(static_cast<int>(sh.s)),
+          _mm512_set1_epi32(static_cast<int>(1u << (sh.width - 1)))};
+}
+
+// Codes of 16 elements (see the file comment for the math). `Pre`: the bucket's pre-scale is
+// not 1 (|x| * 1 is |x|, so skipping the multiply changes no bit).
+template <bool Natural, bool Pre>
 GRADCOMP_TARGET_AVX512 inline __m512i dither_codes16(__m512 xv, __m512 pre, __m512 mult, __m512 r,
-                                                     dither_shape const& sh) noexcept {
-  __m512 const a = _mm512_mul_ps(_mm512_abs_ps(xv), pre);
+                                                     dither_lanes const& c) noexcept {
+  __m512 a = _mm512_abs_ps(xv);
+  if constexpr (Pre) a = _mm512_mul_ps(a, pre);
   __m512i q;
-  if (!sh.natural) {
+  if constexpr (!Natural) {
     q = _mm512_cvttps_epi32(_mm512_fmadd_ps(a, mult, r));
   } else {
     __m512 const u = _mm512_mul_ps(a, mult);
-    __mmask16 const small = _mm512_cmp_ps_mask(u, _mm512_set1_ps(1.0f), _CMP_LT_OQ);
+    __m512 const one = _mm512_set1_ps(1.0f);
+    __mmask16 const small = _mm512_cmp_ps_mask(u, one, _CMP_LT_OQ);
     __m512i const bits = _mm512_castps_si512(u);
     __m512 const m = _mm512_sub_ps(
         _mm512_castsi512_ps(_mm512_ternarylogic_epi32(bits, _mm512_set1_epi32(0x7fffff),
                                                       _mm512_set1_epi32(0x3f800000), 0xEA)),
-        _mm512_set1_ps(1.0f));
+        one);
     __m512 const p = _mm512_mask_blend_ps(small, m, u);
-    __mmask16 const up = _mm512_cmp_ps_mask(_mm512_add_ps(p, r), _mm512_set1_ps(1.0f), _CMP_GE_OQ);
+    __mmask16 const up = _mm512_cmp_ps_mask(_mm512_add_ps(p, r), one, _CMP_GE_OQ);
     __m512i const base = _mm512_maskz_sub_epi32(static_cast<__mmask16>(~small),
                                                 _mm512_srli_epi32(bits, 23), _mm512_set1_epi32(126));
     q = _mm512_mask_add_epi32(base, up, base, _mm512_set1_epi32(1));
   }
-  q = _mm512_min_epu32(q, _mm512_set1_epi32(static_cast<int>(sh.s)));
-  __mmask16 const neg = _mm512_mask_test_epi32_mask(
-      _mm512_cmp_ps_mask(xv, _mm512_setzero_ps(), _CMP_LT_OQ), q, q);
-  return _mm512_mask_or_epi32(q, neg, q, _mm512_set1_epi32(static_cast<int>(1u << (sh.width - 1))));
+  q = _mm512_min_epu32(q, c.s);
+  // The sign bit of x (x is finite here; -0 gives q = 0, which the test below drops).
+  __mmask16 const neg = _mm512_mask_test_epi32_mask(_mm512_movepi32_mask(_mm512_castps_si512(xv)), q, q);
+  return _mm512_mask_or_epi32(q, neg, q, c.sign);
 }
 
-// Encodes one full 128-element group lying in a single bucket, using overlapping stores.
-template <unsigned W>
-GRADCOMP_TARGET_AVX512 inline void dither_group_fast(float const* x, dither_bucket const& bk,
-                                                     dither_shape const& sh, philox16 const& g,
+// Encodes windows K..7 of a full 128-element group lying in a single bucket, using overlapping
+// stores (K a template parameter, so that each window's draws are picked at compile time).
+template <unsigned W, bool Natural, bool Pre, unsigned K = 0>
+GRADCOMP_TARGET_AVX512 inline void dither_group_fast(float const* x, __m512 pre, __m512 mult,
+                                                     dither_lanes const& c, philox16 const& g,
                                                      std::byte* dst) noexcept {
-  __m512 const pre = _mm512_set1_ps(bk.pre);
-  __m512 const mult = _mm512_set1_ps(bk.mult);
-  for (unsigned k = 0; k < 8; ++k) {
-    __m512i const c = dither_codes16(_mm512_loadu_ps(x + 16 * k), pre, mult, dither_offsets(g, k), sh);
-    pack16_overlapping<W>(c, dst + 2 * W * k);
-  }
+  pack16_overlapping<W>(
+      dither_codes16<Natural, Pre>(_mm512_loadu_ps(x + 16 * K), pre, mult, dither_offsets(g, K), c),
+      dst + 2 * W * K);
+  if constexpr (K + 1 < 8) dither_group_fast<W, Natural, Pre, K + 1>(x, pre, mult, c, g, dst);
 }
 
-GRADCOMP_TARGET_AVX512 inline void dither_group_fast(unsigned width, float const* x,
-                                                     dither_bucket const& bk, dither_shape const& sh,
-                                                     philox16 const& g, std::byte* dst) noexcept {
-  switch (width) {
-#define GRADCOMP_CASE(W) \
-  case W: dither_group_fast<W>(x, bk, sh, g, dst); return;
-    GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
-#undef GRADCOMP_CASE
-    default: return;
-  }
-}
-
-GRADCOMP_TARGET_AVX512 inline void dither_encode(isa_tag, float const* x, std::size_t begin,
-                                                 std::size_t end, std::size_t bucket_len,
-                                                 dither_bucket const* buckets,
-                                                 dither_shape const& sh, random_stream const& rs,
-                                                 std::byte* codes) noexcept {
+template <unsigned W, bool Natural>
+GRADCOMP_TARGET_AVX512 inline void dither_encode_shape(float const* x, std::size_t begin,
+                                                       std::size_t end, std::size_t bucket_len,
+                                                       dither_bucket const* buckets,
+                                                       dither_shape const& sh,
+                                                       random_stream const& rs,
+                                                       std::byte* codes) noexcept {
+  dither_lanes const c = make_dither_lanes(sh);
   bucket_cursor cur(bucket_len, begin);
-  philox_schedule const ks = philox_prepare(rs);
+  philox_draws draws(rs);
   for (std::size_t g0 = begin; g0 < end; g0 += 128) {
-    philox16 const g = philox_generate(ks, g0 / 128);
+    philox16 const g = draws.group(g0 / 128);
     // Fast path: a full group inside one bucket, not the last group of this range (its
     // overlapping stores spill into the next group, which this thread writes afterwards).
     if (g0 + 256 <= end && cur.advance(g0, 128)) {
-      dither_group_fast(sh.width, x + g0, buckets[cur.index()], sh, g, codes + (g0 / 16) * 2 * sh.width);
+      dither_bucket const& bk = buckets[cur.index()];
+      std::byte* dst = codes + (g0 / 16) * 2 * W;
+      __m512 const pre = _mm512_set1_ps(bk.pre);
+      __m512 const mult = _mm512_set1_ps(bk.mult);
+      if (bk.pre == 1.0f) {
+        dither_group_fast<W, Natural, false>(x + g0, pre, mult, c, g, dst);
+      } else {
+        dither_group_fast<W, Natural, true>(x + g0, pre, mult, c, g, dst);
+      }
       continue;
     }
     for (unsigned k = 0; k < 8; ++k) {
@@ -319,16 +335,37 @@ GRADCOMP_TARGET_AVX512 inline void dither_encode(isa_tag, float const* x, std::s
       __m512 const pre = lanes_ps(w, [&](std::size_t b) { return buckets[b].pre; });
       __m512 const mult = lanes_ps(w, [&](std::size_t b) { return buckets[b].mult; });
       __m512 const xv = load16(x + w0, live);
-      __m512i const c = _mm512_maskz_mov_epi32(live, dither_codes16(xv, pre, mult, dither_offsets(g, k), sh));
-      std::byte* dst = codes + (w0 / 16) * 2 * sh.width;
+      __m512i const q = _mm512_maskz_mov_epi32(
+          live, dither_codes16<Natural, true>(xv, pre, mult, dither_offsets(g, k), c));
+      std::byte* dst = codes + (w0 / 16) * 2 * W;
       if (valid == window_lanes) {
-        pack16(sh.width, c, dst);
+        pack16<W>(q, dst);
       } else {
         std::byte tmp[32];
-        pack16(sh.width, c, tmp);
-        std::memcpy(dst, tmp, packed_bytes(valid, sh.width));
+        pack16<W>(q, tmp);
+        std::memcpy(dst, tmp, packed_bytes(valid, W));
       }
     }
+  }
+}
+
+GRADCOMP_TARGET_AVX512 inline void dither_encode(isa_tag, float const* x, std::size_t begin,
+                                                 std::size_t end, std::size_t bucket_len,
+                                                 dither_bucket const* buckets,
+                                                 dither_shape const& sh, random_stream const& rs,
+                                                 std::byte* codes) noexcept {
+  switch (sh.width) {
+#define GRADCOMP_CASE(W)                                                                        \
+  case W:                                                                                       \
+    if (sh.natural) {                                                                           \
+      dither_encode_shape<W, true>(x, begin, end, bucket_len, buckets, sh, rs, codes);          \
+    } else {                                                                                    \
+      dither_encode_shape<W, false>(x, begin, end, bucket_len, buckets, sh, rs, codes);         \
+    }                                                                                           \
+    return;
+    GRADCOMP_DITHER_WIDTH_CASES(GRADCOMP_CASE)
+#undef GRADCOMP_CASE
+    default: return;
   }
 }
 
@@ -619,9 +656,9 @@ GRADCOMP_TARGET_AVX2 inline void dither_encode(isa_tag, float const* x, std::siz
                                                dither_bucket const* buckets, dither_shape const& sh,
                                                random_stream const& rs, std::byte* codes) noexcept {
   bucket_cursor cur(bucket_len, begin);
-  philox_schedule const ks = philox_prepare(rs);
+  philox_draws draws(rs);
   for (std::size_t g0 = begin; g0 < end; g0 += 128) {
-    philox16 const g = philox_generate(ks, g0 / 128);
+    philox16 const g = draws.group(g0 / 128);
     // Fast path: a full group inside one bucket, not the last group of this range (its
     // overlapping stores spill into the next group, which this thread writes afterwards).
     if (g0 + 256 <= end && cur.advance(g0, 128)) {
@@ -804,6 +841,27 @@ inline double block_sumsq(float const* x, std::size_t n, isa level) noexcept {
 /// max |x| of one block, NaN if it holds a NaN or infinity.
 inline float block_absmax(float const* x, std::size_t n, isa level) noexcept {
   return dispatch(level, [&](auto t) { return block_absmax(t, x, n); });
+}
+
+/// The scales of the buckets of [begin, end) (begin a multiple of `bucket_len`, which is at most
+/// `norm_block`, so that each bucket is one canonical block): the L2 norm (`l2`) or max |x|,
+/// into out[0], out[1], ...; NaN for a bucket holding a NaN or infinity, or whose L2 norm is
+/// beyond the float range. One dispatch for all the buckets, instead of one per bucket.
+inline void bucket_scales(float const* x, std::size_t begin, std::size_t end,
+                          std::size_t bucket_len, bool l2, float* out, isa level) noexcept {
+  dispatch(level, [&](auto t) {
+    for (std::size_t b = begin; b < end; b += bucket_len) {
+      std::size_t const len = end - b < bucket_len ? end - b : bucket_len;
+      float scale;
+      if (l2) {
+        double const sum = block_sumsq(t, x + b, len);
+        scale = std::isfinite(sum) ? static_cast<float>(std::sqrt(sum)) : NAN;
+      } else {
+        scale = block_absmax(t, x + b, len);
+      }
+      *out++ = scale;
+    }
+  });
 }
 
 /// Quantizes elements [begin, end) of x (begin a multiple of 128; end a multiple of 128 or the

@@ -126,6 +126,7 @@ GRADCOMP_TARGET_AVX512 inline void onebit_unpack(isa_tag, std::byte const* bits,
 // double adds; each block keeps its own canonical lane order.
 GRADCOMP_TARGET_AVX512 inline void onebit_pack_pair(isa_tag, float const* x, std::byte* bits,
                                                     double& s0, double& s1) noexcept {
+  std::size_t const ahead = machine_tuning().stats_bytes;
   constexpr std::size_t block = onebit_sum_order::block;
   __m512d a_lo = _mm512_setzero_pd(), a_hi = _mm512_setzero_pd();
   __m512d b_lo = _mm512_setzero_pd(), b_hi = _mm512_setzero_pd();
@@ -134,9 +135,9 @@ GRADCOMP_TARGET_AVX512 inline void onebit_pack_pair(isa_tag, float const* x, std
   std::byte* ybits = bits + block / 8;
   for (std::size_t i = 0; i < block; i += 16) {
     // Two input streams at once: the hardware prefetcher alone leaves one thread short of the
-    // read kernel (cpu/tuning.hpp, `stats_prefetch_bytes`).
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + stats_prefetch_bytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<char const*>(y + i) + stats_prefetch_bytes, _MM_HINT_T0);
+    // read kernel (cpu/tuning.hpp, `prefetch_tuning::stats_bytes`).
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<char const*>(y + i) + ahead, _MM_HINT_T0);
     __m512 const u = _mm512_loadu_ps(x + i);
     __m512 const v = _mm512_loadu_ps(y + i);
     std::uint16_t const mu = static_cast<std::uint16_t>(_mm512_cmp_ps_mask(u, zero, _CMP_LT_OQ));

@@ -2,9 +2,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// Batched Philox4x32-10 for the CPU kernels: the 128 16-bit draws of one 128-element group
-/// (16 consecutive Philox blocks, see core/philox.hpp), as 4 words x 16 lanes. Word w of lane l
-/// is word w of block (group * 16 + l). Every level returns the same numbers.
+/// Batched Philox4x32-10 for the CPU kernels: the 128 16-bit draws of one 128-element group, as
+/// 4 words x 16 lanes (core/philox.hpp). Group g takes the 16 Philox blocks 16 s .. 16 s + 15 of
+/// super-group s = g / draw_share, each 16-bit half shifted by (g % draw_share) · 2^16 /
+/// draw_share; word w of lane l holds the draws of elements 128 g + 16 (2 w) + l (low half) and
+/// 128 g + 16 (2 w + 1) + l (high half). `philox_draws` generates each super-group once for the
+/// draw_share groups that use it. Every level returns the same numbers.
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/philox.hpp>
@@ -19,7 +22,8 @@
 GRADCOMP_NAMESPACE_BEGIN
 namespace cpu::kernels {
 
-/// The draws of one 128-element group: `word[w][l]` is word w of block group*16 + l.
+/// The draws of one 128-element group: `word[w][l]` is word w of block (group / draw_share) * 16
+/// + l, both halves shifted by the group's quarter.
 struct philox_group {
   alignas(64) std::uint32_t word[4][16];
 
@@ -33,9 +37,13 @@ struct philox_group {
 namespace scalar {
 
 inline void philox_fill(random_stream const& rs, std::uint64_t group, philox_group& out) noexcept {
+  unsigned const q = static_cast<unsigned>(group % draw_share);
   for (unsigned l = 0; l < 16; ++l) {
-    philox_block const b = rs.block(group * 16 + l);
-    for (unsigned w = 0; w < 4; ++w) out.word[w][l] = b[w];
+    philox_block const b = rs.block((group / draw_share) * 16 + l);
+    for (unsigned w = 0; w < 4; ++w) {
+      out.word[w][l] = random_stream::shifted(b[w] & 0xffffu, q) |
+                       (random_stream::shifted(b[w] >> 16, q) << 16);
+    }
   }
 }
 
@@ -111,10 +119,34 @@ GRADCOMP_TARGET_AVX512 inline philox16 philox_generate(philox_schedule const& ks
           _mm512_permutex2var_epi32(a2, even, b2), _mm512_permutex2var_epi32(a3, even, b3)};
 }
 
-GRADCOMP_TARGET_AVX512 inline philox16 philox_generate(random_stream const& rs,
-                                                       std::uint64_t group) noexcept {
-  return philox_generate(philox_prepare(rs), group);
-}
+/// The draws of 128-element groups in any order, each super-group's 16 Philox calls made once
+/// while its groups come in a row.
+class philox_draws {
+ public:
+  GRADCOMP_TARGET_AVX512 explicit philox_draws(random_stream const& rs) noexcept
+      : ks_(philox_prepare(rs)) {}
+
+  /// The draws of group `g` (elements 128 g .. 128 g + 127).
+  GRADCOMP_TARGET_AVX512 philox16 group(std::uint64_t g) noexcept {
+    std::uint64_t const s = g / draw_share;
+    if (!valid_ || s != super_) {
+      raw_ = philox_generate(ks_, s);
+      super_ = s;
+      valid_ = true;
+    }
+    unsigned const q = static_cast<unsigned>(g % draw_share);
+    if (q == 0) return raw_;
+    __m512i const d = _mm512_set1_epi16(static_cast<short>(q * (0x10000u / draw_share)));
+    return {_mm512_add_epi16(raw_.w0, d), _mm512_add_epi16(raw_.w1, d),
+            _mm512_add_epi16(raw_.w2, d), _mm512_add_epi16(raw_.w3, d)};
+  }
+
+ private:
+  philox_schedule ks_;
+  philox16 raw_{};
+  std::uint64_t super_ = 0;
+  bool valid_ = false;
+};
 
 /// The 16 draws of window `k` (0..7) of a group, as 32-bit lanes.
 GRADCOMP_TARGET_AVX512 inline __m512i philox_window(philox16 const& g, unsigned k) noexcept {
@@ -125,7 +157,7 @@ GRADCOMP_TARGET_AVX512 inline __m512i philox_window(philox16 const& g, unsigned 
 
 GRADCOMP_TARGET_AVX512 inline void philox_fill(random_stream const& rs, std::uint64_t group,
                                                philox_group& out) noexcept {
-  philox16 const g = philox_generate(rs, group);
+  philox16 const g = philox_draws(rs).group(group);
   _mm512_store_si512(out.word[0], g.w0);
   _mm512_store_si512(out.word[1], g.w1);
   _mm512_store_si512(out.word[2], g.w2);
@@ -216,10 +248,38 @@ GRADCOMP_TARGET_AVX2 inline philox16 philox_generate(philox_schedule const& ks,
   return g;
 }
 
-GRADCOMP_TARGET_AVX2 inline philox16 philox_generate(random_stream const& rs,
-                                                     std::uint64_t group) noexcept {
-  return philox_generate(philox_prepare(rs), group);
-}
+/// The draws of 128-element groups in any order, each super-group's 16 Philox calls made once
+/// while its groups come in a row.
+class philox_draws {
+ public:
+  GRADCOMP_TARGET_AVX2 explicit philox_draws(random_stream const& rs) noexcept
+      : ks_(philox_prepare(rs)) {}
+
+  /// The draws of group `g` (elements 128 g .. 128 g + 127).
+  GRADCOMP_TARGET_AVX2 philox16 group(std::uint64_t g) noexcept {
+    std::uint64_t const s = g / draw_share;
+    if (!valid_ || s != super_) {
+      raw_ = philox_generate(ks_, s);
+      super_ = s;
+      valid_ = true;
+    }
+    unsigned const q = static_cast<unsigned>(g % draw_share);
+    if (q == 0) return raw_;
+    __m256i const d = _mm256_set1_epi16(static_cast<short>(q * (0x10000u / draw_share)));
+    philox16 out;
+    for (unsigned w = 0; w < 4; ++w) {
+      out.w[w][0] = _mm256_add_epi16(raw_.w[w][0], d);
+      out.w[w][1] = _mm256_add_epi16(raw_.w[w][1], d);
+    }
+    return out;
+  }
+
+ private:
+  philox_schedule ks_;
+  philox16 raw_{};
+  std::uint64_t super_ = 0;
+  bool valid_ = false;
+};
 
 /// The draws of window `k` (0..7) of a group, lanes 8h..8h+7, as 32-bit lanes.
 GRADCOMP_TARGET_AVX2 inline __m256i philox_window(philox16 const& g, unsigned k,
@@ -230,7 +290,7 @@ GRADCOMP_TARGET_AVX2 inline __m256i philox_window(philox16 const& g, unsigned k,
 
 GRADCOMP_TARGET_AVX2 inline void philox_fill(random_stream const& rs, std::uint64_t group,
                                              philox_group& out) noexcept {
-  philox16 const g = philox_generate(rs, group);
+  philox16 const g = philox_draws(rs).group(group);
   for (unsigned w = 0; w < 4; ++w) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(out.word[w]), g.w[w][0]);
     _mm256_store_si256(reinterpret_cast<__m256i*>(out.word[w] + 8), g.w[w][1]);

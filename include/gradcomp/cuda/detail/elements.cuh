@@ -6,11 +6,11 @@
 /// element type, or g + e for error feedback, which also receives the next residual), the
 /// decoded values they store, and the 16-bit random draws of stochastic rounding.
 ///
-/// Draws come only through `gradcomp::random_stream` (core/philox.hpp): `block_of`, `block`,
-/// `lane_of` and `lane16` fix which Philox call and which 16 bits element i uses, on every
-/// backend. `draw_cache` keeps the last Philox outputs a work item computed, tagged with their
-/// block number, so an item whose elements share blocks pays one call per block, and whatever
-/// mapping core/philox.hpp defines, every element gets its own draw.
+/// Draws come only through `gradcomp::random_stream` (core/philox.hpp): `block_of` and `block`
+/// fix which Philox call element i uses, `draw_from` which of its bits (and, since wire format
+/// 2, which shift), on every backend. `draw_cache` keeps the last Philox outputs a work item
+/// computed, tagged with their block number, so an item whose elements share blocks pays one
+/// call per block, and whatever mapping core/philox.hpp defines, every element gets its draw.
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
@@ -95,7 +95,7 @@ class draw_cache {
       out_[s] = rs_.block(b);
       tag_[s] = b;
     }
-    return random_stream::lane16(out_[s], random_stream::lane_of(i));
+    return random_stream::draw_from(out_[s], i);
   }
 
  private:
