@@ -12,16 +12,23 @@
 // - host_backend.cu: Thrust's CPP device system, "device" buffers are host memory;
 // - gpu_codecs.cu: the real kernels, device buffers from cudaMalloc.
 
+#include <gradcomp/codec/approx_topk.hpp>
 #include <gradcomp/codec/cast.hpp>
 #include <gradcomp/codec/dithering.hpp>
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
 #include <gradcomp/codec/onebit.hpp>
+#include <gradcomp/codec/randomk.hpp>
+#include <gradcomp/codec/threshold.hpp>
+#include <gradcomp/codec/topk.hpp>
 #include <gradcomp/cuda/cast.cuh>
 #include <gradcomp/cuda/dithering.cuh>
 #include <gradcomp/cuda/int8.cuh>
 #include <gradcomp/cuda/natural.cuh>
 #include <gradcomp/cuda/onebit.cuh>
+#include <gradcomp/cuda/randomk.cuh>
+#include <gradcomp/cuda/threshold.cuh>
+#include <gradcomp/cuda/topk.cuh>
 #include <gradcomp/feedback/policies.hpp>
 
 #include <catch2/catch.hpp>
@@ -302,27 +309,42 @@ std::vector<std::byte> cuda_compress(CudaCodec const& c, std::vector<T> const& x
 }
 
 // Decoded output of the CPU codec: out = x̂, or out = init + alpha x̂ when `add`.
+// `rs`: the seed and step of the decoder's context (random-k regenerates its coordinates from
+// them; the other codecs ignore them).
 template <class CpuCodec, gc::element T>
 std::vector<T> cpu_decode(CpuCodec const& c, std::vector<std::byte> const& packet,
-                          std::vector<T> out, bool add, float alpha) {
+                          std::vector<T> out, bool add, float alpha,
+                          gc::random_stream const& rs = {}) {
   std::span<std::byte const> const p(packet);
   if (add) {
-    c.decompress_add(p, std::span<T>(out), alpha, cpu_context());
+    c.decompress_add(p, std::span<T>(out), alpha, cpu_context(rs));
   } else {
-    c.decompress(p, std::span<T>(out), cpu_context());
+    c.decompress(p, std::span<T>(out), cpu_context(rs));
   }
   return out;
 }
 
+// The CUDA sparsifiers' decoders take the decoder's stream (`rs`) as their last argument.
 template <class CudaCodec, gc::element T>
 std::vector<T> cuda_decode(CudaCodec const& c, std::vector<std::byte> const& packet,
-                           std::vector<T> const& init, bool add, float alpha) {
+                           std::vector<T> const& init, bool add, float alpha,
+                           gc::random_stream const& rs = {}) {
   buffer<std::byte> const p(packet);
   buffer<T> out(init);
-  if (add) {
-    c.decompress_add(p.get(), packet.size(), out.get(), init.size(), alpha);
+  constexpr bool keyed = requires { c.decompress(p.get(), packet.size(), out.get(), init.size(),
+                                                 cudaStream_t{}, rs); };
+  if constexpr (keyed) {
+    if (add) {
+      c.decompress_add(p.get(), packet.size(), out.get(), init.size(), alpha, nullptr, rs);
+    } else {
+      c.decompress(p.get(), packet.size(), out.get(), init.size(), nullptr, rs);
+    }
   } else {
-    c.decompress(p.get(), packet.size(), out.get(), init.size());
+    if (add) {
+      c.decompress_add(p.get(), packet.size(), out.get(), init.size(), alpha);
+    } else {
+      c.decompress(p.get(), packet.size(), out.get(), init.size());
+    }
   }
   return out.download();
 }
@@ -410,17 +432,18 @@ void require_same_packets(CpuCodec const& cpu, CudaCodec const& gpu, std::vector
 // alphas: bit-identical to the CPU codec (NaN bits aside after an fma).
 template <class CpuCodec, class CudaCodec>
 void require_same_decoding(CpuCodec const& cpu, CudaCodec const& gpu,
-                           std::vector<std::byte> const& packet, std::vector<float> const& init) {
+                           std::vector<std::byte> const& packet, std::vector<float> const& init,
+                           gc::random_stream const& rs = {}) {
   for_each_element_type([&](auto t) {
     using T = decltype(t);
     INFO("output type " << type_name<T>() << ", n = " << init.size());
     std::vector<T> const it = convert<T>(init);
-    CHECK(same_elements(cpu_decode(cpu, packet, it, false, 1.0f),
-                        cuda_decode(gpu, packet, it, false, 1.0f), true));
+    CHECK(same_elements(cpu_decode(cpu, packet, it, false, 1.0f, rs),
+                        cuda_decode(gpu, packet, it, false, 1.0f, rs), true));
     for (float alpha : {1.0f, -0.75f, 3.0f}) {
       INFO("alpha = " << alpha);
-      CHECK(same_elements(cpu_decode(cpu, packet, it, true, alpha),
-                          cuda_decode(gpu, packet, it, true, alpha), false));
+      CHECK(same_elements(cpu_decode(cpu, packet, it, true, alpha, rs),
+                          cuda_decode(gpu, packet, it, true, alpha, rs), false));
     }
   });
 }
@@ -1250,6 +1273,12 @@ bool with_golden_codecs(std::string const& spec, Fn&& fn) {
   visit("dithering:levels=30,partition=natural,norm=l2,bucket=16",
         gc::dithering_codec{30, p::natural, m::l2, 16},
         gc::cuda::dithering_codec{30, p::natural, m::l2, 16});
+  visit("randomk:k=9,scale=true", gc::scaled_random_k_codec::count(9),
+        gc::cuda::scaled_random_k_codec::count(9));
+  visit("randomk:k=5,values=bf16", gc::random_k_codec::count(5, gc::sparse_values::bf16),
+        gc::cuda::random_k_codec::count(5, gc::sparse_values::bf16));
+  visit("approx_topk:k=6,tolerance=0.2", gc::approx_topk_codec::count(6, 0.001, 0.2),
+        gc::cuda::approx_topk_codec::count(6, 0.001, 0.2));
   return found;
 }
 
@@ -1282,9 +1311,11 @@ TEST_CASE(GCT_BACKEND ": the CUDA codecs write and read the golden packets", "[c
           break;
         default: GCT_REQUIRE_SAME_PACKET(want, gct::cuda_compress(gpu, x, rs));
       }
-      gct::require_same_decoding(cpu, gpu, want, gct::make_input(37, 1));
+      gct::require_same_decoding(cpu, gpu, want, gct::make_input(37, 1), rs);
     });
   }
-  // Every golden codec the CUDA backend has (all but random-k and approximate top-k).
-  CHECK(covered == std::size(gradcomp_test::goldens) - 3);
+  // Every golden codec.
+  CHECK(covered == std::size(gradcomp_test::goldens));
 }
+
+#include "sparse_checks.cuh"

@@ -96,6 +96,22 @@ inline status_words read_status(status_words const* d_status, cudaStream_t strea
   return s;
 }
 
+/// `residual_feedback`'s error for a non-finite p = e + g of feedback input `in` (n elements of
+/// tensor `tensor`): the gradient's first non-finite element, else an overflow of the state.
+/// Waits for `stream`.
+template <class In>
+[[noreturn]] void throw_combine_error(In const& in, std::uint64_t n, cudaStream_t stream,
+                                      tensor_id tensor) {
+  plain_input<typename In::element_type> const grad{in.g};
+  std::uint64_t const bad =
+      translate_thrust_errors([&] { return first_nonfinite(policy(stream), grad, 0, n); });
+  if (bad < n) {
+    gradcomp::detail::throw_nonfinite_gradient("residual_feedback", value_at(in.g, bad, stream),
+                                               bad, tensor);
+  }
+  gradcomp::detail::throw_state_overflow("residual_feedback", tensor);
+}
+
 template <class Self>
 class device_codec {
  public:
@@ -268,18 +284,7 @@ class device_codec {
   void throw_encode_errors(status_words const& st, In const& in, std::size_t n, cudaStream_t stream,
                            tensor_id tensor) const {
     if constexpr (In::feedback) {
-      if (st.element != no_index) {
-        // residual_feedback's combine error: the gradient's first non-finite element, else an
-        // overflow of the state
-        plain_input<typename In::element_type> const grad{in.g};
-        std::uint64_t const bad =
-            translate_thrust_errors([&] { return first_nonfinite(policy(stream), grad, 0, n); });
-        if (bad < n) {
-          gradcomp::detail::throw_nonfinite_gradient("residual_feedback",
-                                                     value_at(in.g, bad, stream), bad, tensor);
-        }
-        gradcomp::detail::throw_state_overflow("residual_feedback", tensor);
-      }
+      if (st.element != no_index) throw_combine_error(in, n, stream, tensor);
     }
     if constexpr (requires { self().bucket_range(st.bucket, n); }) {
       if (st.bucket == no_index) return;
