@@ -48,6 +48,18 @@ TEST_CASE("cuda/gpu: codecs on a non-blocking stream", "[cuda][gpu]") {
     INFO(name);
     same(cpu, gpu);
   });
+  // The sparsifiers: CUB's histograms, compactions, scans and sorts over many thread blocks,
+  // also on heavy ties.
+  std::vector<float> const tied = gct::tied_input(n, 22, 5);
+  auto sparse = [&](char const* name, auto const& cpu, auto const& gpu) {
+    INFO(name);
+    same(cpu, gpu);
+    GCT_REQUIRE_SAME_PACKET(gct::cpu_compress(cpu, tied, rs),
+                            gct::cuda_compress(gpu, tied, rs, stream.get()));
+  };
+  gct::for_each_topk(sparse);
+  gct::for_each_threshold(sparse);
+  gct::for_each_randomk(sparse);
 }
 
 TEST_CASE("cuda/gpu: compress then decode stays stream-ordered", "[cuda][gpu]") {
@@ -72,6 +84,8 @@ TEST_CASE("cuda/gpu: compress then decode stays stream-ordered", "[cuda][gpu]") 
   round_trip(gc::fp16_codec{}, gc::cuda::fp16_codec{});
   round_trip(gc::int8_codec{}, gc::cuda::int8_codec{});
   round_trip(gc::qsgd_codec{}, gc::cuda::qsgd_codec{});
+  round_trip(gc::topk_codec{}, gc::cuda::topk_codec{});
+  round_trip(gc::threshold_codec{1e-3f}, gc::cuda::threshold_codec{1e-3f});
 }
 
 TEST_CASE("cuda/gpu: CUDA failures surface as gradcomp errors", "[cuda][gpu]") {

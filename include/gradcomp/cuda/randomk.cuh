@@ -103,35 +103,22 @@ class basic_random_k_codec : public detail::sparse_device_codec<basic_random_k_c
 
   /// Keeps min(k, n) elements (k = 0: none).
   static basic_random_k_codec count(std::uint64_t k, sparse_values values = sparse_values::f32) {
-    gradcomp::detail::sparse::check_values(values);
-    basic_random_k_codec c;
-    c.by_ratio_ = false;
-    c.k_ = k;
-    c.values_ = values;
-    return c;
+    return basic_random_k_codec(detail::sparse_budget::of_count(k, values));
   }
 
   /// Keeps max(1, floor(r n)) elements of n > 0; 0 < r <= 1.
   static basic_random_k_codec ratio(double r, sparse_values values = sparse_values::f32) {
-    gradcomp::detail::sparse::check_ratio(r, "random_k");
-    gradcomp::detail::sparse::check_values(values);
-    basic_random_k_codec c;
-    c.ratio_ = r;
-    c.values_ = values;
-    return c;
+    return basic_random_k_codec(detail::sparse_budget::of_ratio(r, values, "random_k"));
   }
 
-  [[nodiscard]] sparse_values value_type() const noexcept { return values_; }
+  [[nodiscard]] sparse_values value_type() const noexcept { return b_.values; }
 
   /// Elements selected from a tensor of n (the rule of `topk_codec::k_for`).
-  [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept {
-    return gradcomp::detail::sparse::kept_count(by_ratio_, ratio_, k_, n);
-  }
+  [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept { return b_.k_for(n); }
 
   /// Exact packet size: header, check word, k_for(n) values.
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    return header_bytes + 4 +
-           k_for(n) * static_cast<std::size_t>(gradcomp::detail::sparse::value_bytes(values_));
+    return header_bytes + 4 + k_for(n) * b_.value_bytes();
   }
 
  private:
@@ -154,8 +141,8 @@ class basic_random_k_codec : public detail::sparse_device_codec<basic_random_k_c
       }
     }
     std::uint64_t const k = k_for(n);
-    std::uint64_t const vb = gradcomp::detail::sparse::value_bytes(values_);
-    auto const variant = static_cast<std::uint8_t>(static_cast<unsigned>(values_) | (Scaled ? 4u : 0u));
+    std::uint64_t const vb = gradcomp::detail::sparse::value_bytes(b_.values);
+    auto const variant = static_cast<std::uint8_t>(static_cast<unsigned>(b_.values) | (Scaled ? 4u : 0u));
     packet_header const h{id, t, variant, n, 4 + k * vb, static_cast<std::uint32_t>(k), rs.tensor};
     thrust::for_each_n(exec, first, 1,
                        algo::randomk_detail::header_fn{detail::make_header_image(h),
@@ -164,7 +151,7 @@ class basic_random_k_codec : public detail::sparse_device_codec<basic_random_k_c
     if (k > 0) {
       thrust::for_each_n(exec, first, k,
                          detail::sparse_ops::value_fn<In>{
-                             in, ws.b, out + header_bytes + 4, values_, Scaled,
+                             in, ws.b, out + header_bytes + 4, b_.values, Scaled,
                              gradcomp::detail::randomk::scale(Scaled, n, k)});
     }
     return {h, ws.b, k, header_bytes + 4};
@@ -188,10 +175,9 @@ class basic_random_k_codec : public detail::sparse_device_codec<basic_random_k_c
                            static_cast<sparse_values>(h.variant & 3u), alpha, add});
   }
 
-  bool by_ratio_ = true;
-  double ratio_ = 0.01;
-  std::uint64_t k_ = 0;
-  sparse_values values_ = sparse_values::f32;
+  explicit basic_random_k_codec(detail::sparse_budget b) noexcept : b_(b) {}
+
+  detail::sparse_budget b_;
 };
 
 /// Random-k with values sent as is (biased: E[x̂] = (k/n) x).

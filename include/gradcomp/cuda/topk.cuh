@@ -237,38 +237,25 @@ class topk_codec : public detail::sparse_device_codec<topk_codec>,
 
   /// Keeps min(k, n) elements (k = 0: none).
   static topk_codec count(std::uint64_t k, sparse_values values = sparse_values::f32) {
-    gradcomp::detail::sparse::check_values(values);
-    topk_codec c;
-    c.by_ratio_ = false;
-    c.k_ = k;
-    c.values_ = values;
-    return c;
+    return topk_codec(detail::sparse_budget::of_count(k, values));
   }
 
   /// Keeps max(1, floor(r n)) elements of n > 0; 0 < r <= 1 (else `config_error`).
   static topk_codec ratio(double r, sparse_values values = sparse_values::f32) {
-    gradcomp::detail::sparse::check_ratio(r, "topk");
-    gradcomp::detail::sparse::check_values(values);
-    topk_codec c;
-    c.ratio_ = r;
-    c.values_ = values;
-    return c;
+    return topk_codec(detail::sparse_budget::of_ratio(r, values, "topk"));
   }
 
-  [[nodiscard]] bool by_ratio() const noexcept { return by_ratio_; }
-  [[nodiscard]] double ratio_value() const noexcept { return ratio_; }
-  [[nodiscard]] std::uint64_t count_value() const noexcept { return k_; }
-  [[nodiscard]] sparse_values value_type() const noexcept { return values_; }
+  [[nodiscard]] bool by_ratio() const noexcept { return b_.by_ratio; }
+  [[nodiscard]] double ratio_value() const noexcept { return b_.ratio; }
+  [[nodiscard]] std::uint64_t count_value() const noexcept { return b_.k; }
+  [[nodiscard]] sparse_values value_type() const noexcept { return b_.values; }
 
   /// Elements selected from a tensor of n.
-  [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept {
-    return gradcomp::detail::sparse::kept_count(by_ratio_, ratio_, k_, n);
-  }
+  [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept { return b_.k_for(n); }
 
   /// Header plus absolute indices plus values for k_for(n) elements, as the CPU codec.
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    return header_bytes +
-           k_for(n) * static_cast<std::size_t>(4 + gradcomp::detail::sparse::value_bytes(values_));
+    return header_bytes + k_for(n) * (4 + b_.value_bytes());
   }
 
  private:
@@ -280,14 +267,13 @@ class topk_codec : public detail::sparse_device_codec<topk_codec>,
   detail::sparse_encoded encode(detail::sparse_scratch const& ws, In const& in, std::size_t n,
                                 dtype t, std::byte* out, cudaStream_t stream,
                                 random_stream const& rs) const {
-    return algo::topk_detail::select_and_write(ws, in, n, k_for(n), id, t, values_, out, stream,
-                                               static_cast<tensor_id>(rs.tensor));
+    return algo::topk_detail::select_and_write(ws, in, n, k_for(n), id, t, b_.values, out,
+                                               stream, static_cast<tensor_id>(rs.tensor));
   }
 
-  bool by_ratio_ = true;
-  double ratio_ = 0.01;
-  std::uint64_t k_ = 0;
-  sparse_values values_ = sparse_values::f32;
+  explicit topk_codec(detail::sparse_budget b) noexcept : b_(b) {}
+
+  detail::sparse_budget b_;
 };
 
 /// Approximate top-k on a CUDA stream: exact top-k at the target k with the approx_topk codec
@@ -308,37 +294,29 @@ class approx_topk_codec : public detail::sparse_device_codec<approx_topk_codec>,
   /// Aims at min(k, n) elements (k = 0: none).
   static approx_topk_codec count(std::uint64_t k, double sample = 0.001, double tolerance = 0.1,
                                  sparse_values values = sparse_values::f32) {
-    approx_topk_codec c = make(sample, tolerance, values);
-    c.by_ratio_ = false;
-    c.k_ = k;
-    return c;
+    return approx_topk_codec(detail::sparse_budget::of_count(k, values), sample, tolerance);
   }
 
   /// Aims at max(1, floor(r n)) elements of n > 0; 0 < r <= 1.
   static approx_topk_codec ratio(double r, double sample = 0.001, double tolerance = 0.1,
                                  sparse_values values = sparse_values::f32) {
-    gradcomp::detail::sparse::check_ratio(r, "approx_topk");
-    approx_topk_codec c = make(sample, tolerance, values);
-    c.ratio_ = r;
-    return c;
+    return approx_topk_codec(detail::sparse_budget::of_ratio(r, values, "approx_topk"), sample,
+                             tolerance);
   }
 
   [[nodiscard]] double sample_fraction() const noexcept { return sample_; }
   [[nodiscard]] double tolerance() const noexcept { return tolerance_; }
-  [[nodiscard]] sparse_values value_type() const noexcept { return values_; }
+  [[nodiscard]] sparse_values value_type() const noexcept { return b_.values; }
 
   /// Target count k for a tensor of n (the rule of `topk_codec::k_for`).
-  [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept {
-    return gradcomp::detail::sparse::kept_count(by_ratio_, ratio_, k_, n);
-  }
+  [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept { return b_.k_for(n); }
 
   /// Header plus absolute indices plus values for the most elements the window allows, as the
   /// CPU codec.
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
     std::uint64_t const hi = gradcomp::detail::sparse::approx_window(k_for(n), tolerance_).second;
     std::size_t const m = n < hi ? n : static_cast<std::size_t>(hi);
-    return header_bytes +
-           m * static_cast<std::size_t>(4 + gradcomp::detail::sparse::value_bytes(values_));
+    return header_bytes + m * (4 + b_.value_bytes());
   }
 
  private:
@@ -346,30 +324,22 @@ class approx_topk_codec : public detail::sparse_device_codec<approx_topk_codec>,
   using packets::decode;
   static void check_size(std::uint64_t n) { detail::check_sparse_size(id, n); }
 
-  static approx_topk_codec make(double sample, double tolerance, sparse_values values) {
+  approx_topk_codec(detail::sparse_budget b, double sample, double tolerance)
+      : b_(b), sample_(sample), tolerance_(tolerance) {
     gradcomp::detail::sparse::check_approx(sample, tolerance);
-    gradcomp::detail::sparse::check_values(values);
-    approx_topk_codec c;
-    c.sample_ = sample;
-    c.tolerance_ = tolerance;
-    c.values_ = values;
-    return c;
   }
 
   template <class In>
   detail::sparse_encoded encode(detail::sparse_scratch const& ws, In const& in, std::size_t n,
                                 dtype t, std::byte* out, cudaStream_t stream,
                                 random_stream const& rs) const {
-    return algo::topk_detail::select_and_write(ws, in, n, k_for(n), id, t, values_, out, stream,
-                                               static_cast<tensor_id>(rs.tensor));
+    return algo::topk_detail::select_and_write(ws, in, n, k_for(n), id, t, b_.values, out,
+                                               stream, static_cast<tensor_id>(rs.tensor));
   }
 
-  bool by_ratio_ = true;
-  double ratio_ = 0.01;
-  std::uint64_t k_ = 0;
+  detail::sparse_budget b_;
   double sample_ = 0.001;
   double tolerance_ = 0.1;
-  sparse_values values_ = sparse_values::f32;
 };
 
 GRADCOMP_CUDA_NAMESPACE_END

@@ -96,6 +96,23 @@ inline status_words read_status(status_words const* d_status, cudaStream_t strea
   return s;
 }
 
+/// The two-phase protocol's first step for codec `id`, whose operation `op` on n elements needs
+/// `need` workspace bytes: with a null workspace sets `temp_bytes` and returns false (a query);
+/// with too small a workspace throws `config_error`; else returns true.
+inline bool workspace_ready(codec_id id, std::size_t need, void* d_temp, std::size_t& temp_bytes,
+                            std::size_t n, char const* op) {
+  if (d_temp == nullptr) {
+    temp_bytes = need;
+    return false;
+  }
+  if (temp_bytes < need) {
+    throw config_error(std::string("gradcomp: cuda ") + codec_name(id) + " " + op + " of " +
+                       std::to_string(n) + " elements needs " + std::to_string(need) +
+                       " workspace bytes, got " + std::to_string(temp_bytes));
+  }
+  return true;
+}
+
 /// `residual_feedback`'s error for a non-finite p = e + g of feedback input `in` (n elements of
 /// tensor `tensor`): the gradient's first non-finite element, else an overflow of the state.
 /// Waits for `stream`.
@@ -248,17 +265,7 @@ class device_codec {
   Self const& self() const noexcept { return static_cast<Self const&>(*this); }
 
   bool workspace_ready(void* d_temp, std::size_t& temp_bytes, std::size_t n, char const* op) const {
-    std::size_t const need = workspace_bytes(n);
-    if (d_temp == nullptr) {
-      temp_bytes = need;
-      return false;
-    }
-    if (temp_bytes < need) {
-      throw config_error(std::string("gradcomp: cuda ") + codec_name(Self::id) + " " + op + " of " +
-                         std::to_string(n) + " elements needs " + std::to_string(need) +
-                         " workspace bytes, got " + std::to_string(temp_bytes));
-    }
-    return true;
+    return detail::workspace_ready(Self::id, workspace_bytes(n), d_temp, temp_bytes, n, op);
   }
 
   template <class Scratch, class In>

@@ -531,17 +531,7 @@ class sparse_device_codec {
   Self const& self() const noexcept { return static_cast<Self const&>(*this); }
 
   bool workspace_ready(void* d_temp, std::size_t& temp_bytes, std::size_t n, char const* op) const {
-    std::size_t const need = workspace_bytes(n);
-    if (d_temp == nullptr) {
-      temp_bytes = need;
-      return false;
-    }
-    if (temp_bytes < need) {
-      throw config_error(std::string("gradcomp: cuda ") + codec_name(Self::id) + " " + op + " of " +
-                         std::to_string(n) + " elements needs " + std::to_string(need) +
-                         " workspace bytes, got " + std::to_string(temp_bytes));
-    }
-    return true;
+    return detail::workspace_ready(Self::id, workspace_bytes(n), d_temp, temp_bytes, n, op);
   }
 
   template <element T>
@@ -556,6 +546,35 @@ class sparse_device_codec {
     translate_thrust_errors([&] {
       self().decode(ws, h, p, d_packet + header_bytes, d_out, n, alpha, add, stream, rs);
     });
+  }
+};
+
+/// The selection size of top-k, approximate top-k and random-k (a count, or a ratio of n) and
+/// their value type, with the CPU codecs' rules and checks.
+struct sparse_budget {
+  bool by_ratio = true;
+  double ratio = 0.01;
+  std::uint64_t k = 0;
+  sparse_values values = sparse_values::f32;
+
+  /// min(k, n) elements (k = 0: none).
+  static sparse_budget of_count(std::uint64_t k, sparse_values v) {
+    gradcomp::detail::sparse::check_values(v);
+    return {false, 0.01, k, v};
+  }
+  /// max(1, floor(r n)) elements of n > 0; 0 < r <= 1, else `config_error` naming `codec`.
+  static sparse_budget of_ratio(double r, sparse_values v, char const* codec) {
+    gradcomp::detail::sparse::check_ratio(r, codec);
+    gradcomp::detail::sparse::check_values(v);
+    return {true, r, 0, v};
+  }
+  /// Elements selected from a tensor of n.
+  [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept {
+    return gradcomp::detail::sparse::kept_count(by_ratio, ratio, k, n);
+  }
+  /// Bytes of one selected element's value.
+  [[nodiscard]] std::size_t value_bytes() const noexcept {
+    return static_cast<std::size_t>(gradcomp::detail::sparse::value_bytes(values));
   }
 };
 
