@@ -1319,3 +1319,4 @@ TEST_CASE(GCT_BACKEND ": the CUDA codecs write and read the golden packets", "[c
 }
 
 #include "sparse_checks.cuh"
+#include "powersgd_checks.cuh"

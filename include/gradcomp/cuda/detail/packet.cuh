@@ -64,6 +64,14 @@ struct header_image {
   }
 };
 
+/// Work item that stores a header image at `out` (run once, stream-ordered with the payload's
+/// passes).
+struct header_store_fn {
+  header_image img;
+  std::byte* out;
+  GRADCOMP_HOST_DEVICE void operator()(std::uint64_t) const { img.store(out); }
+};
+
 /// The header image of `h`, exactly as the CPU codecs write it.
 inline header_image make_header_image(packet_header const& h) {
   header_image img{};

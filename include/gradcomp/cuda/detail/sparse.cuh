@@ -162,12 +162,6 @@ struct width_fn {
   }
 };
 
-struct header_fn {
-  header_image img;
-  std::byte* out;
-  GRADCOMP_HOST_DEVICE void operator()(std::uint64_t) const { img.store(out); }
-};
-
 struct absolute_index_fn {
   std::uint32_t const* idx;
   std::byte* out;
@@ -310,7 +304,7 @@ sparse_encoded write_sparse_packet(sparse_scratch const& ws, In const& in, std::
   unsigned const width = read_report(ws, stream).state.width_bits;
   packet_header const h =
       gradcomp::detail::sparse::plan(id, t, n, m, gradcomp::detail::bit_width(width), v);
-  thrust::for_each_n(exec, first, 1, sparse_ops::header_fn{make_header_image(h), out});
+  thrust::for_each_n(exec, first, 1, header_store_fn{make_header_image(h), out});
   std::byte* const indices = out + header_bytes;
   std::uint64_t const ib = gradcomp::detail::sparse::index_bytes(h.variant, m, h.param1);
   if (gradcomp::detail::sparse::is_delta(h.variant)) {
