@@ -125,7 +125,7 @@ class basic_random_k_codec : public detail::sparse_device_codec<basic_random_k_c
   static void check_size(std::uint64_t n) { gradcomp::detail::randomk::check_size(n); }
 
   static detail::sparse_scratch carve(detail::arena& a, std::size_t n) {
-    return detail::carve_sparse(a, n, {false, false, false, true});
+    return detail::carve_sparse(a, n, {0, false, false, true});
   }
 
   template <class In>

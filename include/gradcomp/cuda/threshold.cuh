@@ -79,7 +79,7 @@ class threshold_codec : public detail::sparse_device_codec<threshold_codec> {
   static void check_size(std::uint64_t n) { detail::check_sparse_size(id, n); }
 
   static detail::sparse_scratch carve(detail::arena& a, std::size_t n) {
-    return detail::carve_sparse(a, n, {false, true, true, false});
+    return detail::carve_sparse(a, n, {0, true, true, false});
   }
 
   template <class In>

@@ -43,6 +43,7 @@
 #include <gradcomp/cuda/detail/sparse.cuh>
 #include <gradcomp/cuda/detail/workspace.cuh>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -207,7 +208,26 @@ struct topk_packets {
   using format = detail::sparse_format<Id>;
 
   static detail::sparse_scratch carve(detail::arena& a, std::size_t n) {
-    return detail::carve_sparse(a, n, {true, true, true, false});
+    return detail::carve_sparse(a, n, {histogram_temp(n), true, true, false});
+  }
+
+  /// The histograms' temporary bytes: the largest CUB asks for over the inputs a codec takes
+  /// (a tensor of each element type, or g + e), the first digit's 2048 bins being the most.
+  static std::size_t histogram_temp(std::size_t n) {
+    std::size_t t = 0;
+    auto query = [&](auto in) {
+      using In = decltype(in);
+      t = std::max(t, detail::histogram_temp_bytes(
+                          detail::over_positions(digit_sample<In>{in, nullptr, nullptr, 20, 2047}), n,
+                          2048));
+    };
+    query(detail::plain_input<float>{});
+    query(detail::plain_input<half>{});
+    query(detail::plain_input<bfloat16>{});
+    query(detail::feedback_input<float>{});
+    query(detail::feedback_input<half>{});
+    query(detail::feedback_input<bfloat16>{});
+    return t;
   }
 
   template <element T>

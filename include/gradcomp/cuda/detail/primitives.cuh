@@ -46,12 +46,8 @@ thrust::transform_iterator<Fn, position_iterator> over_positions(Fn fn) {
 /// A sample that no histogram bin counts (filtered out).
 inline constexpr int no_bin = -1;
 
-/// Sample function of `histogram_temp_bytes` queries (the temporary storage of CUB's histogram
-/// depends on the sample type, not on how samples are computed).
-struct probe_sample {
-  GRADCOMP_HOST_DEVICE int operator()(std::uint64_t) const noexcept { return no_bin; }
-};
-/// Selection predicate of `select_temp_bytes` queries.
+/// Selection predicate of `select_temp_bytes` queries (CUB sizes a compaction's temporary
+/// storage by its tile count, which depends on the item type, not on the predicate).
 struct probe_flag {
   GRADCOMP_HOST_DEVICE bool operator()(std::uint32_t) const noexcept { return false; }
 };
@@ -72,13 +68,17 @@ inline void check_temp(std::size_t need, std::size_t have, char const* what) {
 }
 #endif
 
-/// Temporary bytes of `histogram` over `n` samples into `bins` bins.
-inline std::size_t histogram_temp_bytes([[maybe_unused]] std::uint64_t n, [[maybe_unused]] int bins) {
+/// Temporary bytes of `histogram` over `n` samples of `samples` (an iterator of the type the
+/// call will use: CUB sizes its per-block bins by the occupancy of the kernel it instantiates
+/// for that type) into `bins` bins.
+template <class SampleIt>
+std::size_t histogram_temp_bytes([[maybe_unused]] SampleIt samples, [[maybe_unused]] std::uint64_t n,
+                                 [[maybe_unused]] int bins) {
 #if GRADCOMP_CUDA_ON_GPU
   std::size_t bytes = 0;
   GRADCOMP_CUDA_CHECK(cub::DeviceHistogram::HistogramEven(
-      nullptr, bytes, over_positions(probe_sample{}), static_cast<unsigned*>(nullptr), bins + 1, 0,
-      bins, static_cast<std::int64_t>(n), cudaStream_t{}));
+      nullptr, bytes, samples, static_cast<unsigned*>(nullptr), bins + 1, 0, bins,
+      static_cast<std::int64_t>(n), cudaStream_t{}));
   return bytes;
 #else
   return 0;

@@ -96,9 +96,10 @@ struct sparse_scratch {
   std::size_t temp_bytes;
 };
 
-/// Which primitives a codec's workspace must have temporary storage for.
+/// What a codec's workspace must hold temporary storage for: `histogram` bytes (the codec's
+/// own query, see `histogram_temp_bytes`), and compactions, scans and sorts of n items.
 struct sparse_needs {
-  bool histogram = false;
+  std::size_t histogram = 0;
   bool select = false;
   bool scan = false;
   bool sort = false;
@@ -114,7 +115,7 @@ inline sparse_scratch carve_sparse(arena& a, std::uint64_t n, sparse_needs needs
   s.a = reinterpret_cast<std::uint32_t*>(s.wide);
   s.b = s.a == nullptr ? nullptr : s.a + n;
   std::size_t t = 0;
-  if (needs.histogram) t = std::max(t, histogram_temp_bytes(n, 2048));
+  t = std::max(t, needs.histogram);
   if (needs.select) t = std::max(t, select_temp_bytes(n));
   if (needs.scan) t = std::max(t, scan_temp_bytes(n));
   if (needs.sort) t = std::max(t, sort_temp_bytes(n));
