@@ -12,10 +12,11 @@
 /// - dot form: 16 lane sums (lane l takes the products p ≡ l mod 16, in increasing p, by fma),
 ///   reduced as l + 8, then + 4, + 2, + 1, then `c = alpha * dot` (+ `beta * c`).
 ///
-/// Products that meet an addition are rounded on their own (`__fmul_rn` on the device), so no
-/// compiler contracts them into a fused multiply-add.
+/// Products that meet an addition are rounded on their own (`quant::mul_rn`), so no compiler
+/// contracts them into a fused multiply-add.
 
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/quant/rounding.hpp>
 
 #include <cstddef>
 
@@ -25,13 +26,7 @@ GRADCOMP_NAMESPACE_BEGIN
 namespace gemm_order {
 
 /// a · b rounded to float, never fused with a following addition.
-GRADCOMP_HOST_DEVICE inline float product(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
+GRADCOMP_HOST_DEVICE inline float product(float a, float b) noexcept { return quant::mul_rn(a, b); }
 
 /// The fixed reduction of the 16 lane sums of the dot form.
 GRADCOMP_HOST_DEVICE inline float reduce16(float const* s) noexcept {

@@ -25,6 +25,7 @@
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
+#include <gradcomp/core/quant/rounding.hpp>
 
 #include <cfloat>
 #include <cstddef>
@@ -74,16 +75,6 @@ GRADCOMP_HOST_DEVICE inline dither_bucket make_dither_bucket(float scale,
 /// The dither offset (draw + 0.5) / 2^16 of a 16-bit draw (exact).
 GRADCOMP_HOST_DEVICE inline float dither_offset(std::uint32_t draw) noexcept {
   return fmaf(static_cast<float>(draw), 0x1p-16f, 0x1p-17f);
-}
-
-/// `a * b` rounded on its own: device code must not contract it with a following add into an
-/// fma (nvcc does by default), which the host does not do.
-GRADCOMP_HOST_DEVICE inline float mul_rn(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
 }
 
 /// One step of a canonical lane sum of squares: `acc + x * x` with one rounding, in double.

@@ -129,9 +129,41 @@ template <class In>
   gradcomp::detail::throw_state_overflow("residual_feedback", tensor);
 }
 
+/// The encoders that allocate their workspace (stream-ordered, `cudaMallocAsync` on `stream`)
+/// and call `Self`'s two-phase forms; shared by the element codecs and the sparsifiers.
 template <class Self>
-class device_codec {
+class allocating_encoders {
  public:
+  /// `compress` with its workspace allocated and freed stream-ordered on `stream`.
+  template <element T>
+  std::size_t compress(T const* d_in, std::size_t n, std::byte* d_out,
+                       cudaStream_t stream = nullptr, random_stream const& rs = {}) const {
+    Self const& self = static_cast<Self const&>(*this);
+    std::size_t bytes = self.workspace_bytes(n);
+    scratch const temp(bytes, stream);
+    return self.compress(temp.get(), bytes, d_in, n, d_out, stream, rs);
+  }
+
+  /// `compress_with_feedback` with its workspace allocated stream-ordered on `stream`.
+  template <element T>
+  std::size_t compress_with_feedback(T const* d_grad, float const* d_residual,
+                                     float* d_next_residual, std::size_t n, std::byte* d_out,
+                                     cudaStream_t stream = nullptr,
+                                     random_stream const& rs = {}) const {
+    Self const& self = static_cast<Self const&>(*this);
+    std::size_t bytes = self.workspace_bytes(n);
+    scratch const temp(bytes, stream);
+    return self.compress_with_feedback(temp.get(), bytes, d_grad, d_residual, d_next_residual, n,
+                                       d_out, stream, rs);
+  }
+};
+
+template <class Self>
+class device_codec : public allocating_encoders<Self> {
+ public:
+  using allocating_encoders<Self>::compress;
+  using allocating_encoders<Self>::compress_with_feedback;
+
   /// The largest packet for `n` elements (that of float32 input); exact for the codecs whose
   /// packet size does not depend on the input type (all but identity).
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
@@ -164,15 +196,6 @@ class device_codec {
     return static_cast<std::size_t>(h.packet_bytes());
   }
 
-  /// `compress` with its workspace allocated and freed stream-ordered on `stream`.
-  template <element T>
-  std::size_t compress(T const* d_in, std::size_t n, std::byte* d_out,
-                       cudaStream_t stream = nullptr, random_stream const& rs = {}) const {
-    std::size_t bytes = workspace_bytes(n);
-    scratch const temp(bytes, stream);
-    return compress(temp.get(), bytes, d_in, n, d_out, stream, rs);
-  }
-
   /// Residual error feedback fused with compression, for gradient `d_grad[0, n)` of tensor
   /// `rs.tensor` and residual `d_residual` (float32; null for zero, a first step): writes the
   /// packet of p = e + g (its header's dtype is f32, as `residual_feedback` compresses a
@@ -196,18 +219,6 @@ class device_codec {
     run_encode(ws, h, feedback_input<T>{d_grad, d_residual, d_next_residual, ws.status}, n, d_out,
                stream, rs, static_cast<tensor_id>(rs.tensor));
     return static_cast<std::size_t>(h.packet_bytes());
-  }
-
-  /// `compress_with_feedback` with its workspace allocated stream-ordered on `stream`.
-  template <element T>
-  std::size_t compress_with_feedback(T const* d_grad, float const* d_residual,
-                                     float* d_next_residual, std::size_t n, std::byte* d_out,
-                                     cudaStream_t stream = nullptr,
-                                     random_stream const& rs = {}) const {
-    std::size_t bytes = workspace_bytes(n);
-    scratch const temp(bytes, stream);
-    return compress_with_feedback(temp.get(), bytes, d_grad, d_residual, d_next_residual, n, d_out,
-                                  stream, rs);
   }
 
   /// Two-phase decompress: `d_out[0, n) = x̂` (converted to `T` as the CPU codec converts it;

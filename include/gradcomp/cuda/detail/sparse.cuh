@@ -388,8 +388,11 @@ template <class In>
 }
 
 template <class Self>
-class sparse_device_codec {
+class sparse_device_codec : public allocating_encoders<Self> {
  public:
+  using allocating_encoders<Self>::compress;
+  using allocating_encoders<Self>::compress_with_feedback;
+
   /// Workspace bytes of every operation of this codec on `n` elements (any alignment of the
   /// workspace pointer): about 8 n bytes (candidate and selection indices, or the delta
   /// decoder's positions) plus CUB's temporary storage.
@@ -417,15 +420,6 @@ class sparse_device_codec {
       return static_cast<std::size_t>(
           self().encode(ws, plain_input<T>{d_in}, n, dtype_of<T>, d_out, stream, rs).header.packet_bytes());
     });
-  }
-
-  /// `compress` with its workspace allocated and freed stream-ordered on `stream`.
-  template <element T>
-  std::size_t compress(T const* d_in, std::size_t n, std::byte* d_out,
-                       cudaStream_t stream = nullptr, random_stream const& rs = {}) const {
-    std::size_t bytes = workspace_bytes(n);
-    scratch const temp(bytes, stream);
-    return compress(temp.get(), bytes, d_in, n, d_out, stream, rs);
   }
 
   /// Residual error feedback fused with compression (as cuda/detail/codec_base.cuh's): writes
@@ -458,18 +452,6 @@ class sparse_device_codec {
       }
       return static_cast<std::size_t>(r.header.packet_bytes());
     });
-  }
-
-  /// `compress_with_feedback` with its workspace allocated stream-ordered on `stream`.
-  template <element T>
-  std::size_t compress_with_feedback(T const* d_grad, float const* d_residual,
-                                     float* d_next_residual, std::size_t n, std::byte* d_out,
-                                     cudaStream_t stream = nullptr,
-                                     random_stream const& rs = {}) const {
-    std::size_t bytes = workspace_bytes(n);
-    scratch const temp(bytes, stream);
-    return compress_with_feedback(temp.get(), bytes, d_grad, d_residual, d_next_residual, n, d_out,
-                                  stream, rs);
   }
 
   /// Two-phase decompress: `d_out[0, n)` = x̂ (zero off the selection). Random-k regenerates
