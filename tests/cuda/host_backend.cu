@@ -12,7 +12,12 @@
 #define GCT_BACKEND "cuda/thrust-cpp"
 #include "codec_checks.cuh"
 
+#include <gradcomp/cpu/kernels/bytecode.hpp>
+#include <gradcomp/cpu/kernels/dither.hpp>
 #include <gradcomp/cpu/kernels/onebit.hpp>
+
+#include <thrust/system/cpp/execution_policy.h>
+#include <algorithm>
 
 static_assert(GRADCOMP_CUDA_ON_GPU == 0);
 
@@ -28,7 +33,8 @@ TEST_CASE("cuda/thrust-cpp: onebit element functions match the CPU block kernel"
     std::vector<std::byte> bits((n + 7) / 8, std::byte{0xee});
     std::vector<double> lanes(16 * blocks, -1.0);
     for (std::size_t item = 0; item < 2 * blocks; ++item) {
-      ops::onebit_pack_half_block(x.data(), n, item, bits.data(), lanes.data());
+      ops::onebit_pack_half_block(gradcomp::cuda::detail::plain_input<float>{x.data()}, n, item,
+                                  bits.data(), lanes.data());
     }
     std::vector<std::byte> ref_bits((n + 7) / 8);
     std::vector<double> block_sums(blocks);
@@ -47,27 +53,86 @@ TEST_CASE("cuda/thrust-cpp: onebit element functions match the CPU block kernel"
   }
 }
 
-TEST_CASE("cuda/thrust-cpp: fp16 element functions round like float_to_half_bits",
-          "[cuda][fp16][ops]") {
-  // Every 257th float bit pattern (all classes and binades), through the element function.
-  std::vector<float> x;
-  for (std::uint64_t b = 0; b <= 0xffffffffu; b += 257)
-    x.push_back(gct::from_bits(static_cast<std::uint32_t>(b)));
-  std::vector<std::byte> payload(2 * x.size());
-  for (std::size_t i = 0; i < x.size(); ++i)
-    gradcomp::cuda::ops::fp16_encode_element(x.data(), payload.data(), i);
+TEST_CASE("cuda/thrust-cpp: the draw cache gives every element its own draw, in any order",
+          "[cuda][ops]") {
+  // The cache is tagged by Philox block, so any visiting order and any cache size gives the
+  // draws of random_stream::draw16; the codecs rely on it only for speed.
+  gradcomp::random_stream const rs{0x9e3779b97f4a7c15ull, 12, 77};
+  std::mt19937_64 rng(3);
+  std::vector<std::uint64_t> order;
+  for (std::uint64_t i = 0; i < 4096; ++i) order.push_back(i);
+  for (std::uint64_t i = 0; i < 64; ++i) order.push_back((std::uint64_t{1} << 40) + 17 * i);
+  std::shuffle(order.begin(), order.end(), rng);
+  gradcomp::cuda::detail::draw_cache<1> one(rs);
+  gradcomp::cuda::detail::draw_cache<4> four(rs);
+  gradcomp::cuda::detail::draw_cache<8> eight(rs);
   std::size_t bad = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    std::uint16_t const got = static_cast<std::uint16_t>(
-        static_cast<unsigned>(payload[2 * i]) | (static_cast<unsigned>(payload[2 * i + 1]) << 8));
-    bad += got != gradcomp::float_to_half_bits(x[i]);
+  for (std::uint64_t i : order) {
+    std::uint32_t const want = rs.draw16(i);
+    bad += one(i) != want;
+    bad += four(i) != want;
+    bad += eight(i) != want;
   }
   CHECK(bad == 0);
 }
 
+TEST_CASE("cuda/thrust-cpp: bucket statistics follow the CPU's order to the last bit",
+          "[cuda][ops]") {
+  namespace d = gradcomp::cuda::detail;
+  namespace kn = gradcomp::cpu::kernels;
+  // Magnitudes over 16 binades, so that a double sum in another order differs in its bits.
+  for (std::uint32_t bucket : {0u, 7u, 512u, 5000u, 9000u}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{4097}, std::size_t{20000}}) {
+      INFO("bucket " << bucket << ", n = " << n);
+      std::vector<float> x = gct::make_input(n, 5 + n, gct::finite_specials());
+      d::bucket_geometry const geo = d::bucket_geometry::of(bucket, n);
+      d::plain_input<float> const in{x.data()};
+      std::vector<std::byte> mem(4096 + 64 * (geo.lane_items() + geo.block_items()));
+
+      d::arena a(mem.data());
+      auto const ws = d::stats_workspace<d::sumsq_stat>::carve(a, geo);
+      std::vector<double> sums(geo.buckets, -1.0);
+      struct keep_sum {
+        double* out;
+        GRADCOMP_HOST_DEVICE void operator()(std::uint64_t k, double s) const { out[k] = s; }
+      };
+      d::bucket_stats<d::sumsq_stat>(thrust::cpp::par, geo, in, ws, keep_sum{sums.data()});
+
+      d::arena b(mem.data());
+      auto const rws = d::stats_workspace<d::range_stat>::carve(b, geo);
+      std::vector<d::range_stat::partial> ranges(geo.buckets);
+      struct keep_range {
+        d::range_stat::partial* out;
+        GRADCOMP_HOST_DEVICE void operator()(std::uint64_t k,
+                                             d::range_stat::partial const& p) const {
+          out[k] = p;
+        }
+      };
+      d::bucket_stats<d::range_stat>(thrust::cpp::par, geo, in, rws, keep_range{ranges.data()});
+
+      for (std::uint64_t k = 0; k < geo.buckets; ++k) {
+        double want = 0.0;  // codec/dithering.hpp: canonical blocks, added in order
+        for (std::uint64_t s = geo.begin(k); s < geo.end(k); s += kn::norm_block) {
+          std::size_t const len = std::min<std::uint64_t>(kn::norm_block, geo.end(k) - s);
+          want += kn::scalar::block_sumsq(gradcomp::cpu::scalar_tag{}, x.data() + s, len);
+        }
+        CHECK(std::bit_cast<std::uint64_t>(sums[k]) == std::bit_cast<std::uint64_t>(want));
+        float lo = x[geo.begin(k)], hi = lo;
+        kn::scalar::block_minmax(gradcomp::cpu::scalar_tag{}, x.data() + geo.begin(k),
+                                 geo.end(k) - geo.begin(k), lo, hi);
+        float glo = ranges[k].lo, ghi = ranges[k].hi;
+        gradcomp::cuda::ops::int8_settle_range(glo, ghi,
+                                               x[ranges[k].zero < n ? ranges[k].zero : 0]);
+        CHECK(std::bit_cast<std::uint32_t>(glo) == std::bit_cast<std::uint32_t>(lo));
+        CHECK(std::bit_cast<std::uint32_t>(ghi) == std::bit_cast<std::uint32_t>(hi));
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda/thrust-cpp: onebit's flush-to-zero-proof helpers agree with plain C++",
           "[cuda][onebit][ops]") {
-  namespace ops = gradcomp::cuda::ops;
+  namespace ops = gradcomp::quant;
   std::size_t bad_sign = 0, bad_abs = 0;
   for (std::uint64_t b = 0; b <= 0xffffffffu; b += 251) {
     float const v = gct::from_bits(static_cast<std::uint32_t>(b));

@@ -85,11 +85,7 @@ class approx_topk_codec : public detail::sparse_codec_base<approx_topk_codec> {
 
   /// The window [lo, hi] the selected count lands in for a target k (lo >= 1 when k >= 1).
   [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> window(std::uint64_t k) const noexcept {
-    if (k == 0) return {0, 0};
-    auto const kd = static_cast<double>(k);
-    auto const lo = static_cast<std::uint64_t>(std::ceil(kd * (1.0 - tolerance_) - 1e-9));
-    auto const hi = static_cast<std::uint64_t>(std::floor(kd * (1.0 + tolerance_) + 1e-9));
-    return {std::clamp<std::uint64_t>(lo, 1, k), std::max(hi, k)};
+    return detail::sparse::approx_window(k, tolerance_);
   }
 
   /// Header plus absolute indices plus values for the most elements the window allows.
@@ -120,16 +116,8 @@ class approx_topk_codec : public detail::sparse_codec_base<approx_topk_codec> {
 
  private:
   static approx_topk_codec make(double sample, double tolerance, sparse_values values) {
-    if (!(sample > 0.0 && sample <= 1.0)) {
-      throw config_error("gradcomp: approx_topk sample fraction must be in (0, 1], got " +
-                         std::to_string(sample));
-    }
-    if (!(tolerance >= 0.0 && tolerance < 1.0)) {
-      throw config_error("gradcomp: approx_topk tolerance must be in [0, 1), got " +
-                         std::to_string(tolerance));
-    }
-    if (static_cast<unsigned>(values) > 2)
-      throw config_error("gradcomp: sparse value type must be f32, f16 or bf16");
+    detail::sparse::check_approx(sample, tolerance);
+    detail::sparse::check_values(values);
     approx_topk_codec c;
     c.sample_ = sample;
     c.tolerance_ = tolerance;

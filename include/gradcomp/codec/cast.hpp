@@ -7,6 +7,7 @@
 /// are summable, and they carry NaN and infinities through unchanged.
 
 #include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/codec/format/cast.hpp>
 #include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/kernels/convert.hpp>
@@ -66,27 +67,19 @@ void widen_any(dtype w, std::byte const* src, T* dst, std::size_t n, float alpha
 /// element. Lossless, summable. Payload: n little-endian elements of the header's dtype.
 class identity_codec : public detail::codec_base<identity_codec> {
  public:
-  static constexpr codec_id id = codec_id::identity;
+  static constexpr codec_id id = identity_format::id;
   static constexpr aggregation_kind aggregation = aggregation_kind::summable;
   static constexpr bool unbiased = true;
 
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    return header_bytes + 4 * n;
+    return identity_format::max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept { return 32.0; }
 
   packet_header header_for(std::size_t n, dtype t) const noexcept {
-    return {id, t, 0, n, n * dtype_size(t), 0, 0};
+    return identity_format::header_for(n, t);
   }
-  static void validate(packet_header const& h) {
-    if (h.variant != 0 || h.param0 != 0 || h.param1 != 0) {
-      throw format_error("gradcomp: identity packet has non-zero variant or parameters");
-    }
-    if (h.count > (UINT64_MAX - header_bytes) / 4) {
-      throw format_error("gradcomp: identity packet declares an impossible element count");
-    }
-    detail::expect_payload(h, h.count * dtype_size(h.type));
-  }
+  static void validate(packet_header const& h) { identity_format::validate(h); }
   /// The values: the whole payload, in the packet's element type. Validates the packet.
   static gradcomp::value_section value_section(std::span<std::byte const> packet) {
     packet_header const h = inspect(packet);
@@ -129,28 +122,19 @@ class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
       Wire == dtype::f16 ? cpu::kernels::half_format::f16 : cpu::kernels::half_format::bf16;
 
  public:
-  static constexpr codec_id id = Wire == dtype::f16 ? codec_id::fp16 : codec_id::bf16;
+  static constexpr codec_id id = half_cast_format<Wire>::id;
   static constexpr aggregation_kind aggregation = aggregation_kind::summable;
   static constexpr bool unbiased = false;
 
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    return header_bytes + 2 * n;
+    return half_cast_format<Wire>::max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept { return 16.0; }
 
   packet_header header_for(std::size_t n, dtype t) const noexcept {
-    return {id, t, 0, n, 2 * n, 0, 0};
+    return half_cast_format<Wire>::header_for(n, t);
   }
-  static void validate(packet_header const& h) {
-    if (h.variant != 0 || h.param0 != 0 || h.param1 != 0) {
-      throw format_error(std::string("gradcomp: ") + codec_name(id) +
-                         " packet has non-zero variant or parameters");
-    }
-    if (h.count > (UINT64_MAX - header_bytes) / 2) {
-      throw format_error("gradcomp: 16-bit packet declares an impossible element count");
-    }
-    detail::expect_payload(h, 2 * h.count);
-  }
+  static void validate(packet_header const& h) { half_cast_format<Wire>::validate(h); }
   /// The values: the whole payload, 16-bit floats of type `Wire`. Validates the packet.
   static gradcomp::value_section value_section(std::span<std::byte const> packet) {
     packet_header const h = half_cast_codec::inspect(packet);

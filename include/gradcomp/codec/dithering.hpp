@@ -9,14 +9,13 @@
 /// - `dithering_codec` (Horváth et al., "Natural compression"; BytePS "dithering"): linear or
 ///   natural (powers of two) levels, max or L2 normalisation.
 ///
-/// Payload: `nb` f32 bucket scales (the norms), then the code stream — element i's code in bits
-/// [i*w, i*w + w) (bit k of the stream is bit k%8 of byte k/8), `w = 1 + bit_width(s)`, the code
-/// being the level index q (0..s) with a sign bit above it, set only when x < 0 and q > 0.
-/// Unused bits of the last byte are 0. Decoding: linear x̂ = ±q * (scale / s); natural
-/// x̂ = ±2^(q-1) * (scale / 2^(s-1)) for q > 0. Randomness: 16-bit draws of the stream keyed by
-/// (seed, step, tensor id) (core/philox.hpp), so packets do not depend on threads or ISA.
+/// The wire format is in codec/format/dither.hpp (`qsgd_format`, `terngrad_format`,
+/// `dithering_format`), the element math and the canonical norm order in
+/// core/quant/dither.hpp. Randomness: 16-bit draws of the stream keyed by (seed, step, tensor
+/// id) (core/philox.hpp), so packets do not depend on threads, ISA or backend.
 
 #include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/codec/format/dither.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/kernels/dither.hpp>
 #include <gradcomp/cpu/kernels/stream.hpp>
@@ -29,57 +28,7 @@
 
 GRADCOMP_NAMESPACE_BEGIN
 
-/// Level spacing of a dithering quantizer.
-enum class dither_partition : std::uint8_t {
-  linear = 0,   ///< levels {0, 1/s, ..., 1}
-  natural = 1,  ///< levels {0, 2^(1-s), ..., 1/2, 1}
-};
-
-/// Norm each bucket is normalised by.
-enum class dither_norm : std::uint8_t {
-  max = 0,  ///< max |x| of the bucket
-  l2 = 1,   ///< Euclidean norm of the bucket
-};
-
 namespace detail {
-
-/// Everything that fixes a dither packet's layout.
-struct dither_config {
-  std::uint32_t s = 1;        ///< levels
-  std::uint32_t bucket = 0;   ///< bucket length; 0 = the whole tensor is one bucket
-  dither_partition partition = dither_partition::linear;
-  dither_norm norm = dither_norm::max;
-
-  [[nodiscard]] cpu::kernels::dither_shape shape() const noexcept {
-    return {s, 1u + bit_width(s), partition == dither_partition::natural};
-  }
-  [[nodiscard]] std::uint64_t bucket_len(std::uint64_t n) const noexcept { return bucket_length(bucket, n); }
-  [[nodiscard]] std::uint64_t buckets(std::uint64_t n) const noexcept { return bucket_count(bucket, n); }
-  /// Payload bytes for n elements; 0 signals overflow (n too large), checked by callers.
-  [[nodiscard]] std::uint64_t payload_bytes(std::uint64_t n) const noexcept {
-    std::uint64_t const w = shape().width;
-    if (n > (UINT64_MAX / 32)) return 0;
-    return 4 * buckets(n) + (n * w + 7) / 8;
-  }
-  [[nodiscard]] double bits_per_element() const noexcept {
-    return shape().width + (bucket != 0 ? 32.0 / bucket : 0.0);
-  }
-};
-
-/// Maximum level count per partition (codes fit in 16 bits; natural levels fit in an int).
-inline constexpr std::uint32_t max_linear_levels = 32767;
-inline constexpr std::uint32_t max_natural_levels = 30;
-
-inline void check_dither_config(dither_config const& c, char const* who, bool packet) {
-  std::uint32_t const limit =
-      c.partition == dither_partition::natural ? max_natural_levels : max_linear_levels;
-  if (c.s == 0 || c.s > limit) {
-    std::string msg = std::string("gradcomp: ") + who + " needs 1 <= levels <= " +
-                      std::to_string(limit) + ", got " + std::to_string(c.s);
-    if (packet) throw format_error(msg);
-    throw config_error(msg);
-  }
-}
 
 // Scale of bucket [b, e) from canonical blocks computed sequentially.
 inline float dither_bucket_scale(float const* x, std::size_t b, std::size_t e, dither_norm norm,
@@ -106,8 +55,7 @@ inline float dither_bucket_scale(float const* x, std::size_t b, std::size_t e, d
 [[noreturn]] inline void throw_bad_scale(codec_id id, float const* x, std::size_t b, std::size_t e) {
   std::size_t const bad = b + first_nonfinite(x + b, e - b);
   if (bad < e) throw_nonfinite(id, bad, x[bad]);
-  throw numeric_error(std::string("gradcomp: ") + codec_name(id) + " bucket at element " +
-                      std::to_string(b) + " has a norm beyond the float32 range");
+  throw_norm_overflow(id, b);
 }
 
 inline void dither_encode(codec_id id, dither_config const& cfg, float const* x, std::size_t n,
@@ -193,19 +141,12 @@ inline void dither_decode(codec_id id, dither_config const& cfg, packet_header c
   std::vector<float> steps(nb);
   for (std::size_t k = 0; k < nb; ++k) {
     float const scale = load_f32(payload + 4 * k);
-    if (!(scale >= 0.0f && scale <= FLT_MAX) || std::signbit(scale)) {
-      throw format_error(std::string("gradcomp: ") + codec_name(id) + " packet has bucket scale " +
-                         std::to_string(scale) + " at bucket " + std::to_string(k) +
-                         " (expected a finite value >= 0)");
-    }
+    check_dither_scale(id, k, scale);
     steps[k] = cpu::kernels::make_dither_bucket(scale, shape).step;
   }
   std::byte const* codes = payload + 4 * nb;
   std::uint64_t const bits = static_cast<std::uint64_t>(n) * shape.width;
-  if (bits % 8 != 0 && (static_cast<unsigned>(codes[bits / 8]) >> (bits % 8)) != 0) {
-    throw format_error(std::string("gradcomp: ") + codec_name(id) +
-                       " packet has set padding bits after the last code");
-  }
+  if (bits % 8 != 0) check_dither_padding(id, n, shape.width, codes[bits / 8]);
   std::atomic<bool> ok{true};
   cpu::isa const level = cpu::effective_isa(ctx.isa);
   bool const stream = !add && cpu::stream_output(4 * n);
@@ -215,10 +156,7 @@ inline void dither_decode(codec_id id, dither_config const& cfg, packet_header c
       ok.store(false, std::memory_order_relaxed);
     }
   });
-  if (!ok.load()) {
-    throw format_error(std::string("gradcomp: ") + codec_name(id) + " packet holds a code above " +
-                       std::to_string(cfg.s) + " levels or a negative zero code");
-  }
+  if (!ok.load()) throw_bad_dither_code(id, cfg.s);
 }
 
 template <class Self>
@@ -228,27 +166,20 @@ class dither_codec_base : public codec_base<Self> {
   static constexpr bool unbiased = true;
 
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    return header_bytes + static_cast<std::size_t>(self().config().payload_bytes(n));
+    return wire_format().max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept {
-    return self().config().bits_per_element();
+    return wire_format().bits_per_element();
   }
 
-  packet_header header_for(std::size_t n, dtype t) const {
-    dither_config const c = self().config();
-    std::uint64_t const bytes = c.payload_bytes(n);
-    if (n != 0 && bytes == 0) throw config_error("gradcomp: tensor too large for a dither packet");
-    return {Self::id, t, Self::variant_of(c), n, bytes, c.s, c.bucket};
-  }
+  packet_header header_for(std::size_t n, dtype t) const { return wire_format().header_for(n, t); }
 
   static void validate(packet_header const& h) {
-    dither_config const c = Self::config_of(h);
-    check_dither_config(c, codec_name(Self::id), true);
-    std::uint64_t const bytes = c.payload_bytes(h.count);
-    if (h.count != 0 && bytes == 0) {
-      throw format_error("gradcomp: dither packet declares an impossible element count");
-    }
-    expect_payload(h, bytes);
+    dither_packets<typename Self::format_type>::validate(h);
+  }
+  /// The wire format of this codec's packets.
+  [[nodiscard]] auto wire_format() const noexcept {
+    return dither_packets<typename Self::format_type>{self().config()};
   }
 
   void encode(float const* x, std::size_t n, std::byte* payload, packet_header const&,
@@ -258,7 +189,7 @@ class dither_codec_base : public codec_base<Self> {
 
   static void decode(packet_header const& h, std::byte const* payload, float* out, float alpha,
                      bool add, codec_context const& ctx) {
-    dither_decode(Self::id, Self::config_of(h), h, payload, out, alpha, add, ctx);
+    dither_decode(Self::id, Self::format_type::config_of(h), h, payload, out, alpha, add, ctx);
   }
 
   // Block interface (codec/detail/codec_base.hpp): blocks of whole buckets and whole
@@ -314,22 +245,15 @@ class dither_codec_base : public codec_base<Self> {
 /// of d elements. Header: param0 = s, param1 = bucket, variant 0.
 class qsgd_codec : public detail::dither_codec_base<qsgd_codec> {
  public:
-  static constexpr codec_id id = codec_id::qsgd;
+  using format_type = qsgd_format;
+  static constexpr codec_id id = format_type::id;
 
   /// `levels` = s in [1, 32767]; `bucket` elements per norm (0 = whole tensor).
-  explicit qsgd_codec(std::uint32_t levels = 7, std::uint32_t bucket = 512) : cfg_{levels, bucket} {
-    cfg_.norm = dither_norm::l2;
-    detail::check_dither_config(cfg_, "qsgd", false);
-  }
+  explicit qsgd_codec(std::uint32_t levels = 7, std::uint32_t bucket = 512)
+      : cfg_(format_type::configure(levels, bucket)) {}
   [[nodiscard]] detail::dither_config config() const noexcept { return cfg_; }
   [[nodiscard]] std::uint32_t levels() const noexcept { return cfg_.s; }
   [[nodiscard]] std::uint32_t bucket() const noexcept { return cfg_.bucket; }
-
-  static detail::dither_config config_of(packet_header const& h) {
-    if (h.variant != 0) throw format_error("gradcomp: qsgd packet has non-zero variant");
-    return {h.param0, h.param1, dither_partition::linear, dither_norm::l2};
-  }
-  static std::uint8_t variant_of(detail::dither_config const&) noexcept { return 0; }
 
  private:
   detail::dither_config cfg_;
@@ -339,20 +263,13 @@ class qsgd_codec : public detail::dither_codec_base<qsgd_codec> {
 /// 2 bits per element. Header: param0 = 1, param1 = bucket, variant 0.
 class terngrad_codec : public detail::dither_codec_base<terngrad_codec> {
  public:
-  static constexpr codec_id id = codec_id::terngrad;
+  using format_type = terngrad_format;
+  static constexpr codec_id id = format_type::id;
 
   /// `bucket` elements per scale (0 = whole tensor, the paper's layer-wise scale).
-  explicit terngrad_codec(std::uint32_t bucket = 512) : cfg_{1, bucket} {}
+  explicit terngrad_codec(std::uint32_t bucket = 512) : cfg_(format_type::configure(bucket)) {}
   [[nodiscard]] detail::dither_config config() const noexcept { return cfg_; }
   [[nodiscard]] std::uint32_t bucket() const noexcept { return cfg_.bucket; }
-
-  static detail::dither_config config_of(packet_header const& h) {
-    if (h.variant != 0 || h.param0 != 1) {
-      throw format_error("gradcomp: terngrad packet must have variant 0 and param0 = 1");
-    }
-    return {1, h.param1, dither_partition::linear, dither_norm::max};
-  }
-  static std::uint8_t variant_of(detail::dither_config const&) noexcept { return 0; }
 
  private:
   detail::dither_config cfg_;
@@ -363,25 +280,14 @@ class terngrad_codec : public detail::dither_codec_base<terngrad_codec> {
 /// Header: param0 = s, param1 = bucket, variant bit 0 = natural, bit 1 = L2.
 class dithering_codec : public detail::dither_codec_base<dithering_codec> {
  public:
-  static constexpr codec_id id = codec_id::dithering;
+  using format_type = dithering_format;
+  static constexpr codec_id id = format_type::id;
 
   /// `levels` = s (linear: 1..32767, natural: 1..30).
   explicit dithering_codec(std::uint32_t levels = 2, dither_partition partition = dither_partition::linear,
                            dither_norm norm = dither_norm::max, std::uint32_t bucket = 512)
-      : cfg_{levels, bucket, partition, norm} {
-    detail::check_dither_config(cfg_, "dithering", false);
-  }
+      : cfg_(format_type::configure(levels, partition, norm, bucket)) {}
   [[nodiscard]] detail::dither_config config() const noexcept { return cfg_; }
-
-  static detail::dither_config config_of(packet_header const& h) {
-    if (h.variant > 3) throw format_error("gradcomp: dithering packet has unknown variant bits");
-    return {h.param0, h.param1, static_cast<dither_partition>(h.variant & 1u),
-            static_cast<dither_norm>((h.variant >> 1) & 1u)};
-  }
-  static std::uint8_t variant_of(detail::dither_config const& c) noexcept {
-    return static_cast<std::uint8_t>(static_cast<unsigned>(c.partition) |
-                                     (static_cast<unsigned>(c.norm) << 1));
-  }
 
  private:
   detail::dither_config cfg_;

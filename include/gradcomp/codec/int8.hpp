@@ -6,11 +6,12 @@
 /// equal steps; elements round to the nearest step (deterministic, error <= step/2) or
 /// stochastically (`int8_rounding::stochastic`, unbiased up to float rounding of the step).
 ///
-/// Payload: nb pairs (f32 lo, f32 hi), then n bytes q; x̂ = fma(q, f32((hi - lo)/255), lo).
-/// Header: param0 = bucket (0 = whole tensor), variant 0 = nearest, 1 = stochastic. Per-rank
-/// ranges differ, so packets are gathered (aggregation kind gather).
+/// The wire format is `int8_format` (codec/format/int8.hpp), the element math
+/// core/quant/int8.hpp. Per-rank ranges differ, so packets are gathered (aggregation kind
+/// gather).
 
 #include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/codec/format/int8.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/kernels/bytecode.hpp>
 #include <gradcomp/cpu/kernels/stream.hpp>
@@ -20,12 +21,6 @@
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
-
-/// Rounding of `int8_codec`.
-enum class int8_rounding : std::uint8_t {
-  nearest = 0,     ///< round half to even; biased, error at most half a step
-  stochastic = 1,  ///< round up with probability equal to the fraction; unbiased
-};
 
 /// 8-bit min-max codec (see file comment).
 class int8_codec : public detail::codec_base<int8_codec> {
@@ -37,42 +32,25 @@ class int8_codec : public detail::codec_base<int8_codec> {
 
   /// `bucket` elements per [lo, hi] range (0 = the whole tensor).
   explicit int8_codec(std::uint32_t bucket = 512, int8_rounding rounding = int8_rounding::nearest)
-      : bucket_(bucket), rounding_(rounding) {
-    if (rounding != int8_rounding::nearest && rounding != int8_rounding::stochastic) {
-      throw config_error("gradcomp: int8 rounding must be nearest or stochastic");
-    }
-  }
+      : bucket_(bucket), rounding_(int8_format::checked_rounding(rounding)) {}
   [[nodiscard]] std::uint32_t bucket() const noexcept { return bucket_; }
   [[nodiscard]] int8_rounding rounding() const noexcept { return rounding_; }
 
   static std::uint64_t payload_bytes(std::uint32_t bucket, std::uint64_t n) noexcept {
-    if (n > UINT64_MAX / 16) return 0;
-    std::uint64_t const nb = detail::bucket_count(bucket, n);
-    return 8 * nb + n;
+    return int8_format::payload_bytes(bucket, n);
   }
 
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    return header_bytes + static_cast<std::size_t>(payload_bytes(bucket_, n));
+    return wire_format().max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept {
-    return 8.0 + (bucket_ != 0 ? 64.0 / bucket_ : 0.0);
+    return wire_format().bits_per_element();
   }
 
-  packet_header header_for(std::size_t n, dtype t) const {
-    std::uint64_t const bytes = payload_bytes(bucket_, n);
-    if (n != 0 && bytes == 0) throw config_error("gradcomp: tensor too large for an int8 packet");
-    return {id, t, static_cast<std::uint8_t>(rounding_), n, bytes, bucket_, 0};
-  }
-
-  static void validate(packet_header const& h) {
-    if (h.variant > 1 || h.param1 != 0) {
-      throw format_error("gradcomp: int8 packet has variant " + std::to_string(h.variant) +
-                         " (expected 0 or 1) or a non-zero param1");
-    }
-    std::uint64_t const bytes = payload_bytes(h.param0, h.count);
-    if (h.count != 0 && bytes == 0) throw format_error("gradcomp: int8 packet count is impossible");
-    detail::expect_payload(h, bytes);
-  }
+  packet_header header_for(std::size_t n, dtype t) const { return wire_format().header_for(n, t); }
+  static void validate(packet_header const& h) { int8_format::validate(h); }
+  /// The wire format of this codec's packets.
+  [[nodiscard]] int8_format wire_format() const noexcept { return {bucket_, rounding_}; }
 
   void encode(float const* x, std::size_t n, std::byte* payload, packet_header const& h,
               random_stream const& rs, codec_context const& ctx) const {
@@ -110,11 +88,7 @@ class int8_codec : public detail::codec_base<int8_codec> {
     for (std::size_t k = 0; k < nb; ++k) {
       float const lo = detail::load_f32(payload + 8 * k);
       float const hi = detail::load_f32(payload + 8 * k + 4);
-      if (!(std::fabs(lo) <= FLT_MAX && std::fabs(hi) <= FLT_MAX && lo <= hi)) {
-        throw format_error("gradcomp: int8 packet has bucket range [" + std::to_string(lo) + ", " +
-                           std::to_string(hi) + "] at bucket " + std::to_string(k) +
-                           " (expected finite lo <= hi)");
-      }
+      int8_format::check_range(k, lo, hi);
       los[k] = lo;
       steps[k] = cpu::kernels::int8_step(lo, hi);
     }

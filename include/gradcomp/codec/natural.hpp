@@ -7,13 +7,13 @@
 /// variance is at most 1/8. One byte per element: the sign and the exponent counted down from
 /// the bucket's largest exponent, which costs one byte per bucket.
 ///
-/// Payload: nb bytes E (largest biased float32 exponent of the bucket, at most 253), then n
-/// bytes c = k | sign << 7 where k = 0 means zero and k in 1..min(E+1, 127) means magnitude
-/// 2^(E + 2 - k - 127). Elements below 2^(max(1, E-125) - 127) round stochastically to 0 or that
-/// power. Inputs with |x| >= 2^127 (could round to infinity) or non-finite raise
-/// `numeric_error`. Header: param0 = bucket (0 = whole tensor).
+/// The wire format is `natural_format` (codec/format/natural.hpp), the element math
+/// core/quant/natural.hpp. Elements below 2^(max(1, E-125) - 127) round stochastically to 0 or
+/// that power. Inputs with |x| >= 2^127 (could round to infinity) or non-finite raise
+/// `numeric_error`.
 
 #include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/codec/format/natural.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/kernels/bytecode.hpp>
 #include <gradcomp/cpu/kernels/stream.hpp>
@@ -37,31 +37,19 @@ class natural_codec : public detail::codec_base<natural_codec> {
   [[nodiscard]] std::uint32_t bucket() const noexcept { return bucket_; }
 
   static std::uint64_t payload_bytes(std::uint32_t bucket, std::uint64_t n) noexcept {
-    if (n > UINT64_MAX / 4) return 0;
-    std::uint64_t const nb = detail::bucket_count(bucket, n);
-    return nb + n;
+    return natural_format::payload_bytes(bucket, n);
   }
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    return header_bytes + static_cast<std::size_t>(payload_bytes(bucket_, n));
+    return wire_format().max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept {
-    return 8.0 + (bucket_ != 0 ? 8.0 / bucket_ : 0.0);
+    return wire_format().bits_per_element();
   }
 
-  packet_header header_for(std::size_t n, dtype t) const {
-    std::uint64_t const bytes = payload_bytes(bucket_, n);
-    if (n != 0 && bytes == 0) throw config_error("gradcomp: tensor too large for a natural packet");
-    return {id, t, 0, n, bytes, bucket_, 0};
-  }
-
-  static void validate(packet_header const& h) {
-    if (h.variant != 0 || h.param1 != 0) {
-      throw format_error("gradcomp: natural packet has non-zero variant or param1");
-    }
-    std::uint64_t const bytes = payload_bytes(h.param0, h.count);
-    if (h.count != 0 && bytes == 0) throw format_error("gradcomp: natural packet count is impossible");
-    detail::expect_payload(h, bytes);
-  }
+  packet_header header_for(std::size_t n, dtype t) const { return wire_format().header_for(n, t); }
+  static void validate(packet_header const& h) { natural_format::validate(h); }
+  /// The wire format of this codec's packets.
+  [[nodiscard]] natural_format wire_format() const noexcept { return {bucket_}; }
 
   void encode(float const* x, std::size_t n, std::byte* payload, packet_header const&,
               random_stream const& rs, codec_context const& ctx) const {
@@ -84,12 +72,7 @@ class natural_codec : public detail::codec_base<natural_codec> {
     std::size_t const blen = detail::bucket_length(h.param0, n);
     std::size_t const nb = detail::bucket_count(h.param0, n);
     auto const* emax = reinterpret_cast<std::uint8_t const*>(payload);
-    for (std::size_t k = 0; k < nb; ++k) {
-      if (emax[k] > 253) {
-        throw format_error("gradcomp: natural packet has bucket exponent " + std::to_string(emax[k]) +
-                           " at bucket " + std::to_string(k) + " (expected at most 253)");
-      }
-    }
+    for (std::size_t k = 0; k < nb; ++k) natural_format::check_exponent(k, emax[k]);
     auto const* codes = reinterpret_cast<std::uint8_t const*>(payload + nb);
     std::atomic<bool> ok{true};
     cpu::isa const level = cpu::effective_isa(ctx.isa);
@@ -99,9 +82,7 @@ class natural_codec : public detail::codec_base<natural_codec> {
         ok.store(false, std::memory_order_relaxed);
       }
     });
-    if (!ok.load()) {
-      throw format_error("gradcomp: natural packet holds a code its bucket exponent cannot produce");
-    }
+    if (!ok.load()) natural_format::throw_bad_code();
   }
 
   // Block interface (codec/detail/codec_base.hpp): blocks of whole buckets and whole
@@ -137,11 +118,10 @@ class natural_codec : public detail::codec_base<natural_codec> {
   // rounding up would overflow.
   static std::uint8_t bucket_exponent(float const* x, std::size_t b, std::size_t e, cpu::isa level) {
     unsigned const m = cpu::kernels::block_max_exponent(x + b, e - b, level);
-    if (m >= 254) {
+    if (m > natural_format::max_exponent) {
       std::size_t const bad = b + detail::first_nonfinite(x + b, e - b);
       if (bad < e) detail::throw_nonfinite(id, bad, x[bad]);
-      throw numeric_error("gradcomp: natural compression cannot encode |x| >= 2^127 (bucket at element " +
-                          std::to_string(b) + "): rounding up would overflow float32");
+      natural_format::throw_too_large(b);
     }
     return static_cast<std::uint8_t>(m);
   }

@@ -8,12 +8,13 @@
 /// - unscaled (variant 1): x̂_i = ±1 — signSGD; summing decoded packets and taking the sign
 ///   again is majority vote.
 ///
-/// Payload: f32 scale, u32 reserved (0), then ceil(n/8) bytes of sign bits (bit i%8 of byte
-/// i/8 is 1 iff x_i < 0; -0 and +0 are positive; unused high bits of the last byte are 0).
-/// Biased; aggregation kind gather. The scale is computed in the canonical order of
-/// `onebit_sum_order`, so packets are identical on every ISA, thread count and backend.
+/// The wire format is `onebit_format` (codec/format/onebit.hpp). Biased; aggregation kind
+/// gather. The scale is computed in the canonical order of `onebit_sum_order`
+/// (core/quant/onebit.hpp), so packets are identical on every ISA, thread count and backend.
 
 #include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/codec/format/onebit.hpp>
+#include <gradcomp/core/quant/onebit.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/cpu/kernels/onebit.hpp>
 #include <gradcomp/cpu/parallel.hpp>
@@ -29,11 +30,8 @@ class onebit_codec : public detail::codec_base<onebit_codec> {
   static constexpr aggregation_kind aggregation = aggregation_kind::gather;
   static constexpr bool unbiased = false;
 
-  /// Scale choice of the decoded signs.
-  enum class scaling : std::uint8_t {
-    mean_abs = 0,  ///< ±mean|x| (BytePS "scaling on")
-    none = 1,      ///< ±1 (signSGD, majority vote when summed and re-signed)
-  };
+  /// Scale choice of the decoded signs (`mean_abs`: ±mean|x|; `none`: ±1, signSGD).
+  using scaling = onebit_format::scaling;
 
   /// A onebit codec with the given scaling (default: mean |x|).
   constexpr explicit onebit_codec(scaling s = scaling::mean_abs) noexcept : scaling_(s) {}
@@ -41,25 +39,21 @@ class onebit_codec : public detail::codec_base<onebit_codec> {
   [[nodiscard]] constexpr scaling scale_mode() const noexcept { return scaling_; }
 
   /// Payload bytes for `n` elements.
-  static constexpr std::uint64_t payload_bytes(std::uint64_t n) noexcept { return 8 + (n + 7) / 8; }
+  static constexpr std::uint64_t payload_bytes(std::uint64_t n) noexcept {
+    return onebit_format::payload_bytes(n);
+  }
 
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    return header_bytes + static_cast<std::size_t>(payload_bytes(n));
+    return onebit_format::max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept { return 1.0; }
 
   packet_header header_for(std::size_t n, dtype t) const noexcept {
-    return {id, t, static_cast<std::uint8_t>(scaling_), n, payload_bytes(n), 0, 0};
+    return wire_format().header_for(n, t);
   }
-
-  static void validate(packet_header const& h) {
-    if (h.variant > 1 || h.param0 != 0 || h.param1 != 0) {
-      throw format_error("gradcomp: onebit packet has variant " + std::to_string(h.variant) +
-                         " (expected 0 or 1) or non-zero parameters");
-    }
-    if (h.count > UINT64_MAX - 64) throw format_error("gradcomp: onebit count is impossible");
-    detail::expect_payload(h, payload_bytes(h.count));
-  }
+  static void validate(packet_header const& h) { onebit_format::validate(h); }
+  /// The wire format of this codec's packets.
+  [[nodiscard]] constexpr onebit_format wire_format() const noexcept { return {scaling_}; }
 
   void encode(float const* x, std::size_t n, std::byte* payload, packet_header const& h,
               random_stream, codec_context const& ctx) const {
@@ -84,46 +78,18 @@ class onebit_codec : public detail::codec_base<onebit_codec> {
       std::size_t const bad = detail::first_nonfinite(x, n);
       detail::throw_nonfinite(id, bad, bad < n ? x[bad] : 0.0f);
     }
-    float scale = 1.0f;
-    if (h.variant == static_cast<std::uint8_t>(scaling::mean_abs)) {
-      scale = n == 0 ? 0.0f : static_cast<float>(total / static_cast<double>(n));
-    }
+    float const scale =
+        quant::onebit_scale(total, n, h.variant == static_cast<std::uint8_t>(scaling::mean_abs));
     detail::store_f32(payload, scale);
     detail::store_le<std::uint32_t>(payload + 4, 0);
   }
 
-  /// Checks the first 8 payload bytes (scale and reserved word) of a packet with header `h`
-  /// and returns the scale; throws `format_error`. Shared with the CUDA decoder.
-  static float checked_scale(packet_header const& h, std::byte const* payload) {
-    float const scale = detail::load_f32(payload);
-    if (!std::isfinite(scale) || std::signbit(scale)) {
-      throw format_error("gradcomp: onebit packet has scale " + std::to_string(scale) +
-                         " (expected a finite value >= +0)");
-    }
-    if (h.variant == static_cast<std::uint8_t>(scaling::none) && scale != 1.0f) {
-      throw format_error("gradcomp: unscaled onebit packet has scale " + std::to_string(scale) +
-                         " (expected 1)");
-    }
-    if (detail::load_le<std::uint32_t>(payload + 4) != 0) {
-      throw format_error("gradcomp: onebit packet has a non-zero reserved word");
-    }
-    return scale;
-  }
-
-  /// Checks that the unused high bits of the last sign byte `last` of an n-element packet are 0.
-  static void check_padding(std::uint64_t n, std::byte last) {
-    if (n % 8 != 0 && (static_cast<unsigned>(last) >> (n % 8)) != 0) {
-      throw format_error("gradcomp: onebit packet has set padding bits after element " +
-                         std::to_string(n));
-    }
-  }
-
   static void decode(packet_header const& h, std::byte const* payload, float* out, float alpha,
                      bool add, codec_context const& ctx) {
-    float const scale = checked_scale(h, payload);
+    float const scale = onebit_format::checked_scale(h, payload);
     std::byte const* bits = payload + 8;
     std::size_t const n = h.count;
-    if (n % 8 != 0) check_padding(n, bits[n / 8]);
+    if (n % 8 != 0) onebit_format::check_padding(n, bits[n / 8]);
     cpu::isa const level = cpu::effective_isa(ctx.isa);
     cpu::for_each_chunk(n, 8, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
       cpu::kernels::onebit_unpack(bits + b / 8, scale, out + b, e - b, alpha, add, level);

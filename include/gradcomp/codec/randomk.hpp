@@ -34,6 +34,7 @@
 #include <gradcomp/codec/budget.hpp>
 #include <gradcomp/codec/detail/codec_base.hpp>
 #include <gradcomp/codec/detail/sparse.hpp>
+#include <gradcomp/codec/format/randomk.hpp>
 #include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/philox.hpp>
@@ -53,22 +54,6 @@
 GRADCOMP_NAMESPACE_BEGIN
 
 namespace detail::randomk {
-
-/// Philox block-counter high words (counter word 1) reserved for random-k; the per-element
-/// draws of the stochastic codecs never reach them.
-inline constexpr std::uint32_t permutation_domain = 0x524b5031u;  // "RKP1"
-inline constexpr std::uint32_t check_domain = 0x524b4331u;        // "RKC1"
-
-/// The permutation π of random-k for a stream.
-inline cpu::kernels::feistel_permutation permutation(std::uint64_t n,
-                                                     random_stream const& rs) noexcept {
-  return cpu::kernels::feistel_permutation(n, rs, permutation_domain);
-}
-
-/// The check word of packets of (seed, step, tensor id).
-inline std::uint32_t check_word(random_stream const& rs) noexcept {
-  return rs.block(std::uint64_t{check_domain} << 32)[0];
-}
 
 /// Sorts `v` ascending by `key(e)` (< n, distinct): two LSD radix passes of ⌈w/2⌉ bits
 /// (w = bit_width(n − 1)), or a comparison sort when `v` is small next to the digit tables.
@@ -132,37 +117,9 @@ inline std::vector<std::uint64_t> ranked_indices(std::uint64_t n, std::uint64_t 
   return out;
 }
 
-/// Checks the fields and payload size of a random_k packet; throws `format_error`.
-inline void validate(packet_header const& h) {
-  std::string const who = "gradcomp: random_k packet ";
-  if ((h.variant & 3u) > 2 || (h.variant >> 3) != 0) {
-    throw format_error(who + "has variant " + std::to_string(h.variant) +
-                       " (value type must be 0..2, bit 2 = scaled, bits 3-7 zero)");
-  }
-  if (h.count > UINT32_MAX) {
-    throw format_error(who + "declares " + std::to_string(h.count) + " elements (at most " +
-                       std::to_string(UINT32_MAX) + ")");
-  }
-  if (h.param0 > h.count) {
-    throw format_error(who + "selects " + std::to_string(h.param0) + " of " +
-                       std::to_string(h.count) + " elements");
-  }
-  expect_payload(h, 4 + std::uint64_t{h.param0} *
-                            sparse::value_bytes(static_cast<sparse_values>(h.variant & 3u)));
-}
-
 /// Throws `format_error` unless the packet's check word matches the context's seed and step.
 inline void check(packet_header const& h, std::byte const* payload, codec_context const& ctx) {
-  std::uint32_t const got = load_le<std::uint32_t>(payload);
-  std::uint32_t const want = check_word(random_stream{ctx.seed, ctx.step, h.param1});
-  if (got != want) {
-    throw format_error("gradcomp: random_k packet of tensor " + std::to_string(h.param1) +
-                       " has check word " + std::to_string(got) + ", the decoder's seed " +
-                       std::to_string(ctx.seed) + " and step " + std::to_string(ctx.step) +
-                       " give " + std::to_string(want) +
-                       " (decode with the sender's codec_context seed and step; or the packet "
-                       "is corrupt)");
-  }
+  check(h, load_le<std::uint32_t>(payload), ctx.seed, ctx.step);
 }
 
 }  // namespace detail::randomk
@@ -289,8 +246,7 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
 
   /// The factor values are multiplied by before sending: n/k rounded to float (1 unscaled).
   [[nodiscard]] static float scale(std::uint64_t n, std::uint64_t k) noexcept {
-    return Scaled && k > 0 ? static_cast<float>(static_cast<double>(n) / static_cast<double>(k))
-                           : 1.0f;
+    return detail::randomk::scale(Scaled, n, k);
   }
 
   static void validate(packet_header const& h) { detail::randomk::validate(h); }
@@ -330,12 +286,7 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
     return random_stream{ctx.seed, ctx.step, static_cast<std::uint32_t>(t)};
   }
 
-  static void check_size(std::size_t n) {
-    if (n > UINT32_MAX) {
-      throw config_error("gradcomp: random_k handles at most " + std::to_string(UINT32_MAX) +
-                         " elements per tensor, got " + std::to_string(n));
-    }
-  }
+  static void check_size(std::size_t n) { detail::randomk::check_size(n); }
 
   static void check_values(sparse_values v) {
     if (static_cast<unsigned>(v) > 2)

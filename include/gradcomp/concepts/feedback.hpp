@@ -18,18 +18,42 @@
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>
 
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
 
 /// Opt-in tag for the `feedback_policy` concept.
 struct feedback_tag {};
+
+namespace detail {
+
+/// The `numeric_error` of error-feedback policy `who` given a gradient of tensor `tensor` whose
+/// element `index` is the non-finite `value`. Shared by the CPU policies and the CUDA backend's
+/// fused feedback, so both report it in the same words.
+[[noreturn]] inline void throw_nonfinite_gradient(char const* who, float value, std::size_t index,
+                                                  tensor_id tensor) {
+  throw numeric_error(std::string("gradcomp: ") + who + " got the non-finite gradient value " +
+                      std::to_string(value) + " at element " + std::to_string(index) +
+                      " of tensor " + std::to_string(static_cast<unsigned>(tensor)) +
+                      "; the state was left unchanged");
+}
+
+/// The `numeric_error` of error-feedback policy `who` whose state overflowed float32 on a
+/// finite gradient of tensor `tensor`.
+[[noreturn]] inline void throw_state_overflow(char const* who, tensor_id tensor) {
+  throw numeric_error(std::string("gradcomp: ") + who + " state overflowed float32 on tensor " +
+                      std::to_string(static_cast<unsigned>(tensor)));
+}
+
+}  // namespace detail
 
 /// Identifies a policy in serialized state.
 enum class feedback_id : std::uint8_t { none = 0, residual = 1, ef21 = 2, dgc = 3 };

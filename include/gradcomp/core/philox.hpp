@@ -123,9 +123,17 @@ struct random_stream {
                                                               unsigned q) noexcept {
     return (raw16 + q * (0x10000u / draw_share)) & 0xffffu;
   }
+  /// Element `i`'s draw taken from `out`, the output of its block (`block(block_of(i))`): the
+  /// one place that says which bits of a block, shifted how, element i uses. Generators that
+  /// compute a block once for the several elements it serves (the CUDA codecs' draw cache)
+  /// call this, so they follow any change of the mapping.
+  GRADCOMP_HOST_DEVICE static constexpr std::uint32_t draw_from(philox_block const& out,
+                                                                std::uint64_t i) noexcept {
+    return shifted(lane16(out, lane_of(i)), quarter_of(i));
+  }
   /// Element `i`'s uniform 16-bit draw (one Philox call; use the block form in loops).
   GRADCOMP_HOST_DEVICE constexpr std::uint32_t draw16(std::uint64_t i) const noexcept {
-    return shifted(lane16(block(block_of(i)), lane_of(i)), quarter_of(i));
+    return draw_from(block(block_of(i)), i);
   }
 };
 

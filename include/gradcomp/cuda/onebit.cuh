@@ -19,22 +19,30 @@
 /// 3. one item adds the block sums in block order, writes the header and the scale.
 ///
 /// Passes 1 and 2 are as parallel as the order allows; pass 3 is sequential by definition (one
-/// double add per 4096 elements). The total is copied back so that a non-finite input throws
-/// `numeric_error`, as the CPU codec does; that copy is the one synchronization in `compress`.
+/// double add per 4096 elements). A non-finite total is reported, so that a non-finite input
+/// throws `numeric_error`, as the CPU codec does; waiting for that report is the one
+/// synchronization in `compress`. Error feedback adds a fourth pass after it, which computes
+/// each next residual p − (±scale): the scale is a statistic of the whole tensor, so the
+/// residual cannot be written in the pass that reads p first.
+///
+/// Format: codec/format/onebit.hpp; element math and summation order: core/quant/onebit.hpp,
+/// shared with the CPU codec and kernels.
 
-#include <gradcomp/codec/onebit.hpp>
+#include <gradcomp/codec/format/onebit.hpp>
 #include <gradcomp/core/dtype.hpp>
+#include <gradcomp/core/quant/onebit.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cuda/config.cuh>
+#include <gradcomp/cuda/detail/codec_base.cuh>
+#include <gradcomp/cuda/detail/elements.cuh>
 #include <gradcomp/cuda/detail/packet.cuh>
 #include <gradcomp/cuda/detail/runtime.cuh>
+#include <gradcomp/cuda/detail/workspace.cuh>
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <string>
+#include <utility>
 
-#include <thrust/find.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
@@ -54,40 +62,13 @@ GRADCOMP_HOST_DEVICE constexpr std::size_t onebit_blocks(std::size_t n) noexcept
   return (n + onebit_block - 1) / onebit_block;
 }
 
-/// `x < 0` for a float, from its bits: negative, not zero, not NaN. Unlike a float compare it
-/// also holds for negative subnormals in code built with flush-to-zero (`-ftz=true`,
-/// `--use_fast_math`), where the compare would see -0.
-GRADCOMP_HOST_DEVICE constexpr bool is_negative(float v) noexcept {
-  std::uint32_t const u = gradcomp::detail::bit_cast<std::uint32_t>(v);
-  std::uint32_t const a = u & 0x7fffffffu;
-  return (u >> 31) != 0 && a != 0 && a <= 0x7f800000u;
-}
-
-/// |v| as a double, exactly, also for subnormal `v` under flush-to-zero (where the float to
-/// double conversion would give 0).
-GRADCOMP_HOST_DEVICE constexpr double abs_as_double(float v) noexcept {
-  std::uint32_t const a = gradcomp::detail::bit_cast<std::uint32_t>(v) & 0x7fffffffu;
-  if (a < 0x00800000u) return static_cast<double>(a) * 0x1p-149;  // zero or subnormal: a 2^-149
-  return static_cast<double>(gradcomp::detail::bit_cast<float>(a));
-}
-
-/// `static_cast<float>(q)` for a non-negative `q`, rounding to nearest even, also where the
-/// result is a float subnormal under flush-to-zero. Such a result is k 2^-149 with k the
-/// integer nearest q 2^149 (ties to even); k = 2^23 is FLT_MIN, whose bits are also k.
-GRADCOMP_HOST_DEVICE inline float to_float_nearest(double q) noexcept {
-  if (q < 0x1p-126) {
-    return gradcomp::detail::bit_cast<float>(static_cast<std::uint32_t>(rint(q * 0x1p149)));
-  }
-  return static_cast<float>(q);
-}
-
 /// Pass 1 for item `item` = 2 * block + half: packs the signs of the elements in lanes
-/// 8 half .. 8 half + 7 of that block (bit i % 8 of `bits[i / 8]` is `x_i < 0`; unused high bits
-/// of the last byte are 0) and stores the 8 lane sums of |x_i| (double, ascending order) at
-/// `lane_sums[16 block + 8 half .. + 8)`.
-GRADCOMP_HOST_DEVICE inline void onebit_pack_half_block(float const* x, std::size_t n,
-                                                        std::size_t item, std::byte* bits,
-                                                        double* lane_sums) noexcept {
+/// 8 half .. 8 half + 7 of that block, read through `in` (bit i % 8 of `bits[i / 8]` is
+/// `x_i < 0`; unused high bits of the last byte are 0) and stores the 8 lane sums of |x_i|
+/// (double, ascending order) at `lane_sums[16 block + 8 half .. + 8)`.
+template <class In>
+GRADCOMP_HOST_DEVICE void onebit_pack_half_block(In const& in, std::size_t n, std::size_t item,
+                                                 std::byte* bits, double* lane_sums) noexcept {
   std::size_t const block = item / 2;
   std::size_t const half = item % 2;
   double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
@@ -99,9 +80,9 @@ GRADCOMP_HOST_DEVICE inline void onebit_pack_half_block(float const* x, std::siz
     GRADCOMP_CUDA_UNROLL
     for (std::size_t k = 0; k < 8; ++k) {
       if (k < live) {
-        float const v = x[first + k];
-        byte |= static_cast<unsigned>(is_negative(v)) << k;
-        acc[k] += abs_as_double(v);
+        float const v = in.at(first + k);
+        byte |= static_cast<unsigned>(quant::is_negative(v)) << k;
+        acc[k] += quant::abs_as_double(v);
       }
     }
     bits[first / 8] = static_cast<std::byte>(byte);
@@ -126,32 +107,19 @@ GRADCOMP_HOST_DEVICE inline double onebit_total(double const* block_sums,
   return s;
 }
 
-/// The scale the packet carries: mean |x| = float(total / n) (0 for n = 0) for variant 0
-/// (`scaling::mean_abs`), 1 for variant 1 (`scaling::none`).
-GRADCOMP_HOST_DEVICE inline float onebit_scale(double total, std::size_t n,
-                                               std::uint8_t variant) noexcept {
-  if (variant != static_cast<std::uint8_t>(gradcomp::onebit_codec::scaling::mean_abs)) {
-    return 1.0f;
-  }
-  return n == 0 ? 0.0f : to_float_nearest(total / static_cast<double>(n));
-}
-
 /// Writes the first 8 payload bytes: f32 scale, u32 reserved 0.
 GRADCOMP_HOST_DEVICE inline void onebit_store_prefix(std::byte* payload, float scale) noexcept {
-  detail::store_u32_le(payload, gradcomp::detail::bit_cast<std::uint32_t>(scale));
+  detail::store_f32_le(payload, scale);
   detail::store_u32_le(payload + 4, 0);
 }
 
-/// Decodes element `i` from the sign bits: `out[i] = ±scale`, or, if `add`,
-/// `out[i] = fma(alpha, ±scale, out[i])`.
-GRADCOMP_HOST_DEVICE inline void onebit_decode_element(std::byte const* bits, float scale,
-                                                       float* out, std::size_t i, float alpha,
-                                                       bool add) noexcept {
-  // The sign is set on the bits: a float negation would flush a subnormal scale under -ftz.
+/// The decoded value of element `i`: ±scale from its sign bit. The sign is set on the bits: a
+/// float negation would flush a subnormal scale under -ftz.
+GRADCOMP_HOST_DEVICE inline float onebit_value(std::byte const* bits, float scale,
+                                               std::size_t i) noexcept {
   std::uint32_t const neg = (static_cast<std::uint32_t>(bits[i / 8]) >> (i % 8)) & 1u;
-  float const v = gradcomp::detail::bit_cast<float>(
-      gradcomp::detail::bit_cast<std::uint32_t>(scale) ^ (neg << 31));
-  out[i] = add ? fmaf(alpha, v, out[i]) : v;
+  return gradcomp::detail::bit_cast<float>(gradcomp::detail::bit_cast<std::uint32_t>(scale) ^
+                                           (neg << 31));
 }
 
 }  // namespace ops
@@ -178,13 +146,14 @@ struct onebit_workspace {
 
 namespace onebit_detail {
 
+template <class In>
 struct pack_fn {
-  float const* x;
+  In in;
   std::size_t n;
   std::byte* bits;
   double* lane_sums;
   GRADCOMP_HOST_DEVICE void operator()(std::size_t item) const noexcept {
-    ops::onebit_pack_half_block(x, n, item, bits, lane_sums);
+    ops::onebit_pack_half_block(in, n, item, bits, lane_sums);
   }
 };
 
@@ -201,194 +170,144 @@ struct finish_fn {
   double const* block_sums;
   std::size_t blocks;
   std::size_t n;
-  std::uint8_t variant;
+  bool scaled;
   std::byte* out;
   double* total;
+  detail::status_words* status;
   GRADCOMP_HOST_DEVICE void operator()(std::size_t) const noexcept {
     header.store(out);
     double const t = ops::onebit_total(block_sums, blocks);
     *total = t;
-    ops::onebit_store_prefix(out + header_bytes, ops::onebit_scale(t, n, variant));
+    if ((gradcomp::detail::bit_cast<std::uint64_t>(t) & 0x7ff0000000000000ull) ==
+        0x7ff0000000000000ull) {
+      detail::report(&status->bucket, 0);  // a non-finite element; the packet is not valid
+    }
+    ops::onebit_store_prefix(out + header_bytes, quant::onebit_scale(t, n, scaled));
   }
 };
 
+template <class In>
+struct residual_fn {
+  In in;
+  std::byte const* payload;
+  GRADCOMP_HOST_DEVICE void operator()(std::size_t i) const noexcept {
+    float const p = in.at(i);
+    in.settle(i, p, ops::onebit_value(payload + 8, detail::load_f32_le(payload), i));
+  }
+};
+
+template <element T>
 struct decode_fn {
-  std::byte const* bits;
-  float scale;
-  float* out;
+  std::byte const* payload;
+  T* out;
   float alpha;
   bool add;
   GRADCOMP_HOST_DEVICE void operator()(std::size_t i) const noexcept {
-    ops::onebit_decode_element(bits, scale, out, i, alpha, add);
-  }
-};
-
-struct nonfinite_fn {
-  GRADCOMP_HOST_DEVICE bool operator()(float v) const noexcept {
-    return (gradcomp::detail::bit_cast<std::uint32_t>(v) & 0x7f800000u) == 0x7f800000u;
+    float const v = ops::onebit_value(payload + 8, detail::load_f32_le(payload), i);
+    detail::store_decoded(out, i, v, alpha, add);
   }
 };
 
 }  // namespace onebit_detail
 
-/// Writes the onebit packet of `x[0, n)` with header `header` (whose variant selects the
-/// scaling) to `out`, and the canonical total of |x| to `*ws.total`, on the Thrust policy
-/// `exec`. The caller must reject a non-finite total; the packet is then not valid.
-template <class Policy>
-void onebit_encode(Policy&& exec, detail::header_image const& header, std::uint8_t variant,
-                   float const* x, std::size_t n, std::byte* out, onebit_workspace ws) {
+/// Writes the onebit packet of the n elements of `in` with header `header` (whose variant
+/// selects the scaling) to `out` and the canonical total of |x| to `*ws.total`, on the Thrust
+/// policy `exec`. A non-finite total is reported as bucket 0 to `status`; the packet is then
+/// not valid.
+template <class Policy, class In>
+void onebit_encode(Policy&& exec, detail::header_image const& header, bool scaled, In const& in,
+                   std::size_t n, std::byte* out, onebit_workspace ws,
+                   detail::status_words* status) {
   using thrust::counting_iterator;
   std::size_t const blocks = ops::onebit_blocks(n);
-  std::byte* const bits = out + header_bytes + 8;
+  std::byte* const bits = out + header_bytes + onebit_format::prefix_bytes;
   thrust::for_each_n(exec, counting_iterator<std::size_t>(0), 2 * blocks,
-                     onebit_detail::pack_fn{x, n, bits, ws.lane_sums});
+                     onebit_detail::pack_fn<In>{in, n, bits, ws.lane_sums});
   thrust::for_each_n(exec, counting_iterator<std::size_t>(0), blocks,
                      onebit_detail::block_fn{ws.lane_sums, ws.block_sums});
   thrust::for_each_n(
       exec, counting_iterator<std::size_t>(0), 1,
-      onebit_detail::finish_fn{header, ws.block_sums, blocks, n, variant, out, ws.total});
+      onebit_detail::finish_fn{header, ws.block_sums, blocks, n, scaled, out, ws.total, status});
 }
 
-/// Decodes `n` elements from the sign bits `bits` with `scale` into `out` (or adds `alpha`
-/// times them).
-template <class Policy>
-void onebit_decode(Policy&& exec, std::byte const* bits, float scale, std::size_t n, float* out,
-                   float alpha, bool add) {
+/// Decodes `n` elements of the onebit payload `payload` (scale, reserved word, sign bits) into
+/// `out` (or adds `alpha` times them).
+template <class Policy, element T>
+void onebit_decode(Policy&& exec, std::byte const* payload, std::size_t n, T* out, float alpha,
+                   bool add) {
   thrust::for_each_n(exec, thrust::counting_iterator<std::size_t>(0), n,
-                     onebit_detail::decode_fn{bits, scale, out, alpha, add});
-}
-
-/// Index of the first non-finite element of `x[0, n)`, or `n`. Synchronous.
-template <class Policy>
-std::size_t first_nonfinite(Policy&& exec, float const* x, std::size_t n) {
-  return static_cast<std::size_t>(thrust::find_if(exec, x, x + n, onebit_detail::nonfinite_fn{}) -
-                                  x);
+                     onebit_detail::decode_fn<T>{payload, out, alpha, add});
 }
 
 }  // namespace algo
 
-/// The onebit codec on a CUDA stream (see file comment).
-///
-/// Pointers named `d_*` are device memory (host memory under Thrust's CPP device system).
-/// `compress` needs scratch memory of `workspace_bytes(n)`: pass it in CUB's two-phase style
-/// (call once with `d_temp == nullptr` to learn the size), or use the overload that allocates
-/// it stream-ordered. Either way `compress` waits for `stream` once, to check the total.
-class onebit_codec {
+/// The onebit codec on a CUDA stream (see file comment and cuda/detail/codec_base.cuh for the
+/// operations). `inspect` and decoding check the scale, the reserved word and the padding bits
+/// on the probed bytes before anything is decoded.
+class onebit_codec : public detail::device_codec<onebit_codec> {
+  friend class detail::device_codec<onebit_codec>;
+
  public:
-  /// The CPU codec whose wire format this one writes and reads.
-  using host_codec = gradcomp::onebit_codec;
-  using scaling = host_codec::scaling;
-  static constexpr codec_id id = host_codec::id;
+  using scaling = onebit_format::scaling;
+  static constexpr codec_id id = onebit_format::id;
 
   /// A onebit codec with the given scaling (default: mean |x|).
-  constexpr explicit onebit_codec(scaling s = scaling::mean_abs) noexcept : host_(s) {}
+  constexpr explicit onebit_codec(scaling s = scaling::mean_abs) noexcept : format_{s} {}
 
-  [[nodiscard]] constexpr scaling scale_mode() const noexcept { return host_.scale_mode(); }
-
-  /// Packet size for `n` elements (exact; header included).
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
-    return host_.max_compressed_bytes(n);
-  }
-
-  /// Scratch bytes `compress` needs for `n` elements (any alignment of the scratch pointer).
-  [[nodiscard]] static constexpr std::size_t workspace_bytes(std::size_t n) noexcept {
-    return algo::onebit_workspace::doubles(n) * sizeof(double) + alignof(double) - 1;
-  }
-
-  /// Two-phase compress. With `d_temp == nullptr`, sets `temp_bytes` to `workspace_bytes(n)`,
-  /// does nothing else and returns 0. Otherwise writes the packet of `d_in[0, n)` to `d_out`
-  /// (at least `max_compressed_bytes(n)` bytes), using `d_temp` (`temp_bytes` >= the
-  /// workspace size, else `config_error`), and returns the packet size. Throws `numeric_error`
-  /// (the CPU codec's message) if an element is NaN or infinite.
-  std::size_t compress(void* d_temp, std::size_t& temp_bytes, float const* d_in, std::size_t n,
-                       std::byte* d_out, cudaStream_t stream = nullptr) const {
-    std::size_t const need = workspace_bytes(n);
-    if (d_temp == nullptr) {
-      temp_bytes = need;
-      return 0;
-    }
-    if (temp_bytes < need) {
-      throw config_error("gradcomp: cuda onebit compress of " + std::to_string(n) +
-                         " elements needs " + std::to_string(need) + " workspace bytes, got " +
-                         std::to_string(temp_bytes));
-    }
-    auto const addr = reinterpret_cast<std::uintptr_t>(d_temp);
-    auto* const base =
-        reinterpret_cast<double*>((addr + alignof(double) - 1) / alignof(double) * alignof(double));
-    algo::onebit_workspace const ws = algo::onebit_workspace::at(base, n);
-
-    packet_header const h = host_.header_for(n, dtype::f32);
-    detail::header_image const img = detail::make_header_image(h);
-    detail::translate_thrust_errors(
-        [&] { algo::onebit_encode(detail::policy(stream), img, h.variant, d_in, n, d_out, ws); });
-    double total = 0.0;
-    detail::copy_to_host(&total, ws.total, sizeof total, stream);
-    detail::synchronize(stream);
-    if (!std::isfinite(total)) {
-      std::size_t const bad = detail::translate_thrust_errors(
-          [&] { return algo::first_nonfinite(detail::policy(stream), d_in, n); });
-      float value = 0.0f;
-      if (bad < n) {
-        detail::copy_to_host(&value, d_in + bad, sizeof value, stream);
-        detail::synchronize(stream);
-      }
-      gradcomp::detail::throw_nonfinite(id, bad, value);
-    }
-    return static_cast<std::size_t>(h.packet_bytes());
-  }
-
-  /// Compress with scratch allocated (and freed) stream-ordered on `stream`.
-  std::size_t compress(float const* d_in, std::size_t n, std::byte* d_out,
-                       cudaStream_t stream = nullptr) const {
-    std::size_t bytes = workspace_bytes(n);
-    detail::scratch const temp(bytes, stream);
-    return compress(temp.get(), bytes, d_in, n, d_out, stream);
-  }
-
-  /// The header of the `packet_bytes`-byte packet at `d_packet` after the checks the CPU codec
-  /// makes (throws `format_error`); `n` must match its element count (else `config_error`).
-  static packet_header inspect(std::byte const* d_packet, std::size_t packet_bytes, std::size_t n,
-                               cudaStream_t stream = nullptr) {
-    detail::packet_probe const p = detail::probe_packet(d_packet, packet_bytes, stream);
-    packet_header const h = detail::checked_header<host_codec>(p, packet_bytes, n);
-    (void)checked_scale(h, p);
-    return h;
-  }
-
-  /// Decodes the packet into `d_out[0, n)`. Throws like the CPU codec for a malformed packet
-  /// (bad header, scale, reserved word or padding bits) or a count that is not `n`.
-  void decompress(std::byte const* d_packet, std::size_t packet_bytes, float* d_out, std::size_t n,
-                  cudaStream_t stream = nullptr) const {
-    decode(d_packet, packet_bytes, d_out, n, 1.0f, false, stream);
-  }
-
-  /// Adds `alpha` times the decoded packet to `d_out[0, n)` (`fma(alpha, ±scale, out)`).
-  void decompress_add(std::byte const* d_packet, std::size_t packet_bytes, float* d_out,
-                      std::size_t n, float alpha = 1.0f, cudaStream_t stream = nullptr) const {
-    decode(d_packet, packet_bytes, d_out, n, alpha, true, stream);
-  }
+  [[nodiscard]] constexpr scaling scale_mode() const noexcept { return format_.mode; }
+  [[nodiscard]] constexpr onebit_format wire_format() const noexcept { return format_; }
 
  private:
-  // The payload checks of the CPU decoder, on the probed bytes; returns the scale.
-  static float checked_scale(packet_header const& h, detail::packet_probe const& p) {
-    float const scale = host_codec::checked_scale(h, p.head + header_bytes);
-    // The packet's last byte holds the sign bits of elements 8 floor(n/8) .. n-1.
-    host_codec::check_padding(h.count, p.last);
-    return scale;
+  struct scratch {
+    detail::status_words* status;
+    double* sums;
+  };
+  static scratch carve(detail::arena& a, std::size_t n) {
+    scratch s{};
+    s.status = a.take<detail::status_words>(1);
+    s.sums = a.take<double>(algo::onebit_workspace::doubles(n));
+    return s;
   }
 
-  static void decode(std::byte const* d_packet, std::size_t packet_bytes, float* d_out,
-                     std::size_t n, float alpha, bool add, cudaStream_t stream) {
-    detail::packet_probe const p = detail::probe_packet(d_packet, packet_bytes, stream);
-    packet_header const h = detail::checked_header<host_codec>(p, packet_bytes, n);
-    float const scale = checked_scale(h, p);
-    detail::translate_thrust_errors([&] {
-      algo::onebit_decode(detail::policy(stream), d_packet + header_bytes + 8, scale, n, d_out,
-                          alpha, add);
-    });
+  template <class Policy, class In>
+  bool encode_stats(Policy&& exec, scratch const& ws, packet_header const& h, In const& in,
+                    std::size_t n, std::byte* out) const {
+    algo::onebit_encode(exec, detail::make_header_image(h),
+                        h.variant == static_cast<std::uint8_t>(scaling::mean_abs), in, n, out,
+                        algo::onebit_workspace::at(ws.sums, n), ws.status);
+    return true;
   }
 
-  host_codec host_;
+  template <class Policy, class In>
+  void encode_codes(Policy&& exec, scratch const&, detail::header_image const&,
+                    packet_header const&, In const& in, std::size_t n, std::byte* out,
+                    random_stream const&) const {
+    if constexpr (In::feedback) {
+      thrust::for_each_n(exec, thrust::counting_iterator<std::size_t>(0), n,
+                         algo::onebit_detail::residual_fn<In>{in, out + header_bytes});
+    }
+  }
+
+  [[nodiscard]] static std::pair<std::uint64_t, std::uint64_t> bucket_range(std::uint64_t,
+                                                                            std::uint64_t n) {
+    return {0, n};
+  }
+
+  // The payload checks of the CPU decoder, on the probed bytes: scale and reserved word, then
+  // the padding bits of the packet's last byte (the signs of elements 8 floor(n/8) .. n-1).
+  static void check_probe(packet_header const& h, detail::packet_probe const& p) {
+    (void)onebit_format::checked_scale(h, p.head + header_bytes);
+    onebit_format::check_padding(h.count, p.last);
+  }
+
+  template <class Policy, element T>
+  bool decode(Policy&& exec, scratch const&, packet_header const&, std::byte const* payload, T* out,
+              std::size_t n, float alpha, bool add) const {
+    algo::onebit_decode(exec, payload, n, out, alpha, add);
+    return false;
+  }
+
+  onebit_format format_;
 };
 
 GRADCOMP_CUDA_NAMESPACE_END

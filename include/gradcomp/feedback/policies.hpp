@@ -77,15 +77,9 @@ template <element T>
 [[noreturn]] void throw_combine_error(tensor_view<T const> g, char const* who) {
   T const* x = g.data();
   for (std::size_t i = 0; i < g.size(); ++i) {
-    if (!std::isfinite(to_float(x[i]))) {
-      throw numeric_error(std::string("gradcomp: ") + who + " got the non-finite gradient value " +
-                          std::to_string(to_float(x[i])) + " at element " + std::to_string(i) +
-                          " of tensor " + std::to_string(static_cast<unsigned>(g.id())) +
-                          "; the state was left unchanged");
-    }
+    if (!std::isfinite(to_float(x[i]))) throw_nonfinite_gradient(who, to_float(x[i]), i, g.id());
   }
-  throw numeric_error(std::string("gradcomp: ") + who + " state overflowed float32 on tensor " +
-                      std::to_string(static_cast<unsigned>(g.id())));
+  throw_state_overflow(who, g.id());
 }
 
 // scratch = data + sign * g (data empty = zero), checking finiteness; throws numeric_error

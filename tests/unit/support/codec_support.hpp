@@ -11,6 +11,8 @@
 
 #include <gradcomp/gradcomp.hpp>
 
+#include "golden_packets.hpp"
+
 #include <bit>
 #include <cmath>
 #include <concepts>
@@ -94,19 +96,6 @@ inline std::vector<float> heavy_tailed(std::size_t n, std::uint64_t seed) {
   test_rng r(seed);
   std::vector<float> x(n);
   for (auto& v : x) v = static_cast<float>(r.gaussian() * std::exp(2.0 * r.gaussian()) * 1e-3);
-  return x;
-}
-
-/// A fixed, platform-independent input (every value an exact dyadic rational): used by the
-/// golden-vector tests, so it must never change.
-inline std::vector<float> formula_input(std::size_t n) {
-  std::vector<float> x(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    int const k = static_cast<int>((i * 29) % 37) - 18;  // -18..18, a permutation of i
-    float const scale = (i % 4 == 0) ? 0.125f : (i % 4 == 1 ? 1.0f : 0.5f);
-    x[i] = static_cast<float>(k) * 0.25f * scale;
-  }
-  if (n > 6) x[6] = -0.0f;
   return x;
 }
 

@@ -31,6 +31,7 @@
 /// `x` and `out` point at element 0 of the whole tensor. The payload is not validated: it is the
 /// one just written.
 
+#include <gradcomp/codec/format/common.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
@@ -63,16 +64,6 @@ inline void check_room(codec_id id, std::size_t n, std::uint64_t total, std::siz
   }
 }
 
-/// Throws `format_error` unless the packet's payload size equals `expected`.
-inline void expect_payload(packet_header const& h, std::uint64_t expected) {
-  if (h.payload_bytes != expected) {
-    throw format_error(std::string("gradcomp: ") + codec_name(h.codec) + " packet of " +
-                       std::to_string(h.count) + " elements declares " +
-                       std::to_string(h.payload_bytes) + " payload bytes, its parameters imply " +
-                       std::to_string(expected));
-  }
-}
-
 /// Index of the first non-finite element of `x[0, n)`, or `n`.
 template <element T>
 std::size_t first_nonfinite(T const* x, std::size_t n) {
@@ -80,36 +71,6 @@ std::size_t first_nonfinite(T const* x, std::size_t n) {
     if (!std::isfinite(to_float(x[i]))) return i;
   }
   return n;
-}
-
-/// Throws the `numeric_error` of a codec that cannot represent a non-finite input.
-[[noreturn]] inline void throw_nonfinite(codec_id id, std::size_t index, float value) {
-  throw numeric_error(std::string("gradcomp: ") + codec_name(id) +
-                      " cannot encode the non-finite value " + std::to_string(value) +
-                      " at element " + std::to_string(index) +
-                      "; only identity, fp16 and bf16 carry NaN/Inf (check the gradient or "
-                      "the loss scale)");
-}
-
-/// Bits needed to store `v` (0 for 0).
-constexpr unsigned bit_width(std::uint32_t v) noexcept {
-  unsigned w = 0;
-  while (v != 0) {
-    ++w;
-    v >>= 1;
-  }
-  return w;
-}
-
-/// Length of the buckets of an n-element tensor for a `bucket` parameter (0 = one bucket
-/// holding the whole tensor; an empty tensor still gets length 1 so divisions stay defined).
-constexpr std::uint64_t bucket_length(std::uint32_t bucket, std::uint64_t n) noexcept {
-  return bucket != 0 ? bucket : (n == 0 ? 1 : n);
-}
-
-/// Number of buckets of an n-element tensor (0 for an empty one; the last may be short).
-constexpr std::uint64_t bucket_count(std::uint32_t bucket, std::uint64_t n) noexcept {
-  return n == 0 ? 0 : (n + bucket_length(bucket, n) - 1) / bucket_length(bucket, n);
 }
 
 /// Runs `meta(k, b, e)` for every bucket k = [b, e) of length `blen` and `body(cb, ce)` over
@@ -244,12 +205,7 @@ class codec_base {
   /// Header of `packet` after full validation as a packet of this codec.
   static packet_header inspect(std::span<std::byte const> packet) {
     packet_header const h = read_header(packet);
-    if (h.codec != Self::id) {
-      throw format_error(std::string("gradcomp: packet was written by codec '") +
-                         codec_name(h.codec) + "' (id " +
-                         std::to_string(static_cast<unsigned>(h.codec)) + "), expected '" +
-                         codec_name(Self::id) + "'");
-    }
+    expect_codec(h, Self::id);
     Self::validate(h);
     return h;
   }
@@ -259,11 +215,7 @@ class codec_base {
   void decode_into(std::span<std::byte const> packet, std::span<T> out, float alpha,
                    codec_context const& ctx) const {
     packet_header const h = inspect(packet);
-    if (h.count != out.size()) {
-      throw config_error(std::string("gradcomp: ") + codec_name(Self::id) + " packet holds " +
-                         std::to_string(h.count) + " elements, the output span has " +
-                         std::to_string(out.size()));
-    }
+    expect_count(h, Self::id, out.size());
     std::byte const* payload = packet.data() + header_bytes;
     if constexpr (requires { Self::template decode_typed<T>(h, payload, out.data(), alpha, Add, ctx); }) {
       Self::template decode_typed<T>(h, payload, out.data(), alpha, Add, ctx);

@@ -2,8 +2,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// The sparse payload shared by the sparsifiers (top-k, threshold): m ascending indices, then
-/// m values. docs/wire-format.md, "Sparse payload", is the specification; in short:
+/// The CPU side of the sparse payload shared by the sparsifiers (top-k, threshold): m ascending
+/// indices, then m values. Its header fields, validation and element functions are the
+/// backend-neutral ones of codec/format/sparse.hpp; docs/wire-format.md, "Sparse payload", is
+/// the specification; in short:
 ///
 /// - header param0 = m; variant bits 0-1 = value type (`sparse_values`), bits 2-3 = index
 ///   encoding (0 absolute u32, 1 delta bit-packed in param1 = b bits), bits 4-7 zero;
@@ -19,6 +21,7 @@
 /// which then need not gather them from x.
 
 #include <gradcomp/codec/detail/codec_base.hpp>
+#include <gradcomp/codec/format/sparse.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 
@@ -31,43 +34,7 @@
 
 GRADCOMP_NAMESPACE_BEGIN
 
-/// Value type of a sparse payload (variant bits 0-1).
-enum class sparse_values : std::uint8_t {
-  f32 = 0,   ///< exact
-  f16 = 1,   ///< IEEE binary16, round to nearest even (overflow gives ±inf, as `fp16_codec`)
-  bf16 = 2,  ///< bfloat16, round to nearest even
-};
-
-/// Index encoding of a sparse payload (variant bits 2-3).
-enum class sparse_index : std::uint8_t {
-  absolute = 0,  ///< m × u32
-  delta = 1,     ///< first index, then gap - 1, each in param1 bits, LSB-first
-};
-
 namespace detail::sparse {
-
-constexpr std::uint64_t value_bytes(sparse_values v) noexcept { return v == sparse_values::f32 ? 4 : 2; }
-
-/// The sparsifiers' selection size (top-k, approximate top-k, random-k): of n elements, keep
-/// min(k, n) for a count, max(1, floor(ratio n)) for a ratio; none of an empty tensor.
-[[nodiscard]] inline std::size_t kept_count(bool by_ratio, double ratio, std::uint64_t k, std::size_t n) noexcept {
-  if (n == 0) return 0;
-  if (!by_ratio) return k < n ? static_cast<std::size_t>(k) : n;
-  auto const kept = static_cast<std::size_t>(std::floor(ratio * static_cast<double>(n)));
-  return std::clamp<std::size_t>(kept, 1, n);
-}
-
-/// Throws `config_error` naming `codec` unless 0 < r <= 1.
-inline void check_ratio(double r, char const* codec) {
-  if (!(r > 0.0 && r <= 1.0)) {
-    throw config_error(std::string("gradcomp: ") + codec + " ratio must be in (0, 1], got " + std::to_string(r));
-  }
-}
-
-/// Bytes of a delta index section of m entries of b bits (padded to 4 bytes).
-constexpr std::uint64_t delta_bytes(std::uint64_t m, unsigned b) noexcept {
-  return (m * b + 31) / 32 * 4;
-}
 
 /// Bits per entry of the delta encoding of ascending `idx` (0 for an empty list).
 inline unsigned delta_width(std::vector<std::uint32_t> const& idx) noexcept {
@@ -80,13 +47,7 @@ inline unsigned delta_width(std::vector<std::uint32_t> const& idx) noexcept {
 /// The header of a sparse packet of `idx` (ascending, each < n) over n elements.
 inline packet_header plan(codec_id id, dtype t, std::uint64_t n,
                           std::vector<std::uint32_t> const& idx, sparse_values v) {
-  std::uint64_t const m = idx.size();
-  unsigned const b = delta_width(idx);
-  bool const delta = delta_bytes(m, b) < 4 * m;
-  std::uint64_t const ib = delta ? delta_bytes(m, b) : 4 * m;
-  return {id, t,
-          static_cast<std::uint8_t>(static_cast<unsigned>(v) | (delta ? 4u : 0u)),
-          n, ib + m * value_bytes(v), static_cast<std::uint32_t>(m), delta ? b : 0u};
+  return plan(id, t, n, idx.size(), delta_width(idx), v);
 }
 
 /// Writes the index section of the payload of `h` (from `plan`) for `idx`; returns its size.
@@ -153,37 +114,11 @@ inline void write_values(std::byte* p, packet_header const& h, std::vector<std::
   write_with(p, h, idx, [&](std::size_t j) { return v[j]; });
 }
 
-/// Checks the header fields and payload size of a sparse packet; throws `format_error`.
-inline void validate(packet_header const& h) {
-  std::string const who = std::string("gradcomp: ") + codec_name(h.codec) + " packet ";
-  if ((h.variant & 3u) > 2 || (h.variant >> 2) > 1) {
-    throw format_error(who + "has variant " + std::to_string(h.variant) +
-                       " (value type must be 0..2, index encoding 0..1, bits 4-7 zero)");
-  }
-  std::uint64_t const m = h.param0;
-  if (m > h.count) {
-    throw format_error(who + "selects " + std::to_string(m) + " of " + std::to_string(h.count) +
-                       " elements");
-  }
-  bool const delta = (h.variant >> 2) == 1;
-  if (delta ? h.param1 > 32 : h.param1 != 0) {
-    throw format_error(who + "has index width " + std::to_string(h.param1) +
-                       (delta ? " (expected 0..32)" : " (expected 0 for absolute indices)"));
-  }
-  std::uint64_t const ib = delta ? delta_bytes(m, h.param1) : 4 * m;
-  expect_payload(h, ib + m * value_bytes(static_cast<sparse_values>(h.variant & 3u)));
-}
-
 /// Decodes and checks the indices of a validated packet into `idx`; throws `format_error`.
 inline void read_indices(packet_header const& h, std::byte const* p, std::vector<std::uint32_t>& idx) {
   std::size_t const m = h.param0;
   idx.resize(m);
-  std::string const who = std::string("gradcomp: ") + codec_name(h.codec) + " packet ";
-  auto bad = [&](std::size_t i, std::uint64_t at) {
-    throw format_error(who + "has index " + std::to_string(at) + " at position " +
-                       std::to_string(i) + " (indices must be strictly ascending and below " +
-                       std::to_string(h.count) + ")");
-  };
+  auto bad = [&](std::size_t i, std::uint64_t at) { throw_bad_index(h, i, at); };
   if ((h.variant >> 2) == 1) {
     unsigned const b = h.param1;
     std::uint64_t const mask = b == 0 ? 0 : (~std::uint64_t{0} >> (64 - b));
@@ -206,31 +141,13 @@ inline void read_indices(packet_header const& h, std::byte const* p, std::vector
     std::size_t const ib = static_cast<std::size_t>(delta_bytes(m, b));
     bool nonzero = acc != 0;
     while (o < ib) nonzero |= p[o++] != std::byte{0};
-    if (nonzero) throw format_error(who + "has non-zero padding after its delta-coded indices");
+    if (nonzero) throw_bad_padding(h);
   } else {
     for (std::size_t i = 0; i < m; ++i) {
       std::uint32_t const at = load_le<std::uint32_t>(p + 4 * i);
       if (at >= h.count || (i > 0 && at <= idx[i - 1])) bad(i, at);
       idx[i] = at;
     }
-  }
-}
-
-/// Value j of a validated packet's value section.
-inline float value_at(sparse_values v, std::byte const* vals, std::size_t j) noexcept {
-  switch (v) {
-    case sparse_values::f16: return half_bits_to_float(load_le<std::uint16_t>(vals + 2 * j));
-    case sparse_values::bf16: return bfloat16_bits_to_float(load_le<std::uint16_t>(vals + 2 * j));
-    default: return load_f32(vals + 4 * j);
-  }
-}
-
-/// Writes value j of a value section, rounded to the value type.
-inline void store_value(sparse_values v, std::byte* vals, std::size_t j, float f) noexcept {
-  switch (v) {
-    case sparse_values::f16: store_le<std::uint16_t>(vals + 2 * j, float_to_half_bits(f)); break;
-    case sparse_values::bf16: store_le<std::uint16_t>(vals + 2 * j, float_to_bfloat16_bits(f)); break;
-    default: store_f32(vals + 4 * j, f); break;
   }
 }
 

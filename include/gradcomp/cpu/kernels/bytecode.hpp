@@ -4,21 +4,14 @@
 /// @file
 /// Kernels of the one-byte-per-element codecs: int8 min-max quantization (nearest or
 /// stochastic rounding) and natural compression (stochastic rounding to a power of two).
-/// Scalar is the reference; AVX2 and AVX-512 give identical bytes.
-///
-/// int8, per bucket [lo, hi]: inv = f32(255 / (hi - lo)) (0 if hi == lo), bias = f32(-lo * inv)
-/// (both computed in double), v = fma(x, inv, bias); nearest: q = round-half-even(v),
-/// stochastic: q = floor(v + r) with the dither offset r = (draw16 + 0.5) / 2^16; q clamped
-/// to [0, 255]. Decode:
-/// x̂ = fma(q, step, lo), step = f32((hi - lo) / 255).
-///
-/// natural, per bucket with E = max biased exponent (< 254) and lo = max(1, E - 125): an
-/// element of biased exponent e >= lo and mantissa m rounds up to exponent e + 1 with
-/// probability m / 2^23; one with e < lo becomes 2^(lo-127) with probability |x| / 2^(lo-127),
-/// else 0. The byte is k | sign << 7 with k = E + 2 - e' (1..127) or 0 for zero.
+/// Scalar is the reference; AVX2 and AVX-512 give identical bytes. The element math (what one
+/// element's code is) lives in core/quant/int8.hpp and core/quant/natural.hpp, shared with the
+/// CUDA backend; these kernels apply it over ranges.
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/philox.hpp>
+#include <gradcomp/core/quant/int8.hpp>
+#include <gradcomp/core/quant/natural.hpp>
 #include <gradcomp/cpu/isa.hpp>
 #include <gradcomp/cpu/kernels/philox.hpp>
 #include <gradcomp/cpu/kernels/window.hpp>
@@ -38,27 +31,9 @@
 GRADCOMP_NAMESPACE_BEGIN
 namespace cpu::kernels {
 
-/// Per-bucket constants of int8 encoding.
-struct int8_bucket {
-  float inv = 0.0f;
-  float bias = 0.0f;
-};
-
-/// Encoding constants for a bucket with range [lo, hi] (finite, lo <= hi).
-inline int8_bucket make_int8_bucket(float lo, float hi) noexcept {
-  int8_bucket b;
-  if (hi > lo) {
-    double const inv = 255.0 / (static_cast<double>(hi) - static_cast<double>(lo));
-    b.inv = static_cast<float>(inv);
-    b.bias = static_cast<float>(-static_cast<double>(lo) * static_cast<double>(b.inv));
-  }
-  return b;
-}
-
-/// Decoding step of a bucket with range [lo, hi].
-inline float int8_step(float lo, float hi) noexcept {
-  return static_cast<float>((static_cast<double>(hi) - static_cast<double>(lo)) / 255.0);
-}
+using quant::int8_bucket;
+using quant::int8_step;
+using quant::make_int8_bucket;
 
 /// The sign-faithful zero of a min/max that came out as 0: `scalar::block_minmax` keeps the
 /// first element equal to its result (`init` counting as element -1), which for a zero result
@@ -90,42 +65,10 @@ inline bool block_minmax(isa_tag, float const* x, std::size_t n, float& lo, floa
 inline unsigned block_max_exponent(isa_tag, float const* x, std::size_t n) noexcept {
   unsigned e = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    unsigned const v = (std::bit_cast<std::uint32_t>(x[i]) >> 23) & 0xffu;
+    unsigned const v = quant::biased_exponent(x[i]);
     e = v > e ? v : e;
   }
   return e;
-}
-
-inline std::uint8_t int8_code(float x, int8_bucket const& b, bool stochastic, std::uint32_t draw) noexcept {
-  float const v = std::fma(x, b.inv, b.bias);
-  float const fl = std::floor(v);
-  float const d = v - fl;
-  float q;
-  if (stochastic) {
-    q = std::floor(v + std::fma(static_cast<float>(draw), 0x1p-16f, 0x1p-17f));
-  } else {
-    bool const odd = std::floor(fl * 0.5f) * 2.0f != fl;  // fl is an integer here
-    q = fl + ((d > 0.5f || (d == 0.5f && odd)) ? 1.0f : 0.0f);
-  }
-  q = q >= 0.0f ? (q > 255.0f ? 255.0f : q) : 0.0f;  // NaN (from an infinite inv) -> 0
-  return static_cast<std::uint8_t>(q);
-}
-
-inline std::uint8_t natural_code(float x, unsigned emax, std::uint32_t draw) noexcept {
-  std::uint32_t const bits = std::bit_cast<std::uint32_t>(x);
-  std::uint32_t const a = bits & 0x7fffffffu;
-  unsigned const e = a >> 23;
-  unsigned const lo = emax > 126 ? emax - 125 : 1;
-  float const d = (static_cast<float>(draw) + 0.5f) * (1.0f / 65536.0f);
-  unsigned k;
-  if (e >= lo) {
-    float const frac = std::bit_cast<float>((a & 0x7fffffu) | 0x3f800000u) - 1.0f;
-    k = emax + 2 - (e + (d < frac ? 1u : 0u));
-  } else {
-    float const p = std::bit_cast<float>(a) * std::bit_cast<float>((254u - lo) << 23);  // * 2^(127-lo)
-    k = d < p ? emax + 2 - lo : 0u;
-  }
-  return static_cast<std::uint8_t>(k | ((k != 0 && (bits >> 31)) ? 0x80u : 0u));
 }
 
 }  // namespace scalar
@@ -604,20 +547,6 @@ GRADCOMP_TARGET_AVX2 inline bool natural_decode(isa_tag, std::uint8_t const* cod
 GRADCOMP_SIMD_DIAGNOSTICS_POP
 #endif  // GRADCOMP_X86_SIMD
 
-/// Decoded value of a natural-compression byte in a bucket of max exponent `emax`; clears `ok`
-/// for a byte the encoder cannot produce.
-inline float natural_value(std::uint8_t c, unsigned emax, bool& ok) noexcept {
-  unsigned const k = c & 0x7fu;
-  unsigned const neg = c >> 7;
-  unsigned const kmax = emax + 1 < 127 ? emax + 1 : 127;
-  if (k == 0) {
-    ok &= neg == 0;
-    return 0.0f;
-  }
-  ok &= k <= kmax;
-  return std::bit_cast<float>((neg << 31) | ((emax + 2 - k) << 23));
-}
-
 namespace scalar {
 
 /// The reference loop of `int8_encode`.
@@ -627,7 +556,7 @@ inline void int8_encode(isa_tag, float const* x, std::size_t begin, std::size_t 
   philox_group g;
   for (std::size_t i = begin; i < end; ++i) {
     if (stochastic && (i % 128 == 0 || i == begin)) philox_fill(rs, i / 128, g);
-    codes[i] = int8_code(x[i], buckets[i / bucket_len], stochastic,
+    codes[i] = quant::int8_code(x[i], buckets[i / bucket_len], stochastic,
                          stochastic ? g.draw(static_cast<unsigned>(i % 128)) : 0u);
   }
 }
@@ -638,7 +567,7 @@ inline void int8_decode(isa_tag, std::uint8_t const* codes, std::size_t begin, s
                         float alpha, bool add, bool = false) noexcept {
   for (std::size_t i = begin; i < end; ++i) {
     std::size_t const b = i / bucket_len;
-    float const v = std::fma(static_cast<float>(codes[i]), steps[b], los[b]);
+    float const v = quant::int8_value(codes[i], los[b], steps[b]);
     out[i] = add ? std::fma(alpha, v, out[i]) : v;
   }
 }
@@ -650,7 +579,8 @@ inline void natural_encode(isa_tag, float const* x, std::size_t begin, std::size
   philox_group g;
   for (std::size_t i = begin; i < end; ++i) {
     if (i % 128 == 0 || i == begin) philox_fill(rs, i / 128, g);
-    codes[i] = natural_code(x[i], emax[i / bucket_len], g.draw(static_cast<unsigned>(i % 128)));
+    codes[i] =
+        quant::natural_code(x[i], emax[i / bucket_len], g.draw(static_cast<unsigned>(i % 128)));
   }
 }
 
@@ -660,7 +590,7 @@ inline bool natural_decode(isa_tag, std::uint8_t const* codes, std::size_t begin
                            float alpha, bool add, bool = false) noexcept {
   bool ok = true;
   for (std::size_t i = begin; i < end; ++i) {
-    float const v = natural_value(codes[i], emax[i / bucket_len], ok);
+    float const v = quant::natural_value(codes[i], emax[i / bucket_len], ok);
     out[i] = add ? std::fma(alpha, v, out[i]) : v;
   }
   return ok;

@@ -5,19 +5,12 @@
 /// Kernels of the stochastic quantizers built on random dithering (QSGD, TernGrad, linear and
 /// natural dithering): canonical bucket norms, quantize-and-pack, unpack-and-scale.
 /// Scalar, AVX2 and AVX-512 levels produce identical bytes; the scalar code is the reference.
-///
-/// Per element, with L = s (linear) or 2^(s-1) (natural), `mult = L / (scale * pre)` and `pre`
-/// = 2^64 for buckets whose scale is below 2^-60 (else 1), both per bucket, a = |x| * pre
-/// (exact) and the dither offset r = (draw16(i) + 0.5) / 2^16 in (0, 1):
-///   linear:  q = min(floor(fma(a, mult, r)), s)            (one rounding)
-///   natural: u = a * mult; u < 1: q = [u + r >= 1];
-///            else, u = (1 + m) 2^e: q = min(e + 1 + [m + r >= 1], s)
-/// Since r is uniform, P(round up) equals the fractional part (up to the 2^-17 resolution of r
-/// and one float rounding), so E[level] = u. The code is q with a sign bit above it (set only
-/// for x < 0 and q > 0), `width = 1 + bit_width(s)` bits, packed LSB first.
+/// The element math and the canonical norm order are specified (and implemented once, for the
+/// CPU and the CUDA backend) in core/quant/dither.hpp.
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/philox.hpp>
+#include <gradcomp/core/quant/dither.hpp>
 #include <gradcomp/cpu/isa.hpp>
 #include <gradcomp/cpu/kernels/philox.hpp>
 #include <gradcomp/cpu/kernels/window.hpp>
@@ -38,38 +31,11 @@
 GRADCOMP_NAMESPACE_BEGIN
 namespace cpu::kernels {
 
-/// Block length of the canonical norm summation (see `scalar::block_sumsq`).
-inline constexpr std::size_t norm_block = 4096;
-
-/// Per-bucket constants of the dither quantizer.
-struct dither_bucket {
-  float pre = 1.0f;   ///< exact power-of-two pre-scale (2^64 for tiny scales)
-  float mult = 0.0f;  ///< levels per unit of |x| * pre
-  float step = 0.0f;  ///< decoded value of level 1 (linear) or of level 2^0 (natural)
-};
-
-/// Shape of a dither code stream.
-struct dither_shape {
-  std::uint32_t s = 1;      ///< number of levels
-  unsigned width = 2;       ///< bits per code
-  bool natural = false;     ///< natural (powers of two) instead of linear levels
-};
-
-/// Levels L of a shape: s (linear) or 2^(s-1) (natural).
-inline float dither_levels(dither_shape const& sh) noexcept {
-  return sh.natural ? std::ldexp(1.0f, static_cast<int>(sh.s) - 1) : static_cast<float>(sh.s);
-}
-
-/// Bucket constants for a bucket of norm `scale` (finite, >= 0).
-inline dither_bucket make_dither_bucket(float scale, dither_shape const& sh) noexcept {
-  dither_bucket b;
-  float const levels = dither_levels(sh);
-  b.step = scale / levels;
-  if (scale == 0.0f) return b;
-  b.pre = scale < 0x1p-60f ? 0x1p64f : 1.0f;
-  b.mult = levels / (scale * b.pre);
-  return b;
-}
+using quant::dither_bucket;
+using quant::dither_levels;
+using quant::dither_shape;
+using quant::make_dither_bucket;
+using quant::norm_block;
 
 namespace scalar {
 
@@ -78,8 +44,7 @@ namespace scalar {
 inline double block_sumsq(isa_tag, float const* x, std::size_t n) noexcept {
   double lane[16] = {};
   for (std::size_t i = 0; i < n; ++i) {
-    double const v = x[i];
-    lane[i % 16] = std::fma(v, v, lane[i % 16]);
+    lane[i % 16] = quant::sumsq_step(lane[i % 16], x[i]);
   }
   double s = 0.0;
   for (double l : lane) s += l;
@@ -96,72 +61,6 @@ inline float block_absmax(isa_tag, float const* x, std::size_t n) noexcept {
     m = a > m ? a : m;
   }
   return bad ? NAN : m;
-}
-
-/// The dither offset (draw + 0.5) / 2^16 of a 16-bit draw (exact).
-inline float dither_offset(std::uint32_t draw) noexcept {
-  return std::fma(static_cast<float>(draw), 0x1p-16f, 0x1p-17f);
-}
-
-/// Quantizes one element (see file comment) and returns its code.
-inline std::uint32_t dither_code(float x, dither_bucket const& b, dither_shape const& sh,
-                                 std::uint32_t draw) noexcept {
-  float const r = dither_offset(draw);
-  float const a = std::fabs(x) * b.pre;
-  std::uint32_t q;
-  if (!sh.natural) {
-    q = static_cast<std::uint32_t>(std::fma(a, b.mult, r));
-  } else {
-    float const u = a * b.mult;
-    std::uint32_t const bits = std::bit_cast<std::uint32_t>(u);
-    bool const small = u < 1.0f;
-    float const m = std::bit_cast<float>((bits & 0x7fffffu) | 0x3f800000u) - 1.0f;
-    float const p = small ? u : m;
-    std::uint32_t const base = small ? 0u : (bits >> 23) - 126u;  // e + 1, e = exponent - 127
-    q = base + (p + r >= 1.0f ? 1u : 0u);
-  }
-  if (q > sh.s) q = sh.s;
-  std::uint32_t const neg = (x < 0.0f && q != 0) ? 1u : 0u;
-  return q | (neg << (sh.width - 1));
-}
-
-/// Decoded value of a code; `ok` is cleared for a code that is not canonical (q > s, or the
-/// sign bit set with q = 0).
-inline float dither_value(std::uint32_t code, float step, dither_shape const& sh, bool& ok) noexcept {
-  std::uint32_t const q = code & ((1u << (sh.width - 1)) - 1u);
-  std::uint32_t const neg = code >> (sh.width - 1);
-  ok &= q <= sh.s && !(neg && q == 0);
-  float level;
-  if (!sh.natural) {
-    level = static_cast<float>(q);
-  } else {
-    level = q == 0 ? 0.0f : std::bit_cast<float>((q + 126u) << 23);  // 2^(q-1)
-  }
-  float const v = std::fmin(level * step, FLT_MAX);  // s * (scale / s) may round past FLT_MAX
-  return neg ? -v : v;
-}
-
-/// Writes the `width`-bit code `c` of element `i` into a zero-initialised stream.
-inline void put_code(std::byte* codes, std::uint64_t i, unsigned width, std::uint32_t c) noexcept {
-  std::uint64_t const bit = i * width;
-  std::uint64_t const byte = bit / 8;
-  unsigned const shift = static_cast<unsigned>(bit % 8);
-  std::uint32_t const v = c << shift;  // at most 16 + 7 bits
-  for (unsigned k = 0; k < 3 && (k * 8) < shift + width; ++k) {
-    codes[byte + k] |= static_cast<std::byte>((v >> (8 * k)) & 0xffu);
-  }
-}
-
-/// Reads the `width`-bit code of element `i`.
-inline std::uint32_t get_code(std::byte const* codes, std::uint64_t i, unsigned width) noexcept {
-  std::uint64_t const bit = i * width;
-  std::uint64_t const byte = bit / 8;
-  unsigned const shift = static_cast<unsigned>(bit % 8);
-  std::uint32_t v = 0;
-  for (unsigned k = 0; k < 3 && (k * 8) < shift + width; ++k) {
-    v |= static_cast<std::uint32_t>(codes[byte + k]) << (8 * k);
-  }
-  return (v >> shift) & ((1u << width) - 1u);
 }
 
 }  // namespace scalar
@@ -913,9 +812,9 @@ inline void dither_encode(isa_tag, float const* x, std::size_t begin, std::size_
   philox_group g;
   for (std::size_t i = begin; i < end; ++i) {
     if (i % 128 == 0 || i == begin) philox_fill(rs, i / 128, g);
-    std::uint32_t const c =
-        dither_code(x[i], buckets[i / bucket_len], sh, g.draw(static_cast<unsigned>(i % 128)));
-    put_code(codes, i, sh.width, c);
+    std::uint32_t const c = quant::dither_code(x[i], buckets[i / bucket_len], sh,
+                                               g.draw(static_cast<unsigned>(i % 128)));
+    quant::put_code(codes, i, sh.width, c);
   }
 }
 
@@ -925,7 +824,8 @@ inline bool dither_decode(isa_tag, std::byte const* codes, std::size_t begin, st
                           float* out, float alpha, bool add, bool = false) noexcept {
   bool ok = true;
   for (std::size_t i = begin; i < end; ++i) {
-    float const v = dither_value(get_code(codes, i, sh.width), steps[i / bucket_len], sh, ok);
+    float const v =
+        quant::dither_value(quant::get_code(codes, i, sh.width), steps[i / bucket_len], sh, ok);
     out[i] = add ? std::fma(alpha, v, out[i]) : v;
   }
   return ok;

@@ -2,12 +2,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// The keyed Feistel permutation of random-k (docs/wire-format.md, "random_k") and its batch
-/// evaluation: `feistel_fill` writes π(first), ..., π(first + count − 1). Scalar, AVX2 (8 lanes)
-/// and AVX-512 (16 lanes) bodies give the same numbers; lanes that land outside [0, n) keep
-/// walking while the others hold their value.
+/// Batch evaluation of the keyed Feistel permutation of random-k (core/feistel.hpp,
+/// docs/wire-format.md, "random_k"): `feistel_fill` writes π(first), ..., π(first + count − 1).
+/// Scalar, AVX2 (8 lanes) and AVX-512 (16 lanes) bodies give the same numbers; lanes that land
+/// outside [0, n) keep walking while the others hold their value.
 
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/feistel.hpp>
 #include <gradcomp/core/philox.hpp>
 #include <gradcomp/cpu/isa.hpp>
 
@@ -24,78 +25,8 @@
 GRADCOMP_NAMESPACE_BEGIN
 namespace cpu::kernels {
 
-/// A keyed pseudo-random permutation π of [0, n), n ≤ 2^32 − 1: an 8-round unbalanced Feistel
-/// network on w = max(8, bit_width(n − 1)) bits, applied repeatedly until the value is < n
-/// (cycle-walking). x = L · 2^b + R with a = ⌊w/2⌋ bits of L and b = w − a of R; round r maps
-/// (L, R) to (R, L xor (mix(R xor key_r) mod 2^|L|)), the widths swapping each round; the eight
-/// round keys are the words of Philox4x32-10 blocks (domain << 32 | 0) and (domain << 32 | 1)
-/// of the stream.
-class feistel_permutation {
- public:
-  static constexpr int rounds = 8;
-  static constexpr unsigned min_width = 8;
-
-  /// The 32-bit avalanche mixer of the round function.
-  GRADCOMP_FORCEINLINE static constexpr std::uint32_t mix(std::uint32_t x) noexcept {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-  }
-
-  feistel_permutation(std::uint64_t n, random_stream const& rs, std::uint32_t domain) noexcept
-      : n_(n) {
-    unsigned const w =
-        n <= 1 ? 0u : std::max(min_width, static_cast<unsigned>(std::bit_width(n - 1)));
-    a_ = w / 2;
-    b_ = w - a_;
-    for (unsigned blk = 0; blk < rounds / 4; ++blk) {
-      philox_block const o = rs.block((std::uint64_t{domain} << 32) | blk);
-      for (unsigned j = 0; j < 4; ++j) key_[4 * blk + j] = o[j];
-    }
-  }
-
-  [[nodiscard]] std::uint64_t size() const noexcept { return n_; }
-  [[nodiscard]] unsigned high_bits() const noexcept { return a_; }
-  [[nodiscard]] unsigned low_bits() const noexcept { return b_; }
-  [[nodiscard]] std::uint32_t key(int r) const noexcept { return key_[r]; }
-
-  /// One pass of the network over [0, 2^w).
-  [[nodiscard]] std::uint32_t step(std::uint32_t x) const noexcept {
-    unsigned wl = a_, wr = b_;
-    std::uint32_t l = static_cast<std::uint32_t>(std::uint64_t{x} >> wr);
-    std::uint32_t r = x & low_mask(wr);
-    for (int k = 0; k < rounds; ++k) {
-      std::uint32_t const f = mix(r ^ key_[k]) & low_mask(wl);
-      std::uint32_t const nl = r;
-      r = l ^ f;
-      l = nl;
-      std::swap(wl, wr);
-    }
-    return static_cast<std::uint32_t>((std::uint64_t{l} << wr) | r);
-  }
-
-  /// π(i) for i < n.
-  [[nodiscard]] std::uint32_t operator()(std::uint64_t i) const noexcept {
-    if (n_ <= 1) return 0;
-    auto x = static_cast<std::uint32_t>(i);
-    do {
-      x = step(x);
-    } while (x >= n_);
-    return x;
-  }
-
-  static constexpr std::uint32_t low_mask(unsigned bits) noexcept {
-    return static_cast<std::uint32_t>((std::uint64_t{1} << bits) - 1);
-  }
-
- private:
-  std::uint64_t n_;
-  unsigned a_ = 0, b_ = 0;
-  std::uint32_t key_[rounds] = {};
-};
+/// The permutation (core/feistel.hpp, shared with the CUDA backend).
+using gradcomp::feistel_permutation;
 
 namespace scalar {
 inline void feistel_fill(isa_tag, feistel_permutation const& p, std::uint64_t first,

@@ -28,6 +28,7 @@
 /// `GRADCOMP_USE_CBLAS` (CMake: link `gradcomp::blas`); its results agree to rounding only.
 
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/gemm_order.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/cpu/execution.hpp>
 #include <gradcomp/cpu/isa.hpp>
@@ -81,21 +82,12 @@ constexpr char const* gemm_backend_name(gemm_backend b) noexcept {
 
 namespace kernels {
 
-/// The fixed reduction of the 16 lane sums of the dot form.
-inline float gemm_reduce16(float const* s) noexcept {
-  float h[8];
-  for (int l = 0; l < 8; ++l) h[l] = s[l] + s[l + 8];
-  float g[4];
-  for (int l = 0; l < 4; ++l) g[l] = h[l] + h[l + 4];
-  float const f0 = g[0] + g[2];
-  float const f1 = g[1] + g[3];
-  return f0 + f1;
-}
+/// The fixed reduction of the 16 lane sums of the dot form (core/gemm_order.hpp).
+inline float gemm_reduce16(float const* s) noexcept { return gemm_order::reduce16(s); }
 
 /// c = alpha * dot (+ beta * c when beta ≠ 0; C is not read when beta = 0).
 inline void gemm_store_dot(float* c, float dot, float alpha, float beta) noexcept {
-  float const r = alpha * dot;
-  *c = beta == 0.0f ? r : r + beta * *c;
+  *c = gemm_order::store_dot(dot, alpha, beta, beta == 0.0f ? 0.0f : *c);
 }
 
 namespace scalar {
@@ -118,13 +110,7 @@ inline void gemm_axpy_row(std::size_t kc, float alpha, float const* a, std::size
 
 /// Dot form, one element: 16 lane sums in canonical order.
 inline float gemm_dot(float const* a, float const* b, std::size_t k) noexcept {
-  float s[16] = {};
-  std::size_t p = 0;
-  for (; p + 16 <= k; p += 16) {
-    for (std::size_t l = 0; l < 16; ++l) s[l] = std::fma(a[p + l], b[p + l], s[l]);
-  }
-  for (std::size_t l = 0; p + l < k; ++l) s[l] = std::fma(a[p + l], b[p + l], s[l]);
-  return gemm_reduce16(s);
+  return gemm_order::dot(a, 1, b, 1, k);
 }
 
 }  // namespace scalar

@@ -5,9 +5,11 @@
 /// Sign-packing kernels of the onebit codec (scalar, AVX2, AVX-512), bit-identical at every
 /// level. Packing: bit (i % 8) of byte (i / 8) is 1 iff x[i] < 0. Alongside, each kernel
 /// returns the sum of |x| over one summation block in the canonical order of
-/// `onebit_sum_order` so that the scale does not depend on the ISA, threads or backend.
+/// `onebit_sum_order` (core/quant/onebit.hpp), so that the scale does not depend on the ISA,
+/// threads or backend.
 
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/quant/onebit.hpp>
 #include <gradcomp/cpu/isa.hpp>
 #include <gradcomp/cpu/tuning.hpp>
 
@@ -21,15 +23,6 @@
 #endif
 
 GRADCOMP_NAMESPACE_BEGIN
-
-/// The canonical order in which onebit (and any backend) sums |x| for its scale:
-/// blocks of `block` elements; in a block, lane l (0..15) sums elements l, l + 16, l + 32, ...
-/// in double, in ascending order; the block's sum adds lanes 0..15 in order; the total adds
-/// block sums in block order.
-struct onebit_sum_order {
-  static constexpr std::size_t block = 4096;
-  static constexpr std::size_t lanes = 16;
-};
 
 namespace cpu::kernels {
 

@@ -7,6 +7,8 @@
 /// that lives in backend memory (its first bytes are copied back and checked with the same
 /// functions the CPU codecs use).
 
+#include <gradcomp/codec/format/common.hpp>
+#include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cuda/config.cuh>
 #include <gradcomp/cuda/detail/runtime.cuh>
@@ -43,6 +45,14 @@ GRADCOMP_HOST_DEVICE inline std::uint32_t load_u32_le(std::byte const* p) noexce
   return v;
 }
 
+GRADCOMP_HOST_DEVICE inline void store_f32_le(std::byte* p, float v) noexcept {
+  store_u32_le(p, gradcomp::detail::bit_cast<std::uint32_t>(v));
+}
+
+GRADCOMP_HOST_DEVICE inline float load_f32_le(std::byte const* p) noexcept {
+  return gradcomp::detail::bit_cast<float>(load_u32_le(p));
+}
+
 /// The 32 header bytes of a packet, built on the host by `gradcomp::write_header` and passed
 /// by value to the kernel that writes the packet.
 struct header_image {
@@ -52,6 +62,14 @@ struct header_image {
   GRADCOMP_HOST_DEVICE void store(std::byte* out) const noexcept {
     for (std::size_t i = 0; i < header_bytes; ++i) out[i] = bytes[i];
   }
+};
+
+/// Work item that stores a header image at `out` (run once, stream-ordered with the payload's
+/// passes).
+struct header_store_fn {
+  header_image img;
+  std::byte* out;
+  GRADCOMP_HOST_DEVICE void operator()(std::uint64_t) const { img.store(out); }
 };
 
 /// The header image of `h`, exactly as the CPU codecs write it.
@@ -109,24 +127,15 @@ inline packet_header read_probed_header(packet_probe const& p, std::size_t packe
   return h;
 }
 
-/// The validated header of a probed packet of `HostCodec` (the CPU codec whose format the
-/// packet must follow): `read_header`, the codec id, `HostCodec::validate`, and the element
-/// count against `n`. Throws what the CPU codec's `decompress` throws for the same packet.
-template <class HostCodec>
+/// The validated header of a probed packet of wire format `Format` (codec/format/): `read_header`,
+/// the codec id, `Format::validate`, and the element count against `n`. Throws what the CPU
+/// codec's `decompress` throws for the same packet.
+template <class Format>
 packet_header checked_header(packet_probe const& p, std::size_t packet_bytes, std::size_t n) {
   packet_header const h = read_probed_header(p, packet_bytes);
-  if (h.codec != HostCodec::id) {
-    throw format_error(std::string("gradcomp: packet was written by codec '") +
-                       codec_name(h.codec) + "' (id " +
-                       std::to_string(static_cast<unsigned>(h.codec)) + "), expected '" +
-                       codec_name(HostCodec::id) + "'");
-  }
-  HostCodec::validate(h);
-  if (h.count != n) {
-    throw config_error(std::string("gradcomp: ") + codec_name(HostCodec::id) + " packet holds " +
-                       std::to_string(h.count) + " elements, the output span has " +
-                       std::to_string(n));
-  }
+  gradcomp::detail::expect_codec(h, Format::id);
+  Format::validate(h);
+  gradcomp::detail::expect_count(h, Format::id, n);
   return h;
 }
 

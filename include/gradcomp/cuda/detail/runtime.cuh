@@ -45,6 +45,29 @@ inline void copy_to_host(void* dst, void const* src, std::size_t bytes,
 #endif
 }
 
+/// Enqueues a copy of `bytes` bytes from host memory `src` to backend memory `dst` on `stream`
+/// (from pageable memory the runtime may wait until `src` has been read).
+inline void copy_from_host(void* dst, void const* src, std::size_t bytes,
+                           [[maybe_unused]] cudaStream_t stream) {
+  if (bytes == 0) return;
+#if GRADCOMP_CUDA_ON_GPU
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+/// Enqueues setting `bytes` bytes of backend memory at `dst` to `value` on `stream`.
+inline void fill_bytes(void* dst, int value, std::size_t bytes,
+                       [[maybe_unused]] cudaStream_t stream) {
+  if (bytes == 0) return;
+#if GRADCOMP_CUDA_ON_GPU
+  GRADCOMP_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream));
+#else
+  std::memset(dst, value, bytes);
+#endif
+}
+
 /// Waits until all work enqueued on `stream` has finished.
 inline void synchronize([[maybe_unused]] cudaStream_t stream) {
 #if GRADCOMP_CUDA_ON_GPU
