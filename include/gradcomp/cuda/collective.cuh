@@ -109,6 +109,19 @@ class stream_codec {
   /// `codec` (a CUDA codec) on `stream`.
   explicit stream_codec(C codec = C{}, cudaStream_t stream = nullptr)
       : codec_(std::move(codec)), stream_(stream), workspace_(stream) {}
+  /// A copy has the same codec and stream and a workspace of its own (empty until used).
+  stream_codec(stream_codec const& o) : codec_(o.codec_), stream_(o.stream_), workspace_(o.stream_) {}
+  stream_codec& operator=(stream_codec const& o) {
+    if (this != &o) {
+      codec_ = o.codec_;
+      stream_ = o.stream_;
+      workspace_ = device_buffer(o.stream_);
+    }
+    return *this;
+  }
+  stream_codec(stream_codec&&) noexcept = default;
+  stream_codec& operator=(stream_codec&&) noexcept = default;
+  ~stream_codec() = default;
 
   /// The CUDA codec.
   [[nodiscard]] C const& device_codec() const noexcept { return codec_; }
