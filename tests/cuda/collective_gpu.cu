@@ -38,22 +38,14 @@
 using namespace gradcomp;
 namespace gcu = gradcomp::cuda;
 
+#include "gpu_harness.hpp"
+
 namespace {
 
-std::atomic<int> failures{0};
-std::mutex print_mutex;
-
-void expect(bool ok, int rank, int n, std::string const& what) {
-  if (!ok) {
-    std::lock_guard lock(print_mutex);
-    std::fprintf(stderr, "FAILED on rank %d of %d: %s\n", rank, n, what.c_str());
-    ++failures;
-  }
-}
-
-void cuda_ok(cudaError_t e, char const* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using gpu_harness::cuda_ok;
+using gpu_harness::device_count_or_skip;
+using gpu_harness::expect;
+using gpu_harness::failures;
 
 std::vector<float> gradient(std::size_t n, int r, std::uint32_t step) {
   std::mt19937_64 rng(1000u * static_cast<unsigned>(r) + 17u * step + n);
@@ -197,11 +189,8 @@ void absent_peer_times_out() {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("no usable CUDA device: skipped\n");
-    return 77;
-  }
+  int const devices = device_count_or_skip();
+  if (devices == 0) return 77;
   try {
     for (int w = 1; w <= (devices >= 2 ? 2 : 1); ++w) {
       check_codec("fp16", fp16_codec{}, gcu::fp16_codec{}, w);

@@ -27,22 +27,14 @@ using namespace gradcomp;
 using gradcomp::nccl_communicator;
 using gradcomp::nccl_options;
 
+#include "gpu_harness.hpp"
+
 namespace {
 
-std::atomic<int> failures{0};
-std::mutex print_mutex;
-
-void expect(bool ok, int rank, int n, char const* what) {
-  if (!ok) {
-    std::lock_guard lock(print_mutex);
-    std::fprintf(stderr, "FAILED on rank %d of %d: %s\n", rank, n, what);
-    ++failures;
-  }
-}
-
-void cuda_ok(cudaError_t e, char const* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using gpu_harness::cuda_ok;
+using gpu_harness::device_count_or_skip;
+using gpu_harness::expect;
+using gpu_harness::failures;
 
 // A device buffer with host copies in and out.
 struct dbuf {
@@ -239,7 +231,7 @@ void run_world(int n) {
         }
         (void)cudaStreamDestroy(stream);
       } catch (std::exception const& e) {
-        std::lock_guard lock(print_mutex);
+        std::lock_guard lock(gpu_harness::print_mutex);
         std::fprintf(stderr, "FAILED on rank %d of %d: exception: %s\n", r, n, e.what());
         ++failures;
       }
@@ -283,11 +275,8 @@ void unmatched_receive_times_out() {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("no usable CUDA device: skipped\n");
-    return 77;
-  }
+  int const devices = device_count_or_skip();
+  if (devices == 0) return 77;
   try {
     int const most = devices < 4 ? devices : 4;
     for (int n = 1; n <= most; ++n) {
