@@ -35,12 +35,15 @@
 #include <thread>
 #include <vector>
 
-using namespace gradcomp;
-namespace gcu = gradcomp::cuda;
 
 #include "gpu_harness.hpp"
 
 namespace {
+
+// Inside this namespace only: a global using-directive would make `cuda` ambiguous (with
+// libcu++'s ::cuda) in the code nvcc generates for the kernels.
+using namespace gradcomp;
+namespace gcu = gradcomp::cuda;
 
 using gpu_harness::cuda_ok;
 using gpu_harness::device_count_or_skip;
@@ -186,9 +189,7 @@ void absent_peer_times_out() {
   std::printf("absent peer: %s\n", failures.load() == 0 ? "comm_error after the timeout" : "FAILED");
 }
 
-}  // namespace
-
-int main() {
+int run_all() {
   int const devices = device_count_or_skip();
   if (devices == 0) return 77;
   try {
@@ -210,3 +211,7 @@ int main() {
   }
   return failures.load() == 0 ? 0 : 1;
 }
+
+}  // namespace
+
+int main() { return run_all(); }
