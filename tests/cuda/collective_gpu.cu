@@ -38,9 +38,9 @@
 
 #include "gpu_harness.hpp"
 
-namespace {
+namespace gct_gpu {
 
-// Inside this namespace only: a global using-directive would make `cuda` ambiguous (with
+// Inside this named namespace only: a global (or unnamed-namespace) using-directive would make `cuda` ambiguous (with
 // libcu++'s ::cuda) in the code nvcc generates for the kernels.
 using namespace gradcomp;
 namespace gcu = gradcomp::cuda;
@@ -212,6 +212,6 @@ int run_all() {
   return failures.load() == 0 ? 0 : 1;
 }
 
-}  // namespace
+}  // namespace gct_gpu
 
-int main() { return run_all(); }
+int main() { return gct_gpu::run_all(); }
