@@ -1,13 +1,14 @@
 // SPDX-FileCopyrightText: 2026 The gradcomp authors
 // SPDX-License-Identifier: Apache-2.0
 //
-// The NCCL adapter on real GPUs: one rank per GPU (up to 4), each a thread of this process,
-// every operation checked against a host reference; then, on one GPU, a receive that no send
+// The NCCL adapter (comm/nccl.cuh) on real GPUs: one rank per GPU (up to 4; NCCL does not
+// allow two ranks of one communicator on one device), each a thread of this process, every
+// operation checked against a host reference, on device buffers and on host buffers (staged); then, on one GPU, a receive that no send
 // matches must give comm_error at the timeout (and abort the communicator), not hang.
 // Exits 77 (ctest: skipped) when no usable CUDA device is present. Own harness, like
 // tests/mpi: Catch2's assertions are not thread-safe.
 
-#include <gradcomp/cuda/nccl.cuh>
+#include <gradcomp/comm/nccl.cuh>
 
 #include <gradcomp/core/dtype.hpp>
 
@@ -23,25 +24,17 @@
 #include <vector>
 
 using namespace gradcomp;
-using gradcomp::cuda::nccl_communicator;
-using gradcomp::cuda::nccl_options;
+using gradcomp::nccl_communicator;
+using gradcomp::nccl_options;
+
+#include "gpu_harness.hpp"
 
 namespace {
 
-std::atomic<int> failures{0};
-std::mutex print_mutex;
-
-void expect(bool ok, int rank, int n, char const* what) {
-  if (!ok) {
-    std::lock_guard lock(print_mutex);
-    std::fprintf(stderr, "FAILED on rank %d of %d: %s\n", rank, n, what);
-    ++failures;
-  }
-}
-
-void cuda_ok(cudaError_t e, char const* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using gpu_harness::cuda_ok;
+using gpu_harness::device_count_or_skip;
+using gpu_harness::expect;
+using gpu_harness::failures;
 
 // A device buffer with host copies in and out.
 struct dbuf {
@@ -195,6 +188,27 @@ void run_rank(nccl_communicator& c) {
     int const from = (r + n - 1) % n;
     expect(in[0] == from && in[1] == 7 * from, r, n, "send/recv");
   }
+  // Host buffers (the collectives' control messages): staged through the device by the
+  // adapter, delivered by wait().
+  {
+    std::vector<std::uint64_t> const mine{static_cast<std::uint64_t>(r) * 3 + 1, 42};
+    std::vector<std::uint64_t> all(2 * un, 0);
+    c.all_gather(std::as_bytes(std::span<std::uint64_t const>(mine)),
+                 std::as_writable_bytes(std::span<std::uint64_t>(all)));
+    bool hok = true;
+    for (std::size_t q = 0; q < un; ++q) hok = hok && all[2 * q] == 3 * q + 1 && all[2 * q + 1] == 42;
+    std::vector<std::int32_t> red{r + 1, -r};
+    c.all_reduce(std::as_writable_bytes(std::span<std::int32_t>(red)), comm_type::i32, reduce_op::max);
+    hok = hok && red[0] == n && red[1] == 0;
+    std::vector<std::uint32_t> bc{r == 0 ? 0xabcdu : 0u};
+    c.broadcast(std::as_writable_bytes(std::span<std::uint32_t>(bc)), 0);
+    hok = hok && bc[0] == 0xabcdu;
+    // A host send buffer into a device receive buffer and back: mixed spans.
+    dbuf dall(2 * un * 8);
+    c.all_gather(std::as_bytes(std::span<std::uint64_t const>(mine)), dall.span());
+    hok = hok && dall.get<std::uint64_t>() == all;
+    expect(hok, r, n, "host buffers (staged through the device)");
+  }
   c.barrier();
 }
 
@@ -217,7 +231,7 @@ void run_world(int n) {
         }
         (void)cudaStreamDestroy(stream);
       } catch (std::exception const& e) {
-        std::lock_guard lock(print_mutex);
+        std::lock_guard lock(gpu_harness::print_mutex);
         std::fprintf(stderr, "FAILED on rank %d of %d: exception: %s\n", r, n, e.what());
         ++failures;
       }
@@ -261,11 +275,8 @@ void unmatched_receive_times_out() {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("no usable CUDA device: skipped\n");
-    return 77;
-  }
+  int const devices = device_count_or_skip();
+  if (devices == 0) return 77;
   try {
     int const most = devices < 4 ? devices : 4;
     for (int n = 1; n <= most; ++n) {

@@ -28,6 +28,7 @@
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/dense.hpp>
 #include <gradcomp/collective/low_rank.hpp>
+#include <gradcomp/collective/memory.hpp>
 #include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/collective/sections.hpp>
 #include <gradcomp/concepts/communicator.hpp>
@@ -69,21 +70,26 @@ std::uint64_t codec_fingerprint(Source const& src, std::size_t n, reduction op, 
   return f.value();
 }
 
-/// One rank's compressed contribution.
-struct local_packet {
-  raw_buffer buf;
+/// One rank's compressed contribution, in a buffer of memory space `Mem`
+/// (collective/memory.hpp).
+template <class Mem>
+struct basic_local_packet {
+  typename Mem::buffer buf;
   std::size_t bytes = 0;    ///< packet size (0: no contribution, gather only)
   value_section section{};  ///< summable / shared support: the values
 
   [[nodiscard]] std::span<std::byte const> packet() const noexcept { return buf.span().first(bytes); }
   [[nodiscard]] std::span<std::byte> values() noexcept { return buf.span().subspan(section.offset, section.bytes); }
 
-  /// Adds the bytes around the values (header, check words) to `f`.
-  void add_frame(fingerprint& f) const {
-    f.add_bytes(packet().first(section.offset));
-    f.add_bytes(packet().subspan(section.offset + section.bytes));
+  /// Adds the bytes around the values (header, check words) to `f`, read through `mem`.
+  void add_frame(fingerprint& f, Mem const& mem = {}) const {
+    mem.read(packet().first(section.offset), [&](std::span<std::byte const> b) { f.add_bytes(b); });
+    mem.read(packet().subspan(section.offset + section.bytes), [&](std::span<std::byte const> b) { f.add_bytes(b); });
   }
 };
+
+/// A contribution in host memory.
+using local_packet = basic_local_packet<host_memory>;
 
 /// A source whose error feedback commits in two phases (a `compressor`): the collectives stage
 /// its step and make it current only once every rank has succeeded (`pending_commit`).
@@ -130,12 +136,14 @@ class pending_commit {
 /// Compresses `grad` (or, when it is empty, this rank's zero contribution) into `p`, leaving
 /// `tail` spare bytes after the packet's bound (for a checksum trailer). A `two_phase_source`
 /// stages the step (recorded in `pending`; its state changes only at `pending.apply()`);
-/// another source compresses in one go.
-template <class Source>
+/// another source compresses in one go. `p`'s memory space is the source's.
+template <class Source, class Mem>
 void compress_contribution(Source& src, aggregation_kind kind, tensor_view<float const> grad, std::size_t n,
-                           local_packet& p, codec_context const& ctx, pending_commit<Source>* pending = nullptr,
-                           std::size_t tail = 0) {
+                           basic_local_packet<Mem>& p, codec_context const& ctx,
+                           pending_commit<Source>* pending = nullptr, std::size_t tail = 0) {
+  static_assert(std::same_as<Mem, memory_of_t<Source>>, "a packet in another memory space than its source's");
   auto const& codec = codec_of(src);
+  Mem const mem = memory_of(src);
   p.buf.resize(codec.max_compressed_bytes(n) + tail);
   p.section = {};
   if (!grad.empty()) {
@@ -156,8 +164,16 @@ void compress_contribution(Source& src, aggregation_kind kind, tensor_view<float
     // Summable and shared-support ranks all take part in the all-reduce: a rank without a
     // gradient sends the packet of a zero tensor (same header, zero values), bypassing its
     // error feedback, whose state stays as it was.
-    std::vector<float> const zero(n, 0.0f);
-    p.bytes = codec.compress(tensor_view<float const>(std::span<float const>(zero), grad.id()), p.buf.span(), ctx);
+    if constexpr (Mem::on_host) {
+      std::vector<float> const zero(n, 0.0f);
+      p.bytes = codec.compress(tensor_view<float const>(std::span<float const>(zero), grad.id()), p.buf.span(), ctx);
+    } else {
+      typename Mem::buffer zero = mem.make_buffer();
+      zero.resize(n * sizeof(float));
+      mem.zero(zero.span());
+      std::span<float const> const z(reinterpret_cast<float const*>(zero.data()), n);
+      p.bytes = codec.compress(tensor_view<float const>(z, grad.id()), p.buf.span(), ctx);
+    }
   }
   if (kind == aggregation_kind::summable || kind == aggregation_kind::shared_support) {
     p.section = section_of(codec, p.packet());
@@ -168,37 +184,48 @@ void compress_contribution(Source& src, aggregation_kind kind, tensor_view<float
                          ", " + std::to_string(p.section.bytes) + " bytes) does not fit its packet of " +
                          std::to_string(p.bytes) + " bytes");
     }
-    if (grad.empty()) std::fill(p.values().begin(), p.values().end(), std::byte{0});
+    if (grad.empty()) mem.zero(p.values());
+  }
+}
+
+/// Sets the floats of `out`, in memory space `mem`, to +0.
+template <class Mem>
+void zero_floats(Mem const& mem, std::span<float> out) {
+  if constexpr (Mem::on_host) {
+    std::fill(out.begin(), out.end(), 0.0f);
+  } else {
+    mem.zero(std::as_writable_bytes(out));
   }
 }
 
 /// Decodes the summed packet `p` (summable / shared support) into `out` times `alpha`.
-template <class Codec>
-void decode_summed(Codec const& codec, local_packet const& p, std::span<float> out, float alpha,
-                   codec_context const& ctx) {
+template <class Codec, class Mem>
+void decode_summed(Codec const& codec, basic_local_packet<Mem> const& p, std::span<float> out, float alpha,
+                   codec_context const& ctx, Mem const& mem = {}) {
   if (alpha != 1.0f) {
-    std::fill(out.begin(), out.end(), 0.0f);
+    zero_floats(mem, out);
     codec.decompress_add(p.packet(), out, alpha, ctx);
   } else {
     codec.decompress(p.packet(), out, ctx);
   }
 }
 
-/// Decompress-and-sum of gathered packets (rank order; empty ones skipped).
-template <class Codec>
+/// Decompress-and-sum of gathered packets (rank order; empty ones skipped), in memory space
+/// `mem`.
+template <class Codec, class Mem = host_memory>
 void decode_gathered(Codec const& codec, std::span<std::span<std::byte const> const> packets, std::span<float> out,
-                     float alpha, codec_context const& ctx) {
+                     float alpha, codec_context const& ctx, Mem const& mem = {}) {
   // The first packet is decoded in place of a zero fill when no scaling is needed (one pass
   // over the output less; x and 0 + 1 * x agree except for the sign of zero).
   bool first = alpha == 1.0f;
-  if (!first) std::fill(out.begin(), out.end(), 0.0f);
+  if (!first) zero_floats(mem, out);
   for (auto const& p : packets) {
     if (p.empty()) continue;
     if (first) codec.decompress(p, out, ctx);
     else codec.decompress_add(p, out, alpha, ctx);
     first = false;
   }
-  if (first) std::fill(out.begin(), out.end(), 0.0f);
+  if (first) zero_floats(mem, out);
 }
 
 /// Splits `all` into consecutive packets of `sizes` bytes.
@@ -223,11 +250,18 @@ namespace detail {
 /// `check`, with the result's checksum). Error feedback is staged into `pending`, to be applied
 /// by the caller once every rank has succeeded (the hierarchical all-reduce runs it on a group
 /// of ranks and settles the step over all of them).
+///
+/// The payload (packets, summed values, gathered packets) lives in the source's memory space
+/// (collective/memory.hpp); the agreement round is a host message either way. A source whose
+/// payloads are not on the host takes no `checksum` option (the checksums read every payload
+/// byte on the host): a `config_error`, reported through the agreement round.
 template <communicator Comm, class Source>
 collective_result compressed_exchange(Comm& comm, Source& src, tensor_view<float const> grad, std::span<float> out,
                                       codec_context const& ctx, collective_options const& opt, step_check& check,
                                       pending_commit<Source>& pending) {
   check_contribution(grad.size(), out.size(), "all_reduce_compressed");
+  using mem_type = memory_of_t<Source>;
+  mem_type const mem = memory_of(src);
   std::size_t const n = out.size();
   auto const& codec = codec_of(src);
   aggregation_kind const kind = aggregation_of(src);
@@ -236,7 +270,8 @@ collective_result compressed_exchange(Comm& comm, Source& src, tensor_view<float
   mine.count = n;
   mine.codec = static_cast<std::uint32_t>(codec_id_of(src));
   std::exception_ptr local;
-  local_packet p;
+  basic_local_packet<mem_type> p;
+  p.buf = mem.make_buffer();
   bool const trailer = opt.checksum && kind == aggregation_kind::gather;
   if (opt.checksum) fp.add("checksum");
   try {
@@ -246,9 +281,16 @@ collective_result compressed_exchange(Comm& comm, Source& src, tensor_view<float
                          "' is low-rank: all_reduce_compressed needs its low_rank_session (the "
                          "stateful factor object), not the codec");
     }
+    if (!mem_type::on_host && opt.checksum) {
+      throw config_error(std::string("gradcomp: all_reduce_compressed: codec '") + codec_name(codec_id_of(src)) +
+                         "' keeps its packets in device memory; the checksum option reads every payload on the "
+                         "host and is available for host codecs only");
+    }
     compress_contribution(src, kind, grad, n, p, ctx, &pending, trailer ? checksum_trailer_bytes : 0);
-    if (kind != aggregation_kind::gather) p.add_frame(fp);
-    if (trailer && p.bytes != 0) p.bytes = add_trailer(p.buf.span(), p.bytes);
+    if (kind != aggregation_kind::gather) p.add_frame(fp, mem);
+    if constexpr (mem_type::on_host) {
+      if (trailer && p.bytes != 0) p.bytes = add_trailer(p.buf.span(), p.bytes);
+    }
     mine.bytes = p.bytes;
   } catch (...) {
     local = std::current_exception();
@@ -272,26 +314,29 @@ collective_result compressed_exchange(Comm& comm, Source& src, tensor_view<float
     std::vector<std::size_t> const sizes = round.bytes();
     std::size_t total = 0;
     for (std::size_t s : sizes) total += s;
-    raw_buffer all(total);
+    typename mem_type::buffer all = mem.make_buffer();
+    all.resize(total);
     comm.all_gather_v(p.packet(), all.span(), std::span<std::size_t const>(sizes));
     check.guard([&] {
       auto packets = split_packets(std::as_const(all).span(), sizes);
-      if (trailer) {
-        for (auto& pk : packets) pk = strip_trailer(pk, "all_reduce_compressed");
+      if constexpr (mem_type::on_host) {
+        if (trailer) {
+          for (auto& pk : packets) pk = strip_trailer(pk, "all_reduce_compressed");
+        }
       }
-      decode_gathered(codec, std::span<std::span<std::byte const> const>(packets), out, alpha, ctx);
+      decode_gathered(codec, std::span<std::span<std::byte const> const>(packets), out, alpha, ctx, mem);
     });
     res.wire_bytes += ring_all_gather_bytes(sizes, comm.rank());
   } else {
     res.path = kind == aggregation_kind::summable ? collective_path::summable : collective_path::shared_support;
     comm_type const vt = comm_type_of_dtype(p.section.type);
-    check.before_sum(p.values(), vt);
+    if constexpr (mem_type::on_host) check.before_sum(p.values(), vt);
     comm.all_reduce(p.values(), vt, reduce_op::sum);
-    check.after_sum(p.values(), vt);
-    check.guard([&] { decode_summed(codec, p, out, alpha, ctx); });
+    if constexpr (mem_type::on_host) check.after_sum(p.values(), vt);
+    check.guard([&] { decode_summed(codec, p, out, alpha, ctx, mem); });
     res.wire_bytes += ring_all_reduce_bytes(p.section.bytes, comm.size());
   }
-  check.output(out);
+  if constexpr (mem_type::on_host) check.output(out);
   return res;
 }
 
@@ -339,6 +384,9 @@ template <communicator Comm, class Source, element T>
           (detail::packet_source<std::remove_cvref_t<Source>> || low_rank_session<std::remove_cvref_t<Source>>)
 collective_result all_reduce_compressed(Comm& comm, Source&& src, tensor_view<T const> grad, std::span<T> out,
                                         codec_context const& ctx = {}, collective_options const& opt = {}) {
+  static_assert(detail::host_payloads<std::remove_cvref_t<Source>>,
+                "all_reduce_compressed of a 16-bit gradient widens it on the host: pass a float32 device "
+                "gradient to a device codec");
   return detail::through_f32(grad, out, ctx, "all_reduce_compressed",
                              [&](tensor_view<float const> g, std::span<float> o) {
                                return all_reduce_compressed(comm, src, g, o, ctx, opt);

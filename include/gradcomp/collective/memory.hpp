@@ -1,0 +1,101 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Where a collective keeps its payload buffers: the memory space of the collectives.
+///
+/// A collective of `collective/` moves two kinds of bytes. *Control messages* (the agreement
+/// reports, packet sizes, the step-outcome round) are small, built and read by the host, and
+/// always live in host memory. *Payloads* (packets, their values, gathered packets, decoded
+/// sums) live where the codec reads and writes them: host memory for the CPU codecs, device
+/// memory for a CUDA codec (cuda/collective.cuh). The memory space says which, and gives the
+/// collective the three things it does to a payload besides handing it to the codec and the
+/// communicator: own a buffer of it, zero it, and read a few of its bytes on the host (the
+/// frame around summable values, which the agreement round fingerprints).
+///
+/// A memory space `M` provides:
+/// - `M::buffer`: an owning byte buffer with `resize(n)` (contents kept only when `n` fits
+///   the capacity), `data()`, `size()`, `empty()` and `span()` (const and not);
+/// - `M::on_host` (`bool`): whether the host may read and write its bytes directly;
+/// - `m.make_buffer()`: an empty `M::buffer` of this space (a device space binds its stream);
+/// - `m.zero(std::span<std::byte>)`: sets the bytes to zero;
+/// - `m.read(std::span<std::byte const> bytes, f)`: calls `f` with a host span holding the same
+///   bytes (the span itself on the host; a host copy, made when every write to `bytes` the
+///   caller issued has finished, elsewhere) and returns what `f` returns.
+///
+/// `host_memory` is the default. A source (codec, `any_codec`, compressor) opts into another
+/// space by a member `memory()` on its codec, which returns the space object; `memory_of`
+/// reads it. The communicator sees both kinds of buffers: an adapter for device memory tells
+/// them apart by their pointers (comm/nccl.cuh).
+
+#include <gradcomp/collective/common.hpp>
+#include <gradcomp/config.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+GRADCOMP_NAMESPACE_BEGIN
+
+/// The memory space of host payloads: `raw_buffer`s, `memset`, no copies to read.
+struct host_memory {
+  /// Owning payload buffer.
+  using buffer = detail::raw_buffer;
+  /// The host reads and writes payloads directly.
+  static constexpr bool on_host = true;
+
+  /// An empty buffer.
+  [[nodiscard]] buffer make_buffer() const noexcept { return {}; }
+  /// Sets `bytes` to zero.
+  void zero(std::span<std::byte> bytes) const noexcept {
+    if (!bytes.empty()) std::memset(bytes.data(), 0, bytes.size());
+  }
+  /// `f(bytes)`: host bytes need no copy.
+  template <class F>
+  decltype(auto) read(std::span<std::byte const> bytes, F&& f) const {
+    return std::forward<F>(f)(bytes);
+  }
+};
+
+/// A memory space (see the file comment).
+template <class M>
+concept memory_space = requires(M const& m, typename M::buffer& b, typename M::buffer const& cb,
+                                std::span<std::byte> s, std::size_t n) {
+  b.resize(n);
+  { b.data() } -> std::same_as<std::byte*>;
+  { cb.size() } -> std::same_as<std::size_t>;
+  { b.span() } -> std::same_as<std::span<std::byte>>;
+  { cb.span() } -> std::same_as<std::span<std::byte const>>;
+  { M::on_host } -> std::convertible_to<bool>;
+  { m.make_buffer() } -> std::same_as<typename M::buffer>;
+  m.zero(s);
+};
+
+static_assert(memory_space<host_memory>);
+
+namespace detail {
+
+/// The memory space of a source's payloads: its codec's `memory()`, else `host_memory`.
+template <class X>
+auto memory_of(X const& x) {
+  if constexpr (requires { { codec_of(x).memory() } -> memory_space; }) {
+    return codec_of(x).memory();
+  } else {
+    return host_memory{};
+  }
+}
+
+/// The memory space type of a source.
+template <class X>
+using memory_of_t = decltype(memory_of(std::declval<X const&>()));
+
+/// Whether a source's payloads live in host memory.
+template <class X>
+inline constexpr bool host_payloads = memory_of_t<X>::on_host;
+
+}  // namespace detail
+
+GRADCOMP_NAMESPACE_END

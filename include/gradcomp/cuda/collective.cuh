@@ -1,0 +1,319 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Device codecs as sources of the library's collectives: `stream_codec<C>` makes a CUDA codec
+/// (cuda/cast.cuh, int8.cuh, ...) a `codec` over device memory, bound to a CUDA stream, and
+/// `device_compressor<C>` adds residual error feedback kept on the device. Both go unchanged
+/// through `all_reduce_compressed` (collective/all_reduce.hpp): the collective's algorithm is
+/// the one of the CPU codecs, and only where its payloads live differs.
+///
+/// How it fits: every span handed to a `stream_codec` (the gradient's `tensor_view`, the packet
+/// buffer, the decoded output) holds **device pointers**. The codec's `memory()` returns the
+/// memory space `device_memory` (cuda/memory.cuh); the collectives read it through
+/// `detail::memory_of` (collective/memory.hpp) and then keep their payload buffers (packets,
+/// summed values, gathered packets) in device memory and zero them with `cudaMemsetAsync`. The
+/// agreement and outcome rounds stay host messages: a communicator for device memory (the NCCL
+/// adapter, comm/nccl.cuh) must carry both, telling them apart by their pointers. The host
+/// reads a payload in two places only, both small: the header of a packet (its value section,
+/// the codec's packet checks) and the frame around summable values (fingerprinted by the
+/// agreement round).
+///
+/// Streams: the codec enqueues its work on its stream; use the same stream for the
+/// communicator (or order the two yourself), so that a packet is complete before the
+/// communicator reads it. The collectives wait for every communicator operation on the host,
+/// so decoding is ordered after the data arrived.
+///
+/// What a device source does not take: 16-bit gradients through the collectives (they would be
+/// widened on the host; pass float32), the `checksum` option (it reads every payload on the
+/// host): both are errors, at compile time and as a `config_error`.
+
+#include <gradcomp/cuda/config.cuh>
+
+#include <gradcomp/concepts/codec.hpp>
+#include <gradcomp/concepts/context.hpp>
+#include <gradcomp/config.hpp>
+#include <gradcomp/codec/value_section.hpp>
+#include <gradcomp/core/dtype.hpp>
+#include <gradcomp/core/error.hpp>
+#include <gradcomp/core/philox.hpp>
+#include <gradcomp/core/tensor.hpp>
+#include <gradcomp/core/wire.hpp>
+#include <gradcomp/cuda/detail/packet.cuh>
+#include <gradcomp/cuda/memory.cuh>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+
+GRADCOMP_CUDA_NAMESPACE_BEGIN
+namespace detail {
+
+/// The static traits of a device codec: its own members where it declares them (`C::aggregation`,
+/// `C::unbiased`, `c.bits_per_element()`), else those of the element-wise CPU codec of the same
+/// id (codec/cast.hpp, int8.hpp, ...; tests/cuda/collective_host.cu compares them).
+constexpr aggregation_kind elementwise_aggregation(codec_id id) noexcept {
+  return id == codec_id::identity || id == codec_id::fp16 || id == codec_id::bf16 ? aggregation_kind::summable
+                                                                                : aggregation_kind::gather;
+}
+constexpr bool elementwise_unbiased(codec_id id) noexcept {
+  return id == codec_id::identity || id == codec_id::natural || id == codec_id::qsgd ||
+         id == codec_id::terngrad || id == codec_id::dithering;
+}
+constexpr bool is_elementwise(codec_id id) noexcept {
+  return id == codec_id::identity || id == codec_id::fp16 || id == codec_id::bf16 || id == codec_id::int8 ||
+         id == codec_id::onebit || id == codec_id::qsgd || id == codec_id::terngrad || id == codec_id::natural ||
+         id == codec_id::dithering;
+}
+
+template <class C>
+consteval aggregation_kind aggregation_of_device_codec() {
+  if constexpr (requires { { C::aggregation } -> std::convertible_to<aggregation_kind>; }) {
+    return C::aggregation;
+  } else {
+    static_assert(is_elementwise(C::id), "a device codec that is not element-wise declares C::aggregation");
+    return elementwise_aggregation(C::id);
+  }
+}
+template <class C>
+consteval bool unbiased_device_codec() {
+  if constexpr (requires { { C::unbiased } -> std::convertible_to<bool>; }) {
+    return C::unbiased;
+  } else {
+    static_assert(is_elementwise(C::id), "a device codec that is not element-wise declares C::unbiased");
+    return elementwise_unbiased(C::id);
+  }
+}
+
+}  // namespace detail
+
+/// A CUDA codec bound to a stream: a `codec` (concepts/codec.hpp) whose spans are device
+/// memory, with the packets, errors and random streams of the CPU codec of the same format. It
+/// owns a device workspace that grows to the largest tensor it has seen (allocated on its
+/// stream), so one object serves one thread at a time, like the stream. The codec context's
+/// `seed` and `step` and the tensor's id key the random stream, as on the CPU; its pool and ISA
+/// do not apply.
+template <class C>
+class stream_codec {
+ public:
+  using codec_concept = codec_tag;
+  /// The CUDA codec inside.
+  using device_codec_type = C;
+  static constexpr codec_id id = C::id;
+  static constexpr aggregation_kind aggregation = detail::aggregation_of_device_codec<C>();
+  static constexpr bool unbiased = detail::unbiased_device_codec<C>();
+
+  /// `codec` (a CUDA codec) on `stream`.
+  explicit stream_codec(C codec = C{}, cudaStream_t stream = nullptr)
+      : codec_(std::move(codec)), stream_(stream), workspace_(stream) {}
+  /// A copy has the same codec and stream and a workspace of its own (empty until used).
+  stream_codec(stream_codec const& o) : codec_(o.codec_), stream_(o.stream_), workspace_(o.stream_) {}
+  stream_codec& operator=(stream_codec const& o) {
+    if (this != &o) {
+      codec_ = o.codec_;
+      stream_ = o.stream_;
+      workspace_ = device_buffer(o.stream_);
+    }
+    return *this;
+  }
+  stream_codec(stream_codec&&) noexcept = default;
+  stream_codec& operator=(stream_codec&&) noexcept = default;
+  ~stream_codec() = default;
+
+  /// The CUDA codec.
+  [[nodiscard]] C const& device_codec() const noexcept { return codec_; }
+  /// The stream every operation is enqueued on.
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+  /// The memory space of this codec's payloads (collective/memory.hpp).
+  [[nodiscard]] device_memory memory() const noexcept { return device_memory{stream_}; }
+
+  /// The packet size bound for `n` elements, as the CPU codec's.
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const { return codec_.max_compressed_bytes(n); }
+  /// Nominal wire bits per element of float32 input, as the CPU codec's.
+  [[nodiscard]] double bits_per_element() const {
+    if constexpr (requires { codec_.bits_per_element(); }) {
+      return codec_.bits_per_element();
+    } else if constexpr (C::id == codec_id::identity) {
+      return 32.0;
+    } else if constexpr (C::id == codec_id::fp16 || C::id == codec_id::bf16) {
+      return 16.0;
+    } else if constexpr (C::id == codec_id::onebit) {
+      return 1.0;
+    } else {
+      return codec_.wire_format().bits_per_element();
+    }
+  }
+
+  /// Writes the packet of `x` (device memory) into `out` (device memory, at least
+  /// `max_compressed_bytes(x.size())` bytes, else `config_error`); returns its size.
+  template <element T>
+  std::size_t compress(tensor_view<T const> x, std::span<std::byte> out, codec_context const& ctx = {}) const {
+    check_room(x.size(), out.size());
+    std::size_t temp = grow(x.size());
+    return codec_.compress(workspace_.data(), temp, x.data(), x.size(), out.data(), stream_, stream_for(ctx, x.id()));
+  }
+  /// Residual error feedback fused with compression (the CUDA codec's `compress_with_feedback`):
+  /// the packet of p = g + e (`residual` empty: e = 0) and `next` = p − D(packet), byte for
+  /// byte what `residual_feedback` writes and keeps. Device spans; `next` may alias `residual`.
+  template <element T>
+  std::size_t compress_with_feedback(tensor_view<T const> g, std::span<float const> residual, std::span<float> next,
+                                     std::span<std::byte> out, codec_context const& ctx = {}) const {
+    check_room(g.size(), out.size());
+    if ((!residual.empty() && residual.size() != g.size()) || next.size() != g.size()) {
+      throw config_error("gradcomp: cuda " + std::string(codec_name(id)) + " error feedback of " +
+                         std::to_string(g.size()) + " elements got residuals of " + std::to_string(residual.size()) +
+                         " and " + std::to_string(next.size()) + " elements");
+    }
+    std::size_t temp = grow(g.size());
+    return codec_.compress_with_feedback(workspace_.data(), temp, g.data(), residual.empty() ? nullptr : residual.data(),
+                                         next.data(), g.size(), out.data(), stream_, stream_for(ctx, g.id()));
+  }
+  /// `out = x̂` (device memory); a malformed packet throws what the CPU codec throws.
+  template <element T>
+  void decompress(std::span<std::byte const> packet, std::span<T> out, codec_context const& = {}) const {
+    std::size_t temp = grow(out.size());
+    codec_.decompress(workspace_.data(), temp, packet.data(), packet.size(), out.data(), out.size(), stream_);
+  }
+  /// `out = fma(alpha, x̂, out)` (device memory), as the CPU codec's `decompress_add`.
+  template <element T>
+  void decompress_add(std::span<std::byte const> packet, std::span<T> out, float alpha,
+                      codec_context const& = {}) const {
+    std::size_t temp = grow(out.size());
+    codec_.decompress_add(workspace_.data(), temp, packet.data(), packet.size(), out.data(), out.size(), alpha,
+                          stream_);
+  }
+
+  /// The summable values of a packet in device memory (identity, fp16, bf16): the whole
+  /// payload, in the packet's element type (identity) or the codec's 16-bit type. Copies the
+  /// header to the host and validates it as the CPU codec does.
+  [[nodiscard]] gradcomp::value_section value_section(std::span<std::byte const> packet) const
+    requires(aggregation == aggregation_kind::summable)
+  {
+    detail::packet_probe const probe = detail::probe_packet(packet.data(), packet.size(), stream_);
+    packet_header const head = detail::read_probed_header(probe, packet.size());
+    packet_header const h = C::inspect(packet.data(), packet.size(), static_cast<std::size_t>(head.count), stream_);
+    dtype const values = id == codec_id::fp16 ? dtype::f16 : id == codec_id::bf16 ? dtype::bf16 : h.type;
+    return {header_bytes, static_cast<std::size_t>(h.payload_bytes), values};
+  }
+
+ private:
+  static random_stream stream_for(codec_context const& ctx, tensor_id t) noexcept {
+    return random_stream{ctx.seed, ctx.step, static_cast<std::uint32_t>(t)};
+  }
+  void check_room(std::size_t n, std::size_t room) const {
+    std::size_t const need = codec_.max_compressed_bytes(n);
+    if (room < need) {
+      throw config_error("gradcomp: cuda " + std::string(codec_name(id)) + " compress of " + std::to_string(n) +
+                         " elements needs an output of " + std::to_string(need) + " bytes, got " +
+                         std::to_string(room));
+    }
+  }
+  // The workspace for n elements, grown when needed; returns its size.
+  std::size_t grow(std::size_t n) const {
+    std::size_t const need = codec_.workspace_bytes(n);
+    if (need > workspace_.size()) workspace_.resize(need);
+    return workspace_.size();
+  }
+
+  C codec_;
+  cudaStream_t stream_;
+  mutable device_buffer workspace_;
+};
+
+/// Residual error feedback on the device (`residual_feedback`'s rule, fused with compression):
+/// a packet source of the collectives that keeps one float32 residual per tensor id in device
+/// memory. It commits in two phases as `compressor` does (feedback/compressor.hpp): `stage`
+/// compresses g + e into the packet and the next residual into a staging buffer; `apply_commit`
+/// makes it current once every rank has succeeded, `discard` drops it, so a failed step leaves
+/// every residual as it was. Packets and residuals are byte for byte those of
+/// `compressor<C_cpu, residual_feedback>`.
+template <class C>
+class device_compressor {
+ public:
+  /// Error feedback around `codec`.
+  explicit device_compressor(stream_codec<C> codec) : codec_(std::move(codec)) {}
+
+  /// The codec.
+  [[nodiscard]] stream_codec<C> const& codec() const noexcept { return codec_; }
+
+  /// One step in one go: compresses g + residual of tensor `g.id()` into `out` and makes the
+  /// next residual current. On an error the residual is as before.
+  std::size_t compress(tensor_view<float const> g, std::span<std::byte> out, codec_context const& ctx = {}) {
+    std::size_t const bytes = stage(g, out, ctx);
+    apply_commit(g.id());
+    return bytes;
+  }
+
+  /// Phase one: writes the packet of g + residual and stages the next residual; the current
+  /// residual is untouched until `apply_commit`. A residual of another size than `g` is a
+  /// `config_error` (tensor ids must keep their sizes).
+  std::size_t stage(tensor_view<float const> g, std::span<std::byte> out, codec_context const& ctx = {}) {
+    entry& e = states_[g.id()];
+    if (e.n != 0 && e.n != g.size()) {
+      throw config_error("gradcomp: device error feedback of tensor " +
+                         std::to_string(static_cast<std::uint32_t>(g.id())) + ": a gradient of " +
+                         std::to_string(g.size()) + " elements for a residual of " + std::to_string(e.n));
+    }
+    if (e.staged.empty()) e.staged = device_buffer(codec_.stream());
+    e.staged.resize(g.size() * sizeof(float));
+    e.has_staged = false;
+    std::span<float> const next(reinterpret_cast<float*>(e.staged.data()), g.size());
+    std::span<float const> const now =
+        e.n == 0 ? std::span<float const>{}
+                 : std::span<float const>(reinterpret_cast<float const*>(e.current.data()), e.n);
+    std::size_t const bytes = codec_.compress_with_feedback(g, now, next, out, ctx);
+    e.has_staged = true;
+    e.staged_n = g.size();
+    return bytes;
+  }
+  /// Nothing to compute: `stage` already wrote the next residual (the packet sent is the one
+  /// staged). `config_error` if tensor `id` has nothing staged.
+  template <class Codec>
+  void prepare_commit(tensor_id id, Codec const&, std::span<std::byte const>, codec_context const& = {}) {
+    (void)staged_entry(id);
+  }
+  /// Makes the staged residual of `id` current.
+  void apply_commit(tensor_id id) {
+    entry& e = staged_entry(id);
+    std::swap(e.current, e.staged);
+    e.n = e.staged_n;
+    e.has_staged = false;
+  }
+  /// Drops the staged residual of `id` (the current one stays).
+  void discard(tensor_id id) {
+    auto it = states_.find(id);
+    if (it != states_.end()) it->second.has_staged = false;
+  }
+
+  /// The current residual of `id` (device memory; empty before its first step).
+  [[nodiscard]] std::span<float const> residual(tensor_id id) const {
+    auto it = states_.find(id);
+    if (it == states_.end() || it->second.n == 0) return {};
+    return {reinterpret_cast<float const*>(it->second.current.data()), it->second.n};
+  }
+  /// Forgets every residual.
+  void reset() { states_.clear(); }
+
+ private:
+  struct entry {
+    device_buffer current, staged;
+    std::size_t n = 0, staged_n = 0;
+    bool has_staged = false;
+  };
+  entry& staged_entry(tensor_id id) {
+    auto it = states_.find(id);
+    if (it == states_.end() || !it->second.has_staged) {
+      throw config_error("gradcomp: device error feedback: tensor " + std::to_string(static_cast<std::uint32_t>(id)) +
+                         " has no staged step to commit");
+    }
+    return it->second;
+  }
+
+  stream_codec<C> codec_;
+  std::map<tensor_id, entry> states_;
+};
+
+GRADCOMP_CUDA_NAMESPACE_END

@@ -1,0 +1,189 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// Device memory for the collectives: `device_buffer` (an owning, growable buffer of device
+/// bytes), `device_memory` (the memory space of collective/memory.hpp whose payloads live on
+/// the device, ordered on a CUDA stream) and `memory_kind_of` (is a pointer device memory?).
+///
+/// Under Thrust's CPP system (`GRADCOMP_CUDA_ON_GPU` 0, cuda/config.cuh) "device" memory is
+/// host memory: a **host emulation** of the GPU. `device_buffer` then allocates on the host and
+/// records the allocation in a process-wide table, so that `memory_kind_of` can still tell a
+/// payload (a `device_buffer`) from a control message (any other host memory), as
+/// `cudaPointerGetAttributes` does on a GPU. Tests use it to check that payloads stay on the
+/// "device"; nothing else differs.
+
+#include <gradcomp/cuda/config.cuh>
+
+#include <gradcomp/config.hpp>
+#include <gradcomp/core/error.hpp>
+#include <gradcomp/cuda/detail/runtime.cuh>
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <utility>
+
+GRADCOMP_CUDA_NAMESPACE_BEGIN
+
+/// Where a pointer points.
+enum class memory_kind : std::uint8_t {
+  host = 0,    ///< host memory (pageable or pinned): control messages
+  device = 1,  ///< device (or managed) memory: payloads
+};
+
+namespace detail {
+
+#if !GRADCOMP_CUDA_ON_GPU
+/// Host emulation only: the live `device_buffer` allocations, by start address.
+struct emulated_allocations {
+  std::mutex mutex;
+  std::map<std::uintptr_t, std::size_t> blocks;
+
+  static emulated_allocations& get() {
+    static emulated_allocations table;
+    return table;
+  }
+  void add(void const* p, std::size_t bytes) {
+    std::lock_guard lock(mutex);
+    blocks[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  }
+  void remove(void const* p) {
+    std::lock_guard lock(mutex);
+    blocks.erase(reinterpret_cast<std::uintptr_t>(p));
+  }
+  bool contains(void const* p) {
+    auto const a = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard lock(mutex);
+    auto it = blocks.upper_bound(a);
+    if (it == blocks.begin()) return false;
+    --it;
+    return a < it->first + it->second;
+  }
+};
+#endif
+
+}  // namespace detail
+
+/// Whether `p` points into device memory. On a GPU: `cudaPointerGetAttributes` (device and
+/// managed memory are device memory; pageable, pinned and unregistered host memory are host
+/// memory). In the host emulation: whether `p` lies in a live `device_buffer`.
+inline memory_kind memory_kind_of(void const* p) {
+  if (p == nullptr) return memory_kind::host;
+#if GRADCOMP_CUDA_ON_GPU
+  cudaPointerAttributes a{};
+  GRADCOMP_CUDA_CHECK(cudaPointerGetAttributes(&a, p));
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? memory_kind::device
+                                                                            : memory_kind::host;
+#else
+  return detail::emulated_allocations::get().contains(p) ? memory_kind::device : memory_kind::host;
+#endif
+}
+
+/// An owning buffer of device bytes, allocated and freed stream-ordered (`cudaMallocAsync`,
+/// `cudaFreeAsync`) on its stream. Growing never shrinks the allocation; `resize` keeps the
+/// contents only when the new size fits the capacity (the collectives write before they read).
+/// Move-only.
+class device_buffer {
+ public:
+  device_buffer() = default;
+  explicit device_buffer(cudaStream_t stream) noexcept : stream_(stream) {}
+  device_buffer(device_buffer const&) = delete;
+  device_buffer& operator=(device_buffer const&) = delete;
+  device_buffer(device_buffer&& o) noexcept
+      : stream_(o.stream_), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+        cap_(std::exchange(o.cap_, 0)) {}
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      stream_ = o.stream_;
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      cap_ = std::exchange(o.cap_, 0);
+    }
+    return *this;
+  }
+  ~device_buffer() { release(); }
+
+  /// Sets the size to `n` bytes, allocating when `n` exceeds the capacity (`cuda_error` if the
+  /// allocation fails; the buffer is then as before).
+  void resize(std::size_t n) {
+    if (n > cap_) {
+      void* p = nullptr;
+#if GRADCOMP_CUDA_ON_GPU
+      GRADCOMP_CUDA_CHECK(cudaMallocAsync(&p, n, stream_));
+#else
+      p = ::operator new(n, std::align_val_t{256});
+      detail::emulated_allocations::get().add(p, n);
+#endif
+      release();
+      data_ = static_cast<std::byte*>(p);
+      cap_ = n;
+    }
+    size_ = n;
+  }
+
+  [[nodiscard]] std::byte* data() noexcept { return data_; }
+  [[nodiscard]] std::byte const* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] std::span<std::byte> span() noexcept { return {data_, size_}; }
+  [[nodiscard]] std::span<std::byte const> span() const noexcept { return {data_, size_}; }
+  /// The stream its allocations are ordered on.
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+
+ private:
+  void release() noexcept {
+    if (data_ == nullptr) return;
+#if GRADCOMP_CUDA_ON_GPU
+    // A destructor cannot report failure; a failed free surfaces at the next checked call.
+    (void)cudaFreeAsync(data_, stream_);
+#else
+    detail::emulated_allocations::get().remove(data_);
+    ::operator delete(data_, std::align_val_t{256});
+#endif
+    data_ = nullptr;
+    size_ = 0;
+    cap_ = 0;
+  }
+
+  cudaStream_t stream_ = nullptr;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t cap_ = 0;
+};
+
+/// The memory space (collective/memory.hpp) of payloads on the device: `device_buffer`s on
+/// `stream`, zeroed with `cudaMemsetAsync`, read by the host through a copy after which the
+/// host waits for `stream`.
+struct device_memory {
+  /// Owning payload buffer.
+  using buffer = device_buffer;
+  /// The host does not touch payload bytes directly.
+  static constexpr bool on_host = false;
+
+  /// The stream payload work is ordered on (that of the codec and of the communicator).
+  cudaStream_t stream = nullptr;
+
+  /// An empty buffer on `stream`.
+  [[nodiscard]] buffer make_buffer() const noexcept { return buffer(stream); }
+  /// Sets `bytes` (device memory) to zero, enqueued on `stream`.
+  void zero(std::span<std::byte> bytes) const {
+    detail::fill_bytes(bytes.data(), 0, bytes.size(), stream);
+  }
+  /// Copies `bytes` (device memory) to the host after the work enqueued on `stream`, waits, and
+  /// returns `f(host copy)`.
+  template <class F>
+  decltype(auto) read(std::span<std::byte const> bytes, F&& f) const {
+    auto const host = std::make_unique_for_overwrite<std::byte[]>(bytes.size());
+    detail::copy_to_host(host.get(), bytes.data(), bytes.size(), stream);
+    detail::synchronize(stream);
+    return std::forward<F>(f)(std::span<std::byte const>(host.get(), bytes.size()));
+  }
+};
+
+GRADCOMP_CUDA_NAMESPACE_END

@@ -1,0 +1,217 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+//
+// Device codecs through all_reduce_compressed over the NCCL adapter, on real GPUs: the device
+// result, and with error feedback the residuals, must equal the CPU collective's (in-process
+// ranks, the same inputs) byte for byte. Runs 1 rank on device 0, and 2 ranks (one per device)
+// where the machine has two GPUs: NCCL does not allow two ranks of one communicator on one
+// device. Then, with 2 GPUs, a rank that never joins must give comm_error at the timeout on
+// its peer, not a hang. Exits 77 (ctest: skipped) without a usable CUDA device. Own harness,
+// like nccl_comm.cu: Catch2's assertions are not thread-safe.
+
+#include <gradcomp/comm/nccl.cuh>
+
+#include <gradcomp/codec/cast.hpp>
+#include <gradcomp/codec/dithering.hpp>
+#include <gradcomp/codec/int8.hpp>
+#include <gradcomp/codec/onebit.hpp>
+#include <gradcomp/collective/all_reduce.hpp>
+#include <gradcomp/comm/in_process.hpp>
+#include <gradcomp/cuda/cast.cuh>
+#include <gradcomp/cuda/collective.cuh>
+#include <gradcomp/cuda/dithering.cuh>
+#include <gradcomp/cuda/int8.cuh>
+#include <gradcomp/cuda/onebit.cuh>
+#include <gradcomp/feedback/compressor.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+
+#include "gpu_harness.hpp"
+
+namespace gct_gpu {
+
+// Inside this named namespace only: a global (or unnamed-namespace) using-directive would make `cuda` ambiguous (with
+// libcu++'s ::cuda) in the code nvcc generates for the kernels.
+using namespace gradcomp;
+namespace gcu = gradcomp::cuda;
+
+using gpu_harness::cuda_ok;
+using gpu_harness::device_count_or_skip;
+using gpu_harness::expect;
+using gpu_harness::failures;
+
+std::vector<float> gradient(std::size_t n, int r, std::uint32_t step) {
+  std::mt19937_64 rng(1000u * static_cast<unsigned>(r) + 17u * step + n);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> g(n);
+  for (auto& v : g) v = normal(rng);
+  return g;
+}
+
+codec_context rank_context(int r, std::uint32_t step) {
+  codec_context ctx;
+  ctx.seed = 0x5eed0000u + static_cast<std::uint64_t>(r);
+  ctx.step = step;
+  return ctx;
+}
+
+constexpr std::size_t elements = (1u << 20) + 3;
+constexpr std::uint32_t steps = 3;
+
+// The CPU collective with error feedback, `steps` steps: outputs and residuals per step and rank.
+template <class CpuCodec>
+void cpu_reference(CpuCodec const& codec, int w, std::vector<std::vector<std::vector<float>>>& out,
+                   std::vector<std::vector<std::vector<float>>>& residual) {
+  using comp = compressor<CpuCodec, residual_feedback>;
+  std::vector<comp> comps(static_cast<std::size_t>(w), comp(codec));
+  out.assign(steps, std::vector<std::vector<float>>(static_cast<std::size_t>(w)));
+  residual = out;
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    run_in_process(w, [&](in_process_communicator& comm) {
+      int const r = comm.rank();
+      auto const ur = static_cast<std::size_t>(r);
+      std::vector<float> const g = gradient(elements, r, s);
+      std::vector<float> o(elements);
+      all_reduce_compressed(comm, comps[ur], tensor_view<float const>(std::span<float const>(g), tensor_id{3}),
+                            std::span<float>(o), rank_context(r, s), {.op = reduction::average});
+      auto const e = comps[ur].state(tensor_id{3}).values();
+      residual[s][ur].assign(e.begin(), e.end());
+      out[s][ur] = std::move(o);
+    });
+  }
+}
+
+// One rank of the device run: `steps` steps through NCCL, compared with the reference.
+template <class CudaCodec>
+void device_rank(nccl_communicator& comm, CudaCodec const& codec, char const* name,
+                 std::vector<std::vector<std::vector<float>>> const& want,
+                 std::vector<std::vector<std::vector<float>>> const& want_residual) {
+  int const r = comm.rank();
+  int const w = comm.size();
+  auto const ur = static_cast<std::size_t>(r);
+  gcu::device_compressor<CudaCodec> comp(gcu::stream_codec<CudaCodec>(codec, comm.stream()));
+  gcu::device_buffer g(comm.stream()), o(comm.stream());
+  g.resize(elements * sizeof(float));
+  o.resize(elements * sizeof(float));
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    std::vector<float> const hg = gradient(elements, r, s);
+    cuda_ok(cudaMemcpyAsync(g.data(), hg.data(), g.size(), cudaMemcpyHostToDevice, comm.stream()), "cudaMemcpyAsync");
+    std::span<float> const out(reinterpret_cast<float*>(o.data()), elements);
+    all_reduce_compressed(comm, comp,
+                          tensor_view<float const>(std::span<float const>(reinterpret_cast<float const*>(g.data()), elements),
+                                                   tensor_id{3}),
+                          out, rank_context(r, s), {.op = reduction::average});
+    std::vector<float> got(elements), e(elements);
+    cuda_ok(cudaMemcpyAsync(got.data(), o.data(), o.size(), cudaMemcpyDeviceToHost, comm.stream()), "cudaMemcpyAsync");
+    auto const res = comp.residual(tensor_id{3});
+    cuda_ok(cudaMemcpyAsync(e.data(), res.data(), res.size_bytes(), cudaMemcpyDeviceToHost, comm.stream()),
+            "cudaMemcpyAsync");
+    cuda_ok(cudaStreamSynchronize(comm.stream()), "cudaStreamSynchronize");
+    std::string const what = std::string(name) + ", step " + std::to_string(s);
+    expect(std::memcmp(got.data(), want[s][ur].data(), elements * sizeof(float)) == 0, r, w, what + ": output");
+    expect(std::memcmp(e.data(), want_residual[s][ur].data(), elements * sizeof(float)) == 0, r, w,
+           what + ": residual");
+  }
+}
+
+template <class CpuCodec, class CudaCodec>
+void check_codec(char const* name, CpuCodec const& cpu, CudaCodec const& dev, int w) {
+  std::vector<std::vector<std::vector<float>>> want, want_residual;
+  cpu_reference(cpu, w, want, want_residual);
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ncclGetUniqueId failed");
+  std::vector<std::thread> threads;
+  for (int r = 0; r < w; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        cuda_ok(cudaSetDevice(r), "cudaSetDevice");
+        cudaStream_t stream = nullptr;
+        cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        {
+          nccl_communicator comm = nccl_communicator::init_rank(w, id, r, stream, {std::chrono::seconds(60)});
+          device_rank(comm, dev, name, want, want_residual);
+        }
+        (void)cudaStreamDestroy(stream);
+      } catch (std::exception const& e) {
+        expect(false, r, w, std::string(name) + ": exception: " + e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::printf("%s on %d rank(s): %s\n", name, w, failures.load() == 0 ? "identical to the CPU" : "FAILED");
+}
+
+// Rank 1 never calls the collective: rank 0 must fail with comm_error near the timeout.
+void absent_peer_times_out() {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ncclGetUniqueId failed");
+  std::atomic<bool> done{false};
+  std::thread other([&] {
+    cuda_ok(cudaSetDevice(1), "cudaSetDevice");
+    cudaStream_t stream = nullptr;
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    nccl_communicator comm = nccl_communicator::init_rank(2, id, 1, stream, {std::chrono::seconds(2)});
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  });
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  bool thrown = false;
+  auto const t0 = std::chrono::steady_clock::now();
+  try {
+    nccl_communicator comm = nccl_communicator::init_rank(2, id, 0, stream, {std::chrono::seconds(2)});
+    gcu::stream_codec<gcu::int8_codec> const codec(gcu::int8_codec{}, stream);
+    gcu::device_buffer g(stream), o(stream);
+    g.resize(4096 * sizeof(float));
+    o.resize(4096 * sizeof(float));
+    cuda_ok(cudaMemsetAsync(g.data(), 0, g.size(), stream), "cudaMemsetAsync");
+    all_reduce_compressed(comm, codec,
+                          tensor_view<float const>(std::span<float const>(reinterpret_cast<float const*>(g.data()), 4096)),
+                          std::span<float>(reinterpret_cast<float*>(o.data()), 4096));
+  } catch (comm_error const&) {
+    thrown = true;
+  }
+  done = true;
+  other.join();
+  auto const waited = std::chrono::steady_clock::now() - t0;
+  expect(thrown, 0, 2, "a peer that never joins the collective gives comm_error");
+  expect(waited < std::chrono::seconds(30), 0, 2, "the timeout is honoured");
+  std::printf("absent peer: %s\n", failures.load() == 0 ? "comm_error after the timeout" : "FAILED");
+}
+
+int run_all() {
+  int const devices = device_count_or_skip();
+  if (devices == 0) return 77;
+  try {
+    for (int w = 1; w <= (devices >= 2 ? 2 : 1); ++w) {
+      check_codec("fp16", fp16_codec{}, gcu::fp16_codec{}, w);
+      check_codec("int8:rounding=stochastic", int8_codec{512, int8_rounding::stochastic},
+                  gcu::int8_codec{512, int8_rounding::stochastic}, w);
+      check_codec("onebit", onebit_codec{}, gcu::onebit_codec{}, w);
+      check_codec("qsgd", qsgd_codec{}, gcu::qsgd_codec{}, w);
+    }
+    if (devices >= 2) {
+      absent_peer_times_out();
+    } else {
+      std::printf("2 ranks and the absent peer: not run (one GPU; NCCL needs one device per rank)\n");
+    }
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "FAILED: %s\n", e.what());
+    return 1;
+  }
+  return failures.load() == 0 ? 0 : 1;
+}
+
+}  // namespace gct_gpu
+
+int main() { return gct_gpu::run_all(); }

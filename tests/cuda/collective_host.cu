@@ -1,0 +1,503 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+//
+// Device codecs through the library's collectives, checked on a machine without a GPU.
+//
+// What is real and what is emulated here:
+// - real: the collectives' code (collective/all_reduce.hpp with its device memory space), the
+//   device codecs' header code, checks and passes (cuda/collective.cuh, cuda/*.cuh) and the
+//   CPU collectives they are compared with;
+// - host emulation (a mock of what needs a GPU): this file is built with Thrust's CPP device
+//   system, so "device" memory is host memory that cuda/memory.cuh records as device
+//   allocations, kernels run on the calling thread, and streams are ignored. The communicator
+//   is `emulated_nccl`, an in-process communicator that follows the NCCL adapter's contract
+//   (comm/nccl.cuh: any span may be host or device memory, told apart by its pointer; a rank
+//   that fails or disappears fails every peer with comm_error) and records which operations
+//   carried device payloads and which carried host control messages. NCCL itself, the device
+//   staging of host messages, the timeout and abort run only in tests/cuda/nccl_comm.cu on a
+//   GPU.
+//
+// Every device result is compared byte for byte with the CPU collective's on the same inputs,
+// on 2, 3 and 4 ranks.
+
+#define CATCH_CONFIG_MAIN
+#define GCT_BACKEND "cuda/collective-cpp"
+#include "codec_checks.cuh"
+
+#include "../unit/support/rank_check.hpp"
+
+#include <gradcomp/collective/all_reduce.hpp>
+#include <gradcomp/collective/memory.hpp>
+#include <gradcomp/comm/blocking.hpp>
+#include <gradcomp/comm/in_process.hpp>
+#include <gradcomp/cuda/collective.cuh>
+#include <gradcomp/cuda/memory.cuh>
+#include <gradcomp/feedback/compressor.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <random>
+#include <typeinfo>
+#include <vector>
+
+#if GRADCOMP_CUDA_ON_GPU
+#  error "collective_host.cu is the host emulation: build it with THRUST_DEVICE_SYSTEM_CPP"
+#endif
+
+using gc::cuda::memory_kind;
+using gc::cuda::memory_kind_of;
+
+namespace gct {
+
+// ---------------------------------------------------------------------------------------------
+// The mock: an in-process communicator under the NCCL adapter's contract, with a traffic log.
+
+struct traffic {
+  std::mutex mutex;
+  std::size_t device_ops = 0;    // operations whose buffers are device memory (payloads)
+  std::size_t device_bytes = 0;  // their bytes sent
+  std::size_t host_ops = 0;      // operations on host memory (control messages)
+  std::size_t host_max = 0;      // the largest host message a rank sent
+  std::size_t mixed = 0;         // operations mixing host and device buffers
+
+  void note(std::span<std::byte const> a, std::span<std::byte const> b, std::size_t sent) {
+    bool const da = !a.empty() && memory_kind_of(a.data()) == memory_kind::device;
+    bool const db = !b.empty() && memory_kind_of(b.data()) == memory_kind::device;
+    bool const ha = !a.empty() && !da;
+    bool const hb = !b.empty() && !db;
+    std::lock_guard lock(mutex);
+    if ((da || db) && (ha || hb)) ++mixed;
+    if (da || db) {
+      ++device_ops;
+      device_bytes += sent;
+    } else if (ha || hb) {
+      ++host_ops;
+      host_max = std::max(host_max, sent);
+    }
+  }
+};
+
+class emulated_nccl : public gc::blocking_operations<emulated_nccl> {
+ public:
+  using communicator_concept = gc::communicator_tag;
+
+  emulated_nccl(gc::in_process_communicator inner, traffic& log) : inner_(std::move(inner)), log_(&log) {}
+
+  [[nodiscard]] int rank() const noexcept { return inner_.rank(); }
+  [[nodiscard]] int size() const noexcept { return inner_.size(); }
+
+  gc::request ibarrier() { return inner_.ibarrier(); }
+  gc::request ibroadcast(std::span<std::byte> buf, int root) {
+    log_->note(buf, {}, buf.size());
+    return inner_.ibroadcast(buf, root);
+  }
+  gc::request iall_reduce(std::span<std::byte> buf, gc::comm_type t, gc::reduce_op op) {
+    log_->note(buf, {}, buf.size());
+    return inner_.iall_reduce(buf, t, op);
+  }
+  gc::request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, gc::comm_type t,
+                              gc::reduce_op op) {
+    log_->note(in, out, in.size());
+    return inner_.ireduce_scatter(in, out, t, op);
+  }
+  gc::request iall_gather(std::span<std::byte const> in, std::span<std::byte> out) {
+    log_->note(in, out, in.size());
+    return inner_.iall_gather(in, out);
+  }
+  gc::request iall_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
+                            std::span<std::size_t const> counts) {
+    log_->note(in, out, in.size());
+    return inner_.iall_gather_v(in, out, counts);
+  }
+  gc::request iall_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> sc, std::span<std::byte> out,
+                            std::span<std::size_t const> rc) {
+    log_->note(in, out, in.size());
+    return inner_.iall_to_all_v(in, sc, out, rc);
+  }
+  gc::request isend(std::span<std::byte const> in, int peer, int tag) {
+    log_->note(in, {}, in.size());
+    return inner_.isend(in, peer, tag);
+  }
+  gc::request irecv(std::span<std::byte> out, int peer, int tag) {
+    log_->note(out, {}, 0);
+    return inner_.irecv(out, peer, tag);
+  }
+
+ private:
+  gc::in_process_communicator inner_;
+  traffic* log_;
+};
+
+static_assert(gc::communicator<emulated_nccl>);
+
+}  // namespace gct
+
+using gct::emulated_nccl;
+using gct::traffic;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Helpers: device copies of host vectors, and the two runs compared.
+
+gc::cuda::device_buffer to_device(std::vector<float> const& v) {
+  gc::cuda::device_buffer b;
+  b.resize(v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<float> to_host(gc::cuda::device_buffer const& b, std::size_t n) {
+  std::vector<float> v(n);
+  if (n != 0) std::memcpy(v.data(), b.data(), n * sizeof(float));
+  return v;
+}
+
+std::span<float> floats(gc::cuda::device_buffer& b, std::size_t n) {
+  return {reinterpret_cast<float*>(b.data()), n};
+}
+
+// Gradient of rank r: normal values (fp16-safe), a few exact zeros.
+std::vector<float> gradient(std::size_t n, int r, std::uint32_t step) {
+  std::mt19937_64 rng(1000u * static_cast<unsigned>(r) + 17u * step + n);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> g(n);
+  for (auto& v : g) v = normal(rng);
+  if (n > 3) g[n / 3] = 0.0f;
+  return g;
+}
+
+gc::codec_context rank_context(int r, std::uint32_t step) {
+  gc::codec_context ctx;
+  ctx.seed = 0x5eed0000u + static_cast<std::uint64_t>(r);
+  ctx.step = step;
+  return ctx;
+}
+
+bool same_bits(std::vector<float> const& a, std::vector<float> const& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+struct rank_outcome {
+  std::vector<float> out;
+  gc::collective_result res;
+};
+
+// `contributes(r)` false: rank r passes an empty gradient.
+template <class CpuCodec>
+std::vector<rank_outcome> run_cpu(CpuCodec const& codec, int w, std::size_t n, gc::reduction op,
+                                  std::vector<bool> const& contributes) {
+  std::vector<rank_outcome> got(static_cast<std::size_t>(w));
+  gc::run_in_process(w, [&](gc::in_process_communicator& comm) {
+    int const r = comm.rank();
+    std::vector<float> const g = contributes[static_cast<std::size_t>(r)] ? gradient(n, r, 0) : std::vector<float>{};
+    std::vector<float> out(n, -7.0f);
+    gc::collective_options opt;
+    opt.op = op;
+    auto res = gc::all_reduce_compressed(comm, codec, gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{4}),
+                                         std::span<float>(out), rank_context(r, 0), opt);
+    got[static_cast<std::size_t>(r)] = {std::move(out), res};
+  });
+  return got;
+}
+
+template <class CudaCodec>
+std::vector<rank_outcome> run_device(CudaCodec const& codec, int w, std::size_t n, gc::reduction op,
+                                     std::vector<bool> const& contributes, traffic& log) {
+  std::vector<rank_outcome> got(static_cast<std::size_t>(w));
+  gc::run_in_process(w, [&](gc::in_process_communicator& inner) {
+    emulated_nccl comm(inner, log);
+    int const r = comm.rank();
+    gc::cuda::stream_codec<CudaCodec> const dc(codec);
+    std::vector<float> const hg = contributes[static_cast<std::size_t>(r)] ? gradient(n, r, 0) : std::vector<float>{};
+    gc::cuda::device_buffer g = to_device(hg);
+    gc::cuda::device_buffer out = to_device(std::vector<float>(n, -7.0f));
+    gc::collective_options opt;
+    opt.op = op;
+    auto res = gc::all_reduce_compressed(
+        comm, dc, gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())), gc::tensor_id{4}),
+        floats(out, n), rank_context(r, 0), opt);
+    got[static_cast<std::size_t>(r)] = {to_host(out, n), res};
+  });
+  return got;
+}
+
+void expect_same(std::vector<rank_outcome> const& cpu, std::vector<rank_outcome> const& dev) {
+  REQUIRE(cpu.size() == dev.size());
+  for (std::size_t r = 0; r < cpu.size(); ++r) {
+    INFO("rank " << r);
+    CHECK(same_bits(cpu[r].out, dev[r].out));
+    CHECK(cpu[r].res.path == dev[r].res.path);
+    CHECK(cpu[r].res.packet_bytes == dev[r].res.packet_bytes);
+    CHECK(cpu[r].res.wire_bytes == dev[r].res.wire_bytes);
+  }
+}
+
+// The configurations of codec_checks.cuh that the collective cases run (one of each family
+// and variant; the full lists are covered codec by codec in host_backend.cu).
+template <class Fn>
+void for_each_collective_codec(Fn&& fn) {
+  gct::for_each_cast(fn);
+  using r = gc::int8_rounding;
+  fn("int8", gc::int8_codec{}, gc::cuda::int8_codec{});
+  fn("int8:bucket=100,rounding=stochastic", gc::int8_codec{100, r::stochastic},
+     gc::cuda::int8_codec{100, r::stochastic});
+  gct::for_each_onebit(fn);
+  fn("natural:bucket=100", gc::natural_codec{100}, gc::cuda::natural_codec{100});
+  fn("qsgd", gc::qsgd_codec{}, gc::cuda::qsgd_codec{});
+  fn("terngrad", gc::terngrad_codec{}, gc::cuda::terngrad_codec{});
+  fn("dithering:levels=5,norm=l2,bucket=16", gc::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16},
+     gc::cuda::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16});
+}
+
+// Control messages of one collective call: the agreement round (32 bytes per rank) and the
+// outcome round (12 bytes); nothing larger goes through the host.
+constexpr std::size_t control_bound = 64;
+
+}  // namespace
+
+TEST_CASE("cuda collective: stream_codec is a codec with the CPU codec's traits", "[cuda][collective]") {
+  gct::for_each_cast([](char const*, auto cpu, auto dev) {
+    using S = gc::cuda::stream_codec<decltype(dev)>;
+    static_assert(gc::codec<S>);
+    static_assert(S::id == decltype(cpu)::id && S::aggregation == decltype(cpu)::aggregation &&
+                  S::unbiased == decltype(cpu)::unbiased);
+    CHECK(S(dev).bits_per_element() == cpu.bits_per_element());
+  });
+  gct::for_each_quantizer([](char const* name, auto cpu, auto dev) {
+    INFO(name);
+    using S = gc::cuda::stream_codec<decltype(dev)>;
+    static_assert(gc::codec<S>);
+    static_assert(gc::detail::packet_source<S>);
+    static_assert(S::id == decltype(cpu)::id && S::aggregation == decltype(cpu)::aggregation &&
+                  S::unbiased == decltype(cpu)::unbiased);
+    S const s(dev);
+    CHECK(s.bits_per_element() == cpu.bits_per_element());
+    CHECK(s.max_compressed_bytes(1000) == cpu.max_compressed_bytes(1000));
+  });
+  static_assert(gc::memory_space<gc::cuda::device_memory>);
+  static_assert(!gc::detail::host_payloads<gc::cuda::stream_codec<gc::cuda::int8_codec>>);
+  static_assert(!gc::detail::host_payloads<gc::cuda::device_compressor<gc::cuda::int8_codec>>);
+  static_assert(gc::detail::host_payloads<gc::int8_codec>);
+}
+
+TEST_CASE("cuda collective: the emulated device memory is told from host memory", "[cuda][collective]") {
+  gc::cuda::device_buffer b;
+  b.resize(100);
+  std::vector<std::byte> h(100);
+  CHECK(memory_kind_of(b.data()) == memory_kind::device);
+  CHECK(memory_kind_of(b.data() + 99) == memory_kind::device);
+  CHECK(memory_kind_of(h.data()) == memory_kind::host);
+  void const* const old = b.data();
+  b.resize(1000);  // grows: the old block is released
+  CHECK(memory_kind_of(b.data() + 999) == memory_kind::device);
+  if (old != b.data()) CHECK(memory_kind_of(old) == memory_kind::host);
+}
+
+TEST_CASE("cuda collective: all_reduce_compressed on device memory equals the CPU collective", "[cuda][collective]") {
+  for_each_collective_codec([](char const* name, auto cpu, auto dev) {
+    for (int w : {2, 3, 4}) {
+      for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{4099}}) {
+        for (gc::reduction op : {gc::reduction::sum, gc::reduction::average}) {
+          INFO(name << ", " << w << " ranks, n = " << n << ", " << (op == gc::reduction::sum ? "sum" : "average"));
+          std::vector<bool> const all(static_cast<std::size_t>(w), true);
+          traffic log;
+          auto const want = run_cpu(cpu, w, n, op, all);
+          auto const got = run_device(dev, w, n, op, all, log);
+          expect_same(want, got);
+          // Payloads on the device, control messages small and on the host, never mixed.
+          CHECK(log.device_ops == static_cast<std::size_t>(w));
+          // gathered: whole packets; summable: the values only (n 16- or 32-bit floats)
+          std::size_t const least = decltype(cpu)::aggregation == gc::aggregation_kind::gather ? gc::header_bytes : 2 * n;
+          CHECK(log.device_bytes >= static_cast<std::size_t>(w) * least);
+          CHECK(log.host_ops == 2 * static_cast<std::size_t>(w));
+          CHECK(log.host_max <= control_bound);
+          CHECK(log.mixed == 0);
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("cuda collective: a rank without a gradient, on device memory, as on the CPU", "[cuda][collective]") {
+  for_each_collective_codec([](char const* name, auto cpu, auto dev) {
+    for (int w : {2, 4}) {
+      INFO(name << ", " << w << " ranks");
+      std::vector<bool> some(static_cast<std::size_t>(w), true);
+      some[1] = false;
+      traffic log;
+      expect_same(run_cpu(cpu, w, 513, gc::reduction::average, some),
+                  run_device(dev, w, 513, gc::reduction::average, some, log));
+      CHECK(log.mixed == 0);
+    }
+  });
+}
+
+TEST_CASE("cuda collective: device error feedback through all_reduce_compressed equals compressor<residual_feedback>",
+          "[cuda][collective][feedback]") {
+  auto check = [](char const* name, auto cpu_codec, auto dev_codec) {
+    using cpu_type = gc::compressor<decltype(cpu_codec), gc::residual_feedback>;
+    using dev_type = gc::cuda::device_compressor<decltype(dev_codec)>;
+    for (int w : {2, 3, 4}) {
+      INFO(name << ", " << w << " ranks");
+      std::size_t const n = 2053;
+      std::vector<cpu_type> cpus(static_cast<std::size_t>(w), cpu_type(cpu_codec));
+      std::vector<dev_type> devs;
+      for (int r = 0; r < w; ++r) devs.emplace_back(gc::cuda::stream_codec<decltype(dev_codec)>(dev_codec));
+      for (std::uint32_t step = 0; step < 3; ++step) {
+        std::vector<std::vector<float>> want(static_cast<std::size_t>(w)), got(want.size()), res_cpu(want.size()),
+            res_dev(want.size());
+        gc::run_in_process(w, [&](gc::in_process_communicator& comm) {
+          int const r = comm.rank();
+          std::vector<float> const g = gradient(n, r, step);
+          std::vector<float> out(n);
+          gc::all_reduce_compressed(comm, cpus[static_cast<std::size_t>(r)],
+                                    gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{9}),
+                                    std::span<float>(out), rank_context(r, step), {.op = gc::reduction::average});
+          auto const e = cpus[static_cast<std::size_t>(r)].state(gc::tensor_id{9}).values();
+          res_cpu[static_cast<std::size_t>(r)].assign(e.begin(), e.end());
+          want[static_cast<std::size_t>(r)] = std::move(out);
+        });
+        traffic log;
+        gc::run_in_process(w, [&](gc::in_process_communicator& inner) {
+          emulated_nccl comm(inner, log);
+          int const r = comm.rank();
+          gc::cuda::device_buffer g = to_device(gradient(n, r, step));
+          gc::cuda::device_buffer out = to_device(std::vector<float>(n));
+          gc::all_reduce_compressed(comm, devs[static_cast<std::size_t>(r)],
+                                    gc::tensor_view<float const>(std::span<float const>(floats(g, n)), gc::tensor_id{9}),
+                                    floats(out, n), rank_context(r, step), {.op = gc::reduction::average});
+          got[static_cast<std::size_t>(r)] = to_host(out, n);
+          auto const e = devs[static_cast<std::size_t>(r)].residual(gc::tensor_id{9});
+          RANK_REQUIRE(e.size() == n && memory_kind_of(e.data()) == memory_kind::device);
+          res_dev[static_cast<std::size_t>(r)].assign(e.begin(), e.end());
+        });
+        for (std::size_t r = 0; r < want.size(); ++r) {
+          INFO("step " << step << ", rank " << r);
+          CHECK(same_bits(want[r], got[r]));
+          CHECK(same_bits(res_cpu[r], res_dev[r]));
+        }
+        CHECK(log.mixed == 0);
+        CHECK(log.host_max <= control_bound);
+      }
+    }
+  };
+  check("fp16", gc::fp16_codec{}, gc::cuda::fp16_codec{});
+  check("int8:rounding=stochastic", gc::int8_codec{512, gc::int8_rounding::stochastic},
+        gc::cuda::int8_codec{512, gc::int8_rounding::stochastic});
+  check("onebit", gc::onebit_codec{}, gc::cuda::onebit_codec{});
+  check("qsgd", gc::qsgd_codec{}, gc::cuda::qsgd_codec{});
+  check("natural", gc::natural_codec{}, gc::cuda::natural_codec{});
+}
+
+namespace {
+
+// What each rank of a failing step threw.
+enum class thrown { nothing, comm, numeric, config, other };
+
+thrown classify(std::exception_ptr e) {
+  if (!e) return thrown::nothing;
+  try {
+    std::rethrow_exception(e);
+  } catch (gc::comm_error const&) {
+    return thrown::comm;
+  } catch (gc::numeric_error const&) {
+    return thrown::numeric;
+  } catch (gc::config_error const&) {
+    return thrown::config;
+  } catch (...) {
+    return thrown::other;
+  }
+}
+
+// Runs `body(comm, rank)` on w emulated device ranks, collecting what each threw (run_in_process
+// would rethrow only the first), with a short timeout: a hang fails the test.
+template <class Body>
+std::vector<thrown> run_failing(int w, Body&& body) {
+  std::vector<thrown> got(static_cast<std::size_t>(w), thrown::nothing);
+  traffic log;
+  auto const t0 = std::chrono::steady_clock::now();
+  gc::run_in_process(
+      w,
+      [&](gc::in_process_communicator& inner) {
+        emulated_nccl comm(inner, log);
+        try {
+          body(comm, comm.rank());
+        } catch (...) {
+          got[static_cast<std::size_t>(comm.rank())] = classify(std::current_exception());
+        }
+      },
+      std::chrono::seconds(20));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
+  return got;
+}
+
+}  // namespace
+
+TEST_CASE("cuda collective: a failing rank fails the device step on every rank, residuals kept",
+          "[cuda][collective][failure]") {
+  for (int w : {2, 3, 4}) {
+    INFO(w << " ranks");
+    std::size_t const n = 777;
+    using dev_type = gc::cuda::device_compressor<gc::cuda::int8_codec>;
+    std::vector<dev_type> devs;
+    for (int r = 0; r < w; ++r) devs.emplace_back(gc::cuda::stream_codec<gc::cuda::int8_codec>{});
+    auto step = [&](emulated_nccl& comm, int r, std::vector<float> const& hg) {
+      gc::cuda::device_buffer g = to_device(hg);
+      gc::cuda::device_buffer out = to_device(std::vector<float>(n));
+      gc::all_reduce_compressed(comm, devs[static_cast<std::size_t>(r)],
+                                gc::tensor_view<float const>(std::span<float const>(floats(g, n)), gc::tensor_id{2}),
+                                floats(out, n), rank_context(r, 0));
+    };
+    // A first step that succeeds everywhere.
+    auto const ok = run_failing(w, [&](emulated_nccl& comm, int r) { step(comm, r, gradient(n, r, 0)); });
+    for (thrown t : ok) CHECK(t == thrown::nothing);
+    std::vector<std::vector<float>> before;
+    for (auto& d : devs) {
+      auto const e = d.residual(gc::tensor_id{2});
+      before.emplace_back(e.begin(), e.end());
+    }
+    // Rank 1's gradient holds a NaN: its own numeric_error there, comm_error everywhere else.
+    auto const nan = run_failing(w, [&](emulated_nccl& comm, int r) {
+      std::vector<float> g = gradient(n, r, 1);
+      if (r == 1) g[5] = std::nanf("");
+      step(comm, r, g);
+    });
+    for (int r = 0; r < w; ++r) CHECK(nan[static_cast<std::size_t>(r)] == (r == 1 ? thrown::numeric : thrown::comm));
+    // The last rank disappears before the collective: every other rank fails with comm_error.
+    auto const gone = run_failing(w, [&](emulated_nccl& comm, int r) {
+      if (r == w - 1) throw std::runtime_error("rank lost");
+      step(comm, r, gradient(n, r, 1));
+    });
+    for (int r = 0; r + 1 < w; ++r) CHECK(gone[static_cast<std::size_t>(r)] == thrown::comm);
+    CHECK(gone[static_cast<std::size_t>(w - 1)] == thrown::other);
+    // Neither failed step changed a residual.
+    for (int r = 0; r < w; ++r) {
+      auto const e = devs[static_cast<std::size_t>(r)].residual(gc::tensor_id{2});
+      CHECK(same_bits(before[static_cast<std::size_t>(r)], std::vector<float>(e.begin(), e.end())));
+    }
+  }
+}
+
+TEST_CASE("cuda collective: options a device source does not take are errors on every rank",
+          "[cuda][collective][failure]") {
+  auto const got = run_failing(3, [&](emulated_nccl& comm, int r) {
+    gc::cuda::stream_codec<gc::cuda::int8_codec> const dc;
+    gc::cuda::device_buffer g = to_device(gradient(64, r, 0));
+    gc::cuda::device_buffer out = to_device(std::vector<float>(64));
+    gc::all_reduce_compressed(comm, dc, gc::tensor_view<float const>(std::span<float const>(floats(g, 64))),
+                              floats(out, 64), {}, {.checksum = true});
+  });
+  for (thrown t : got) CHECK(t == thrown::config);
+  // An output buffer too small for the packet is the codec's config_error.
+  gc::cuda::stream_codec<gc::cuda::fp16_codec> const dc;
+  gc::cuda::device_buffer g = to_device(gradient(64, 0, 0));
+  gc::cuda::device_buffer small;
+  small.resize(10);
+  CHECK_THROWS_AS(dc.compress(gc::tensor_view<float const>(std::span<float const>(floats(g, 64))), small.span()),
+                  gc::config_error);
+}
