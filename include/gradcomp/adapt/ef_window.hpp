@@ -25,8 +25,8 @@
 /// another factor f' from the one measured at f: d·f'/f. At the end of each window:
 /// - d > `max_delay`: move down to the highest rung whose predicted delay fits (at least one
 ///   rung down);
-/// - else, if D >= `settled`: move up to the highest rung whose predicted delay fits, at most
-///   `climb` times the current factor;
+/// - else, if D >= `settled` (and the loss check, below, does not hold the loss up): move up
+///   to the highest rung whose predicted delay fits, at most `climb` times the current factor;
 /// - else stay: the residual has not settled at this factor yet.
 ///
 /// **The loss check.** The delay says how long mass waits, not what the wait costs: a model
@@ -40,11 +40,13 @@
 /// than two standard errors of the block mean is a **rise**: training is going backwards.
 /// The factor is blamed: the controller drops to the lowest rung at once (a new window starts
 /// there) and caps the ladder for the rest of the run at the rung below the one that rose; the
-/// delay rules then climb back up to that cap. The next block judged is one that ends a window
-/// after the drop, so that the damage done before it can heal. A rise at the lowest rung turns
-/// compression off for the rest of the run: every later step sends its gradient dense and keeps
-/// the residual (`residual_rule::keep`: the delayed mass the rise blames is not sent). With
-/// no loss reported the check is inert, and the controller decides on the norms alone.
+/// delay rules then climb back up to that cap, but never while the last block is still above
+/// the threshold (training has not recovered yet). The next block judged is one that ends a
+/// window after the drop, so that the damage done before it can heal; if the loss is still up
+/// then, at the lowest rung, that is a rise there. A rise at the lowest rung turns compression
+/// off for the rest of the run: every later step sends its gradient dense and keeps the
+/// residual (`residual_rule::keep`: the delayed mass the rise blames is not sent). With no
+/// loss reported the check is inert, and the controller decides on the norms alone.
 ///
 /// The rungs are `factor_min` · `ratio`^k, capped at `factor_max` (the last rung). The first
 /// window runs at the rung nearest below the geometric middle of the ladder (80 for the
@@ -249,13 +251,14 @@ class ef_window_controller {
     return d;
   }
 
-  /// Writes the whole state — the loss check's state (compression off, ceiling, window start,
-  /// the first step judged, rises, the block's sums, first and lowest block means, the last
+  /// Writes the whole state — the loss check's state (compression off, loss up, ceiling, window
+  /// start, the first step judged, rises, the block's sums, first and lowest block means, the last
   /// rise), the rung, the window's sums, the residual at the window's start, the last window
   /// event and the plan — after a fingerprint of the configuration.
   void save_state(detail::byte_writer& w) const {
     w.put_u64(config_fingerprint());
     w.put_bool(dense_);
+    w.put_bool(elevated_);
     w.put_u64(ceiling_);
     w.put_u64(window_start_);
     w.put_u64(judge_from_);
@@ -293,6 +296,7 @@ class ef_window_controller {
       r.fail("saved by an ef_window controller with another configuration");
     }
     bool const dense = r.get_bool();
+    bool const elevated = r.get_bool();
     std::uint64_t const ceiling = r.get_u64();
     std::uint64_t const window_start = r.get_u64();
     std::uint64_t const judge_from = r.get_u64();
@@ -360,6 +364,7 @@ class ef_window_controller {
     expected.accumulate_layers = expected.report_layers = false;
     if (!(p == expected)) r.fail("the plan is not the one of the saved rung");
     dense_ = dense;
+    elevated_ = elevated;
     ceiling_ = static_cast<std::size_t>(ceiling);
     window_start_ = window_start;
     judge_from_ = judge_from;
@@ -431,7 +436,7 @@ class ef_window_controller {
     if (ev.delay > cfg_.max_delay) {
       double const fits = std::isfinite(ev.delay) ? f * cfg_.max_delay / ev.delay : 0.0;
       next = std::min(rung_at_most(fits), index_ > 0 ? index_ - 1 : 0);
-    } else if (ev.delivered >= cfg_.settled) {
+    } else if (ev.delivered >= cfg_.settled && !elevated_) {
       double const fits = ev.delay > 0.0 ? f * cfg_.max_delay / ev.delay : f * cfg_.climb;
       next = std::max(index_, std::min(ceiling_, rung_at_most(std::min(fits, f * cfg_.climb))));
     }
@@ -465,8 +470,8 @@ class ef_window_controller {
       return false;
     }
     double const rise = mean - lowest_loss_;
-    if (step >= judge_from_ && rise > cfg_.loss_rise * (first_loss_ - lowest_loss_) &&
-        rise > 2.0 * se) {
+    elevated_ = rise > cfg_.loss_rise * (first_loss_ - lowest_loss_) && rise > 2.0 * se;
+    if (elevated_ && step >= judge_from_) {
       backoff_ = {step, mean, lowest_loss_, first_loss_, rungs_[index_], 0.0};
       return true;
     }
@@ -503,6 +508,7 @@ class ef_window_controller {
   ef_window_event event_;
   step_plan plan_;
   // The loss check.
+  bool elevated_ = false;           // the last block was above the threshold: no climbing
   bool dense_ = false;              // compression off (a rise at the lowest rung)
   std::size_t ceiling_ = 0;         // highest rung allowed
   std::uint64_t window_start_ = 0;  // first step of the current window

@@ -321,9 +321,10 @@ TEST_CASE("ef_window rejects hostile states with format_error and keeps its own"
   rejected(std::vector<std::byte>(good.begin(), good.end() - 9), "length");
   // The loss check's fields, between the fingerprint and the rung: the last rise (step and 5
   // values, 48 bytes), lowest and first block means, the block's sum of squares, sum and count,
-  // rises, first step judged, window start, ceiling, compression off.
+  // rises, first step judged, window start, ceiling, loss up, compression off.
   std::size_t const lowest = n - 192, first = n - 200, block_sq = n - 208, block_n = n - 224,
-                    rises = n - 232, start = n - 248, ceiling = n - 256, off = n - 264;
+                    rises = n - 232, start = n - 248, ceiling = n - 256, up = n - 264,
+                    off = n - 272;
   rejected(with(ceiling, 8), "ceiling 8 is off the ladder");
   rejected(with(ceiling, 2), "above the ceiling");  // the saved rung is 80 (index 3)
   rejected(with(block_n, 10), "loss check's block");
@@ -335,6 +336,7 @@ TEST_CASE("ef_window rejects hostile states with format_error and keeps its own"
   rejected(with(start, 7), "the window holds");
   rejected(with(off, 1), "plan is not the one");  // compression off with a compressed plan
   rejected(with(off, 2), "flag");
+  rejected(with(up, 3), "flag");
   {
     gc::any_controller other = gc::make_controller("ef_window:max_delay=10");
     CHECK_THAT(thrown<gc::format_error>([&] { other.load(good); }),
@@ -502,11 +504,13 @@ TEST_CASE(
     "ef_window loss check: the threshold is a fraction of the progress and two standard "
     "errors, and a block after a drop is judged a window later",
     "[ef_window]") {
+  // kappa 0.25: every rung's delay is too long, the delay rules keep the lowest rung; 100:
+  // every rung's delay fits, they climb 4x a window.
   auto play = [](gc::ef_window_config cfg, std::function<double(std::uint64_t)> loss,
-                 std::uint64_t steps) {
+                 std::uint64_t steps, double kappa = 0.25) {
     gc::ef_window_controller c(cfg);
     ef_model m;
-    m.kappa = 0.25;  // every rung's delay is too long: the delay rules keep the lowest rung
+    m.kappa = kappa;
     m.loss = std::move(loss);
     (void)run_steps(c, m, steps);
     return c;
@@ -545,6 +549,16 @@ TEST_CASE(
   CHECK(twice.backoffs() == 2);
   CHECK(twice.factor() == 1.0);
   CHECK(twice.last_backoff().step == 79);
+  // With delays that fit, the window ending at step 69 would climb from 10 (to 40, under the
+  // ceiling 80), but the loss is still up: it stays at 10, and the rise at 79 is at the lowest
+  // rung. Once the loss is back down it climbs.
+  gc::ef_window_controller const held = play(cfg, high, 80, 100.0);
+  CHECK(held.backoffs() == 2);
+  CHECK(held.last_backoff().from == 10.0);
+  CHECK(held.factor() == 1.0);
+  gc::ef_window_controller const healed = play(cfg, block_losses({2.0, 1.0, 2.0, 0.9}), 80, 100.0);
+  CHECK(healed.backoffs() == 1);
+  CHECK(healed.factor() == 40.0);
   // loss_block = 0: no check at all.
   cfg.loss_block = 0;
   CHECK(play(cfg, high, 200).backoffs() == 0);
@@ -582,14 +596,18 @@ TEST_CASE(
     std::uint64_t cut;
     double factor, ceiling;  // at the cut
     bool linger;
+    std::uint64_t rises;  // after the 60 steps that follow the cut
   };
   // From 160 the rise drops to 10 under a ceiling of 80; from 10 it turns compression off.
-  for (run const r : {run{"ef_window:window=20,start=160", 8.5, 45, 160, 1000, false},
-                      run{"ef_window:window=20,start=160", 8.5, 97, 160, 1000, false},
-                      run{"ef_window:window=20,start=160", 8.5, 103, 10, 80, true},
-                      run{"ef_window:window=20,start=160", 8.5, 125, 40, 80, false},
-                      run{"ef_window:window=20,start=160", 8.5, 163, 80, 80, false},
-                      run{"ef_window:window=20,start=10", 0.25, 150, 1, 1, false}}) {
+  for (run const r : {run{"ef_window:window=20,start=160", 8.5, 45, 160, 1000, false, 1},
+                      run{"ef_window:window=20,start=160", 8.5, 97, 160, 1000, false, 1},
+                      run{"ef_window:window=20,start=160", 8.5, 103, 10, 80, true, 1},
+                      // between the still-high block ending at 109 and the window ending at 114,
+                      // which must not climb
+                      run{"ef_window:window=15,start=160", 8.5, 112, 10, 80, true, 2},
+                      run{"ef_window:window=20,start=160", 8.5, 125, 40, 80, false, 1},
+                      run{"ef_window:window=20,start=160", 8.5, 163, 80, 80, false, 1},
+                      run{"ef_window:window=20,start=10", 0.25, 150, 1, 1, false, 1}}) {
     CAPTURE(r.spec, r.cut);
     gc::any_controller a = gc::make_controller(r.spec);
     ef_model m;
@@ -610,6 +628,6 @@ TEST_CASE(
       CHECK(da.next == db.next);
     }
     CHECK(a.save() == b.save());
-    CHECK(c->backoffs() == 1);
+    CHECK(c->backoffs() == r.rises);
   }
 }
