@@ -275,13 +275,13 @@ def make_resnet(classes, channels):
 
 def make_cnn(classes, channels):
     """A small all-convolutional network with BatchNorm (--model cnn): four 3x3 convolutions of
-    32, 64, 128 and 256 channels, each followed by BatchNorm and ReLU, 2x2 max-pooling after the
-    second and the third, global average pooling and one linear layer; 0.39 M parameters, of
-    which the three larger convolutions (98.8 %) are above the hook's 4,096-element threshold
-    and get compressed."""
+    64, 128, 256 and 512 channels, each followed by BatchNorm and ReLU, 2x2 max-pooling after
+    the second and the third, global average pooling and one linear layer; 1.56 M parameters
+    for one input channel, of which the three larger convolutions and the linear layer's weight
+    (99.8 %) are above the hook's 4,096-element threshold and get compressed."""
     layers = []
     width = channels
-    for i, out in enumerate((32, 64, 128, 256)):
+    for i, out in enumerate((64, 128, 256, 512)):
         layers += [torch.nn.Conv2d(width, out, 3, padding=1, bias=False),
                    torch.nn.BatchNorm2d(out), torch.nn.ReLU()]
         if i in (1, 2):
@@ -370,6 +370,8 @@ ROWS = {
                             "controller": "ef_window"}),
     "reference-topk-ef": ("reference topk 1% +EF (plain torch)", "reference",
                           {"ratio": 0.01, "min_elements": 4096, "start_iter": 0}),
+    # The options of --gradcomp-options (any GradcompState options, as JSON).
+    "gradcomp-custom": ("gradcomp --gradcomp-options", "gradcomp", None),
 }
 DEFAULT_ROWS = ["torch-allreduce", "torch-fp16", "torch-powersgd-r1", "torch-powersgd-r4",
                 "gradcomp-fp16", "gradcomp-topk-ef", "gradcomp-onebit-ef",
@@ -402,7 +404,7 @@ def make_hook(name, cfg, per_worker_batch):
         state = ReferenceTopkState(o["ratio"], o["min_elements"], o["start_iter"])
         return state, reference_topk_hook, count_reference
     gradcomp = import_gradcomp()
-    options = dict(o)
+    options = dict(cfg["custom"] if o is None else o)
     if options.get("controller") == "gravac":
         # Windows scaled to the run's length (the paper's are 500 steps and more), and epsilon
         # from the gains such models show (docs/training.md): with 0.7 no factor above 10 is
@@ -852,6 +854,8 @@ def print_table(rows, cfg, task, workers, params):
     print("MB/worker: what each worker hands to the exchange over all %d steps (fp32 all-reduce "
           "of every gradient: %.1f MB); README.md says how each row is counted." % (
               cfg["steps"], dense / 1e6))
+    if cfg.get("custom") is not None:
+        print("gradcomp --gradcomp-options: %s" % json.dumps(cfg["custom"], sort_keys=True))
 
 
 def write_outputs(out, rows, cfg, params):
@@ -1006,11 +1010,15 @@ def parse_args(argv):
                    help="DDP's gradient_as_bucket_view (default off; --netlab: on)")
     p.add_argument("--model", choices=sorted(MODELS), default="resnet18",
                    help="the table's model: resnet18 (torchvision's ResNet-18 for small inputs) "
-                        "or cnn (four convolutions with BatchNorm, 0.39 M parameters)")
+                        "or cnn (four convolutions with BatchNorm, 1.56 M parameters)")
     p.add_argument("--size", type=int, default=16, help="input images are SIZE x SIZE")
     p.add_argument("--rows", default=None,
                    help="comma-separated rows (default: all of them but gradcomp-powersgd-r1): "
                         + ", ".join(ROWS))
+    p.add_argument("--gradcomp-options", default=None, metavar="JSON",
+                   help="the options of row gradcomp-custom: GradcompState options as a JSON "
+                        "object, e.g. '{\"codec\": \"topk:ratio=0.1\"}' (feedback residual "
+                        "unless given)")
     p.add_argument("--data", default=None,
                    help="an ImageFolder directory (with train/ and test/ or val/, or one tree "
                         "of which a tenth is held out) or a directory of MNIST-format IDX files")
@@ -1081,8 +1089,19 @@ def main_table(args):
             raise SystemExit("train_ddp.py: unknown row '%s'; rows: %s" % (r, ", ".join(ROWS)))
     if any(ROWS[r][1] == "gradcomp" for r in rows):
         import_gradcomp()  # fail early, with the build hint
+    custom = None
+    if args.gradcomp_options is not None:
+        try:
+            custom = json.loads(args.gradcomp_options)
+        except ValueError as e:
+            raise SystemExit("train_ddp.py: --gradcomp-options is not JSON: %s" % e)
+        if not isinstance(custom, dict):
+            raise SystemExit("train_ddp.py: --gradcomp-options wants a JSON object of "
+                             "GradcompState options")
+    if ("gradcomp-custom" in rows) != (custom is not None):
+        raise SystemExit("train_ddp.py: row gradcomp-custom and --gradcomp-options go together")
     cfg = base_cfg(args, steps, workers)
-    cfg.update(mode="table", rows=rows)
+    cfg.update(mode="table", rows=rows, custom=custom)
     task = load_task(args)
     params = sum(p.numel() for p in make_model(cfg, task).parameters())
     out = Path(args.out or (ROOT / "build" / "torch_ddp" / ("demo" if args.demo else "")))
