@@ -136,7 +136,7 @@ struct pipeline_options {
   /// and step are set by the pipeline.
   codec_context context{};
   /// Divergence guard spec (pipeline/guard.hpp, docs/pipeline.md): "off", or "raise", "skip"
-  /// or "dense" with optional ":factor=F,residual_factor=R,window=W,warmup=N,max_skips=S".
+  /// or "dense" with optional ":factor=F,residual_factor=R,loss_span=L,window=W,warmup=N,max_skips=S".
   std::string guard = "raise";
 };
 
