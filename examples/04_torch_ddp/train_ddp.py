@@ -373,6 +373,34 @@ ROWS = {
     # The options of --gradcomp-options (any GradcompState options, as JSON).
     "gradcomp-custom": ("gradcomp --gradcomp-options", "gradcomp", None),
 }
+
+def row_folds_momentum(name, cfg):
+    """Whether row `name` folds SGD's momentum into the learning rate: the rows that send top-k
+    with error feedback (gradcomp's topk / approx_topk with feedback residual, and the plain-torch
+    reference of gradcomp-topk-ef), when momentum > 0 and --no-momentum-fold is not given.
+    docs/training.md, "Momentum after a delay: why top-k with error feedback failed"."""
+    if not cfg.get("momentum_fold", True) or cfg.get("momentum", 0.9) <= 0.0:
+        return False
+    _, kind, options = ROWS[name]
+    if kind == "reference":
+        return True
+    if kind != "gradcomp":
+        return False
+    options = cfg.get("custom") or {} if options is None else options
+    codec = str(options.get("codec", ""))
+    return (codec.split(":")[0] in ("topk", "approx_topk")
+            and options.get("feedback", "residual") == "residual")
+
+
+def folded_lr(lr, beta, step):
+    """The learning rate of step `step` (from 0) with momentum `beta` folded into it: what
+    momentum SGD moves for a constant gradient, lr * (1 - beta^(step+1)) / (1 - beta) (lr at
+    step 0, lr / (1 - beta) in the limit). `lr` is the step's scheduled rate."""
+    if beta <= 0.0:
+        return lr
+    return lr * (1.0 - beta ** (step + 1)) / (1.0 - beta)
+
+
 DEFAULT_ROWS = ["torch-allreduce", "torch-fp16", "torch-powersgd-r1", "torch-powersgd-r4",
                 "gradcomp-fp16", "gradcomp-topk-ef", "gradcomp-onebit-ef",
                 "gradcomp-powersgd-r4", "gradcomp-gravac"]
@@ -611,8 +639,10 @@ class Trainer:
                 self.ddp.register_comm_hook(self.timer, timed_hook)
             else:
                 self.ddp.register_comm_hook(state, hook)
+        # Top-k with error feedback: no momentum buffer, the momentum folded into the rate.
+        self.fold = name is not None and row_folds_momentum(name, cfg)
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=cfg["lr"],
-                                   momentum=cfg.get("momentum", 0.9),
+                                   momentum=0.0 if self.fold else cfg.get("momentum", 0.9),
                                    weight_decay=cfg["weight_decay"])
         self.batches = Batches(len(task["train"][1]), cfg["batch"], cfg["seed"])
         self.step_no = 0
@@ -620,7 +650,11 @@ class Trainer:
 
     def step(self):
         """One training step; returns (seconds, hook seconds, loss, batch accuracy)."""
-        if self.step_no == self.decay_at and self.step_no > 0:
+        if self.fold:
+            base = self.cfg["lr"] * (0.1 if self.step_no >= self.decay_at > 0 else 1.0)
+            for group in self.opt.param_groups:
+                group["lr"] = folded_lr(base, self.cfg["momentum"], self.step_no)
+        elif self.step_no == self.decay_at and self.step_no > 0:
             for group in self.opt.param_groups:
                 group["lr"] = self.cfg["lr"] * 0.1
         idx = shard(self.batches.take(self.step_no), self.rank, self.world)
@@ -841,6 +875,13 @@ def print_table(rows, cfg, task, workers, params):
               cfg["steps"], cfg["batch"], cfg["batch"] // workers, cfg["lr"],
               int(0.7 * cfg["steps"]) + 1, cfg["momentum"], cfg["weight_decay"],
               cfg["warmup"] + 1, cfg["steps"]))
+    folded = [r["label"] for r in rows if row_folds_momentum(r["name"], cfg)]
+    if folded:
+        print("top-k + error feedback rows (%s): momentum folded into the learning rate, "
+              "lr_t = %g * (1 - %g^(t+1)) / (1 - %g) -> %g, no momentum buffer "
+              "(--no-momentum-fold: momentum SGD; docs/training.md)" % (
+                  ", ".join(folded), cfg["lr"], cfg["momentum"], cfg["momentum"],
+                  cfg["lr"] / (1.0 - cfg["momentum"])))
     dense = 4 * params * cfg["steps"]
     head = "%-26s %9s %12s %9s %9s %13s" % (
         "row", "test acc", "MB/worker", "vs fp32", "ms/step", "hook ms/step")
@@ -1004,6 +1045,10 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=0.02, help="SGD learning rate (x0.1 after 70%%)")
     p.add_argument("--momentum", type=float, default=None,
                    help="SGD momentum (default 0.9; --netlab: 0)")
+    p.add_argument("--momentum-fold", action=argparse.BooleanOptionalAction, default=True,
+                   help="rows that send top-k with error feedback fold the momentum into the "
+                        "learning rate (lr_t = lr (1 - m^(t+1)) / (1 - m), no momentum buffer; "
+                        "docs/training.md); --no-momentum-fold: momentum SGD like the other rows")
     p.add_argument("--weight-decay", type=float, default=None,
                    help="SGD weight decay (default 5e-4; --netlab: 0)")
     p.add_argument("--bucket-view", action=argparse.BooleanOptionalAction, default=None,
@@ -1061,6 +1106,7 @@ def base_cfg(args, steps, workers):
         "lr": args.lr,
         "weight_decay": 5e-4 if args.weight_decay is None else args.weight_decay,
         "momentum": 0.9 if args.momentum is None else args.momentum,
+        "momentum_fold": args.momentum_fold,
         "bucket_view": bool(args.bucket_view),
         "seed": args.seed,
         "warmup": min(args.warmup, max(0, steps - 1)),
