@@ -527,6 +527,17 @@ TEST_CASE(
   cfg.loss_rise = 0.35;  // the fraction is the option
   CHECK(play(cfg, block_losses({2.0, 1.0, 1.3}), 30).backoffs() == 0);
   cfg.loss_rise = 0.25;
+  // Before the loss has fallen to half its start, the bar is a quarter of the loss itself
+  // (max(L0 - L*, L*)): after 2.4 (no progress yet) a block at 2.66, 11 % up (ResNet-18's
+  // second block, which then falls with top-k as without), is no rise, one at 3.1 is (a bar
+  // of 0.6); after 2.0 -> 1.6 (progress 0.4, bar 0.25 * 1.6 = 0.4) 1.95 is none, 2.05 is one;
+  // after 2.0 -> 0.2 the bar is the progress again (0.45): 0.6 is none, 0.7 is one.
+  CHECK(play(cfg, block_losses({2.4, 2.66}), 20).backoffs() == 0);
+  CHECK(play(cfg, block_losses({2.4, 3.1}), 20).backoffs() == 1);
+  CHECK(play(cfg, block_losses({2.0, 1.6, 1.95}), 30).backoffs() == 0);
+  CHECK(play(cfg, block_losses({2.0, 1.6, 2.05}), 30).backoffs() == 1);
+  CHECK(play(cfg, block_losses({2.0, 0.2, 0.6}), 30).backoffs() == 0);
+  CHECK(play(cfg, block_losses({2.0, 0.2, 0.7}), 30).backoffs() == 1);
   // Lowest 1.0 after 2.0; a block with mean 1.5 is a rise of half the progress, but with
   // values 1.5 +- 1.2 its standard error is 1.2 * sqrt(10 / 9) / sqrt(10) = 0.4 and two of
   // them 0.8 > 0.5 (one would not be); with +- 0.7 two standard errors are 0.47 < 0.5 (three
