@@ -374,6 +374,7 @@ ROWS = {
     "gradcomp-custom": ("gradcomp --gradcomp-options", "gradcomp", None),
 }
 
+
 def row_folds_momentum(name, cfg):
     """Whether row `name` folds SGD's momentum into the learning rate: the rows that send top-k
     with error feedback (gradcomp's topk / approx_topk with feedback residual, and the plain-torch
@@ -386,7 +387,8 @@ def row_folds_momentum(name, cfg):
         return True
     if kind != "gradcomp":
         return False
-    options = cfg.get("custom") or {} if options is None else options
+    if options is None:  # gradcomp-custom
+        options = cfg.get("custom") or {}
     codec = str(options.get("codec", ""))
     return (codec.split(":")[0] in ("topk", "approx_topk")
             and options.get("feedback", "residual") == "residual")
