@@ -105,8 +105,11 @@ struct outcome {
       "  --no-lr-cap            onebit + EF with sgd: keep --lr above the safe value lr / "
       "A(delta)\n"
       "                         (by default it is capped there; docs/training.md)\n"
+      "  --no-momentum-fold     sgd over top-k + EF: keep momentum SGD (by default the\n"
+      "                         momentum is folded into the learning rate, lr_t =\n"
+      "                         lr (1 - m^(t+1)) / (1 - m), no momentum buffer; docs/training.md)\n"
       "  --guard SPEC           divergence guard: raise | skip | dense | off, optionally\n"
-      "                         :factor=F,residual_factor=R,window=W,warmup=N,max_skips=S\n"
+      "                         :factor=F,residual_factor=R,loss_span=L,window=W,warmup=N,max_skips=S\n"
       "                                                                     [raise]\n"
       "  --workers N            in-process workers (threads)                  [2]\n"
       "  --steps N              training steps                                [600]\n"
@@ -524,6 +527,8 @@ int run(int argc, char** argv) {
       guard = value();
     else if (a == "--no-lr-cap")
       o.lr_cap = false;
+    else if (a == "--no-momentum-fold")
+      o.momentum_fold = false;
     else if (a == "--optimizer")
       o.optimizer = train::parse_optimizer(value());
     else if (a == "--topology")

@@ -141,6 +141,26 @@ inline double scaled_sign_lr_cap(double lr, double delta) {
   return a > 1.0 ? lr / a : lr;
 }
 
+/// Whether `e` sends top-k (`topk`, `approx_topk`) with error feedback: the exchange whose
+/// momentum `fold_momentum` folds into the learning rate.
+inline bool topk_with_feedback(exchange_options const& e) {
+  std::string_view const c = e.codec;
+  std::string_view const name = c.substr(0, c.find(':'));
+  return e.error_feedback && (name == "topk" || name == "approx_topk");
+}
+
+/// The momentum rule for top-k with error feedback (docs/training.md, "Momentum after a delay:
+/// why top-k with error feedback failed"): heavy-ball momentum β on a gradient that error
+/// feedback already delays puts a second integrator behind the residual's, so no momentum
+/// buffer is kept and the learning rate takes the momentum's gain instead, with heavy ball's
+/// own start: at step t (from 0), lr · (1 − β^(t+1)) / (1 − β), what momentum SGD moves for a
+/// constant gradient. Step 0 is `lr` itself; the rate reaches lr / (1 − β) within a few
+/// 1 / (1 − β) steps. `lr` is the step's scheduled rate (decay included).
+inline double folded_learning_rate(double lr, double beta, std::size_t step) {
+  if (beta <= 0.0) return lr;
+  return lr * (1.0 - std::pow(beta, static_cast<double>(step) + 1.0)) / (1.0 - beta);
+}
+
 /// Whether the optimizer gossips parameters instead of exchanging gradients.
 inline bool is_decentralized(optimizer_kind k) noexcept {
   return k == optimizer_kind::dadam || k == optimizer_kind::accumadam || k == optimizer_kind::dpsgd;
@@ -216,6 +236,9 @@ struct train_options {
   /// sgd with scaled sign and error feedback: cap the learning rate by `scaled_sign_lr_cap`
   /// (false: keep it, the cap is only printed).
   bool lr_cap = true;
+  /// sgd with momentum over top-k with error feedback: fold the momentum into the learning
+  /// rate (`folded_learning_rate`; false: momentum SGD as given, after the exchange).
+  bool momentum_fold = true;
   bool overlap = true;  ///< decentralized: overlapped form (false: `step_blocking`)
 };
 
@@ -268,6 +291,19 @@ struct run_result {
 inline double learning_rate_at(train_options const& o, std::size_t step) {
   auto const at = static_cast<std::size_t>(o.decay_at * static_cast<double>(o.steps));
   return step >= at ? o.learning_rate * o.decay : o.learning_rate;
+}
+
+/// Whether the options fold momentum into the learning rate (`folded_learning_rate`): sgd
+/// with momentum over top-k with error feedback, unless `momentum_fold` is off.
+inline bool folds_momentum(train_options const& o) {
+  return o.optimizer == optimizer_kind::sgd && o.momentum > 0.0 && o.momentum_fold &&
+         topk_with_feedback(o.exchange);
+}
+
+/// The rate the optimizer applies at `step`: `learning_rate_at`, folded where `folds_momentum`.
+inline double applied_learning_rate(train_options const& o, std::size_t step) {
+  double const lr = learning_rate_at(o, step);
+  return folds_momentum(o) ? folded_learning_rate(lr, o.momentum, step) : lr;
 }
 
 /// The first and one-past-last training example of rank `rank` of `world`.
@@ -457,7 +493,9 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   }
   optimizer_kind const kind = o.optimizer;
   bool const decentralized = is_decentralized(kind);
-  sgd opt(o.momentum, o.weight_decay);  // the example's own SGD (kind sgd)
+  bool const fold = folds_momentum(o);
+  // the example's own SGD (kind sgd); no momentum buffer where the momentum is folded
+  sgd opt(fold ? 0.0 : o.momentum, o.weight_decay);
   std::optional<gradient_exchange> ex;  // sgd and adam
   if (kind == optimizer_kind::sgd || kind == optimizer_kind::adam) ex.emplace(comm, o.exchange);
   std::optional<gradcomp::adam> adam_opt;  // adam: the same on every rank
@@ -598,6 +636,17 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
     note += " (docs/training.md)";
     if (o.lr_cap) o.learning_rate = std::min(o.learning_rate, cap);
   }
+  if (fold) {
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "top-k + error feedback: momentum %.3g folded into the learning rate, "
+                  "lr_t = %.4g * (1 - %.3g^(t+1)) / (1 - %.3g) -> %.4g, no momentum buffer "
+                  "(--no-momentum-fold keeps momentum SGD; docs/training.md)",
+                  o.momentum, o.learning_rate, o.momentum, o.momentum,
+                  o.learning_rate / (1.0 - o.momentum));
+    if (!note.empty()) note += "; ";
+    note += buf;
+  }
   std::vector<float> x, g;  // flat parameters and gradient (not sgd)
   if (kind != optimizer_kind::sgd) flatten(net.params(), x);
   std::optional<mlp> avg_net;  // decentralized: the average of the ranks, for evaluation
@@ -652,8 +701,8 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
     info.step = step;
     info.backprop_s = backprop;
     info.batch = o.batch;
-    info.learning_rate = learning_rate_at(o, step);
-    info.next_learning_rate = learning_rate_at(o, step + 1);
+    info.learning_rate = applied_learning_rate(o, step);
+    info.next_learning_rate = applied_learning_rate(o, step + 1);
     info.loss = br.loss;
     double factor = 1.0;
     bool skipped = false;

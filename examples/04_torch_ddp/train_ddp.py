@@ -273,6 +273,24 @@ def make_resnet(classes, channels):
     return model
 
 
+def make_cnn(classes, channels):
+    """A small all-convolutional network with BatchNorm (--model cnn): four 3x3 convolutions of
+    64, 128, 256 and 512 channels, each followed by BatchNorm and ReLU, 2x2 max-pooling after
+    the second and the third, global average pooling and one linear layer; 1.56 M parameters
+    for one input channel, of which the three larger convolutions and the linear layer's weight
+    (99.8 %) are above the hook's 4,096-element threshold and get compressed."""
+    layers = []
+    width = channels
+    for i, out in enumerate((64, 128, 256, 512)):
+        layers += [torch.nn.Conv2d(width, out, 3, padding=1, bias=False),
+                   torch.nn.BatchNorm2d(out), torch.nn.ReLU()]
+        if i in (1, 2):
+            layers.append(torch.nn.MaxPool2d(2))
+        width = out
+    layers += [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(width, classes)]
+    return torch.nn.Sequential(*layers)
+
+
 def make_wide_mlp(dim, width, classes):
     return torch.nn.Sequential(
         torch.nn.Linear(dim, width), torch.nn.ReLU(),
@@ -285,7 +303,12 @@ def make_model(cfg, task):
     torch.manual_seed(cfg["seed"])
     if cfg["model"] == "mlp":
         return make_wide_mlp(task["train"][0].shape[1], cfg["width"], task["classes"])
+    if cfg["model"] == "cnn":
+        return make_cnn(task["classes"], task["train"][0].shape[1])
     return make_resnet(task["classes"], task["train"][0].shape[1])
+
+
+MODELS = {"resnet18": "ResNet-18", "cnn": "CNN"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -346,8 +369,40 @@ ROWS = {
                            {"codec": "topk:ratio=0.01", "feedback": "residual",
                             "controller": "ef_window"}),
     "reference-topk-ef": ("reference topk 1% +EF (plain torch)", "reference",
-                          {"ratio": 0.01, "min_elements": 4096, "start_iter": 1}),
+                          {"ratio": 0.01, "min_elements": 4096, "start_iter": 0}),
+    # The options of --gradcomp-options (any GradcompState options, as JSON).
+    "gradcomp-custom": ("gradcomp --gradcomp-options", "gradcomp", None),
 }
+
+
+def row_folds_momentum(name, cfg):
+    """Whether row `name` folds SGD's momentum into the learning rate: the rows that send top-k
+    with error feedback (gradcomp's topk / approx_topk with feedback residual, and the plain-torch
+    reference of gradcomp-topk-ef), when momentum > 0 and --no-momentum-fold is not given.
+    docs/training.md, "Momentum after a delay: why top-k with error feedback failed"."""
+    if not cfg.get("momentum_fold", True) or cfg.get("momentum", 0.9) <= 0.0:
+        return False
+    _, kind, options = ROWS[name]
+    if kind == "reference":
+        return True
+    if kind != "gradcomp":
+        return False
+    if options is None:  # gradcomp-custom
+        options = cfg.get("custom") or {}
+    codec = str(options.get("codec", ""))
+    return (codec.split(":")[0] in ("topk", "approx_topk")
+            and options.get("feedback", "residual") == "residual")
+
+
+def folded_lr(lr, beta, step):
+    """The learning rate of step `step` (from 0) with momentum `beta` folded into it: what
+    momentum SGD moves for a constant gradient, lr * (1 - beta^(step+1)) / (1 - beta) (lr at
+    step 0, lr / (1 - beta) in the limit). `lr` is the step's scheduled rate."""
+    if beta <= 0.0:
+        return lr
+    return lr * (1.0 - beta ** (step + 1)) / (1.0 - beta)
+
+
 DEFAULT_ROWS = ["torch-allreduce", "torch-fp16", "torch-powersgd-r1", "torch-powersgd-r4",
                 "gradcomp-fp16", "gradcomp-topk-ef", "gradcomp-onebit-ef",
                 "gradcomp-powersgd-r4", "gradcomp-gravac"]
@@ -379,7 +434,7 @@ def make_hook(name, cfg, per_worker_batch):
         state = ReferenceTopkState(o["ratio"], o["min_elements"], o["start_iter"])
         return state, reference_topk_hook, count_reference
     gradcomp = import_gradcomp()
-    options = dict(o)
+    options = dict(cfg["custom"] if o is None else o)
     if options.get("controller") == "gravac":
         # Windows scaled to the run's length (the paper's are 500 steps and more), and epsilon
         # from the gains such models show (docs/training.md): with 0.7 no factor above 10 is
@@ -393,7 +448,11 @@ def make_hook(name, cfg, per_worker_batch):
         options["controller"] = "accordion:low=10,high=1000,interval=%d,accumulation=%d" % (
             interval, max(1, cfg["steps"] // 50))
     # "ef_window" is passed as it is: its defaults do not depend on the run's length.
-    options.setdefault("start_iter", 1)
+    # Compression from the first iteration (the PowerSGD rows set their own start, PyTorch's):
+    # gradcomp keys its state by parameter, so DDP's bucket rebuild needs no plain all-reduce
+    # first, and one would cost 1/steps of a dense run's bytes (0.5 % of them in 200 steps, a
+    # cap of 200x on what a row can save).
+    options.setdefault("start_iter", 0)
     state = gradcomp.GradcompState(seed=cfg["seed"], batch_size=per_worker_batch, **options)
     return state, gradcomp.hook, None
 
@@ -582,8 +641,10 @@ class Trainer:
                 self.ddp.register_comm_hook(self.timer, timed_hook)
             else:
                 self.ddp.register_comm_hook(state, hook)
+        # Top-k with error feedback: no momentum buffer, the momentum folded into the rate.
+        self.fold = name is not None and row_folds_momentum(name, cfg)
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=cfg["lr"],
-                                   momentum=cfg.get("momentum", 0.9),
+                                   momentum=0.0 if self.fold else cfg.get("momentum", 0.9),
                                    weight_decay=cfg["weight_decay"])
         self.batches = Batches(len(task["train"][1]), cfg["batch"], cfg["seed"])
         self.step_no = 0
@@ -591,7 +652,11 @@ class Trainer:
 
     def step(self):
         """One training step; returns (seconds, hook seconds, loss, batch accuracy)."""
-        if self.step_no == self.decay_at and self.step_no > 0:
+        if self.fold:
+            base = self.cfg["lr"] * (0.1 if self.step_no >= self.decay_at > 0 else 1.0)
+            for group in self.opt.param_groups:
+                group["lr"] = folded_lr(base, self.cfg["momentum"], self.step_no)
+        elif self.step_no == self.decay_at and self.step_no > 0:
             for group in self.opt.param_groups:
                 group["lr"] = self.cfg["lr"] * 0.1
         idx = shard(self.batches.take(self.step_no), self.rank, self.world)
@@ -602,6 +667,9 @@ class Trainer:
         out = self.ddp(x)
         loss = F.cross_entropy(out, y)
         self.opt.zero_grad(set_to_none=True)
+        if hasattr(self.state, "report_loss"):
+            # gradcomp's divergence guard and ef_window's loss check read it (this iteration's).
+            self.state.report_loss(loss)
         loss.backward()
         self.opt.step()
         dt = time.perf_counter() - t0
@@ -809,6 +877,13 @@ def print_table(rows, cfg, task, workers, params):
               cfg["steps"], cfg["batch"], cfg["batch"] // workers, cfg["lr"],
               int(0.7 * cfg["steps"]) + 1, cfg["momentum"], cfg["weight_decay"],
               cfg["warmup"] + 1, cfg["steps"]))
+    folded = [r["label"] for r in rows if row_folds_momentum(r["name"], cfg)]
+    if folded:
+        print("top-k + error feedback rows (%s): momentum folded into the learning rate, "
+              "lr_t = %g * (1 - %g^(t+1)) / (1 - %g) -> %g, no momentum buffer "
+              "(--no-momentum-fold: momentum SGD; docs/training.md)" % (
+                  ", ".join(folded), cfg["lr"], cfg["momentum"], cfg["momentum"],
+                  cfg["lr"] / (1.0 - cfg["momentum"])))
     dense = 4 * params * cfg["steps"]
     head = "%-26s %9s %12s %9s %9s %13s" % (
         "row", "test acc", "MB/worker", "vs fp32", "ms/step", "hook ms/step")
@@ -822,6 +897,8 @@ def print_table(rows, cfg, task, workers, params):
     print("MB/worker: what each worker hands to the exchange over all %d steps (fp32 all-reduce "
           "of every gradient: %.1f MB); README.md says how each row is counted." % (
               cfg["steps"], dense / 1e6))
+    if cfg.get("custom") is not None:
+        print("gradcomp --gradcomp-options: %s" % json.dumps(cfg["custom"], sort_keys=True))
 
 
 def write_outputs(out, rows, cfg, params):
@@ -970,14 +1047,25 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=0.02, help="SGD learning rate (x0.1 after 70%%)")
     p.add_argument("--momentum", type=float, default=None,
                    help="SGD momentum (default 0.9; --netlab: 0)")
+    p.add_argument("--momentum-fold", action=argparse.BooleanOptionalAction, default=True,
+                   help="rows that send top-k with error feedback fold the momentum into the "
+                        "learning rate (lr_t = lr (1 - m^(t+1)) / (1 - m), no momentum buffer; "
+                        "docs/training.md); --no-momentum-fold: momentum SGD like the other rows")
     p.add_argument("--weight-decay", type=float, default=None,
                    help="SGD weight decay (default 5e-4; --netlab: 0)")
     p.add_argument("--bucket-view", action=argparse.BooleanOptionalAction, default=None,
                    help="DDP's gradient_as_bucket_view (default off; --netlab: on)")
+    p.add_argument("--model", choices=sorted(MODELS), default="resnet18",
+                   help="the table's model: resnet18 (torchvision's ResNet-18 for small inputs) "
+                        "or cnn (four convolutions with BatchNorm, 1.56 M parameters)")
     p.add_argument("--size", type=int, default=16, help="input images are SIZE x SIZE")
     p.add_argument("--rows", default=None,
                    help="comma-separated rows (default: all of them but gradcomp-powersgd-r1): "
                         + ", ".join(ROWS))
+    p.add_argument("--gradcomp-options", default=None, metavar="JSON",
+                   help="the options of row gradcomp-custom: GradcompState options as a JSON "
+                        "object, e.g. '{\"codec\": \"topk:ratio=0.1\"}' (feedback residual "
+                        "unless given)")
     p.add_argument("--data", default=None,
                    help="an ImageFolder directory (with train/ and test/ or val/, or one tree "
                         "of which a tenth is held out) or a directory of MNIST-format IDX files")
@@ -1020,14 +1108,15 @@ def base_cfg(args, steps, workers):
         "lr": args.lr,
         "weight_decay": 5e-4 if args.weight_decay is None else args.weight_decay,
         "momentum": 0.9 if args.momentum is None else args.momentum,
+        "momentum_fold": args.momentum_fold,
         "bucket_view": bool(args.bucket_view),
         "seed": args.seed,
         "warmup": min(args.warmup, max(0, steps - 1)),
         "eval_every": args.eval_every or max(1, steps // 4),
         "timeout_s": args.timeout,
         "verbose": not args.quiet,
-        "model": "resnet18",
-        "model_name": "ResNet-18",
+        "model": args.model,
+        "model_name": MODELS[args.model],
         "workers": workers,
     }
 
@@ -1048,8 +1137,19 @@ def main_table(args):
             raise SystemExit("train_ddp.py: unknown row '%s'; rows: %s" % (r, ", ".join(ROWS)))
     if any(ROWS[r][1] == "gradcomp" for r in rows):
         import_gradcomp()  # fail early, with the build hint
+    custom = None
+    if args.gradcomp_options is not None:
+        try:
+            custom = json.loads(args.gradcomp_options)
+        except ValueError as e:
+            raise SystemExit("train_ddp.py: --gradcomp-options is not JSON: %s" % e)
+        if not isinstance(custom, dict):
+            raise SystemExit("train_ddp.py: --gradcomp-options wants a JSON object of "
+                             "GradcompState options")
+    if ("gradcomp-custom" in rows) != (custom is not None):
+        raise SystemExit("train_ddp.py: row gradcomp-custom and --gradcomp-options go together")
     cfg = base_cfg(args, steps, workers)
-    cfg.update(mode="table", rows=rows)
+    cfg.update(mode="table", rows=rows, custom=custom)
     task = load_task(args)
     params = sum(p.numel() for p in make_model(cfg, task).parameters())
     out = Path(args.out or (ROOT / "build" / "torch_ddp" / ("demo" if args.demo else "")))
@@ -1082,10 +1182,10 @@ def main_bench(args):
         pairs.append([["torch-powersgd-r4", "gradcomp-powersgd-r4"], seed])
     cfg.update(mode="bench", block=args.block or 10, bench_accuracy=True, pairs=pairs)
     task = load_task(args)
-    print("train_ddp.py --bench: %d gloo processes, ResNet-18 on %s, %d steps per model in "
+    print("train_ddp.py --bench: %d gloo processes, %s on %s, %d steps per model in "
           "alternating blocks of %d (the first block of each model is warm-up); fp16 with seed "
           "%d, PowerSGD with seeds %s" % (
-              workers, task["name"], steps, cfg["block"], args.seed,
+              workers, cfg["model_name"], task["name"], steps, cfg["block"], args.seed,
               ", ".join(map(str, seeds))), file=sys.stderr, flush=True)
     result = launch(cfg, task, workers)
     for line in bench_report(result["pairs"], cfg, args.tolerance):

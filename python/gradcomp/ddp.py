@@ -62,7 +62,7 @@ class GradcompState:
       controller: "" (the codec as given), "gravac:...", "accordion:...", "ef_window[:...]",
         "static:factor=100", "schedule:...".
       guard: the divergence guard, "raise" (default), "skip", "dense" or "off", optionally with
-        ":factor=F,residual_factor=R,window=W,warmup=N,max_skips=S" (docs/pipeline.md, "Divergence guard"): a
+        ":factor=F,residual_factor=R,loss_span=L,window=W,warmup=N,max_skips=S" (docs/pipeline.md, "Divergence guard"): a
         non-finite or exploding gradient, residual or reported loss raises on every rank,
         skips the iteration (the buckets come back as zeros, ``last_stats["guard"]`` is
         "skipped": skip ``optimizer.step()`` then), or sends it dense.

@@ -136,7 +136,8 @@ static_assert(controller<any_controller>);
 ///   throughput=window_mean|last,base=initial|current,dense=flush|keep`;
 /// - `accordion:low=1.0101,high=10,eta=0.5,interval=1000,accumulation=100,
 ///   scope=any_layer|whole_model`;
-/// - `ef_window:min=10,max=1000,ratio=2,window=40,max_delay=20,settled=0.75,climb=4,start=0`.
+/// - `ef_window:min=10,max=1000,ratio=2,window=40,max_delay=20,settled=0.75,climb=4,start=0,
+///   loss_block=10,loss_rise=0.25` (`loss_block=0`: no loss check).
 /// Omitted options take the defaults of the config structs. Unknown names, keys or values
 /// and invalid parameters raise `config_error` (grammar and messages: `spec_options`,
 /// core/spec.hpp).
@@ -215,6 +216,8 @@ inline any_controller make_controller(std::string_view spec) {
     c.settled = o.number("settled", c.settled);
     c.climb = o.number("climb", c.climb);
     c.start = o.number("start", c.start);
+    c.loss_block = o.count("loss_block", c.loss_block);
+    c.loss_rise = o.number("loss_rise", c.loss_rise);
     o.finish();
     return any_controller(ef_window_controller(c), label);
   }

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,17 +29,22 @@ GRADCOMP_NAMESPACE_BEGIN
 /// on one rank and broadcast the result instead).
 ///
 /// Sums: `ef_norm_sq`, `compressed_norm_sq`, `layer_norms_sq` (so gains are ratios of global
-/// sums). Maximum: the three times of `last_step` (the slowest rank paces the step). The
-/// step, batch size, worker count and learning rates must already agree: they are checked
-/// with one max-reduction of each value and of its negation, and if any rank differs, every
-/// rank throws `comm_error` (all of them, so none is left waiting in a collective).
+/// sums), and the reported losses with their count, so that `loss` becomes the mean over the
+/// ranks that reported one (NaN when none did; a rank reports none by leaving it NaN). Maximum: the
+/// three times of `last_step` (the slowest rank paces the step). The step, batch size, worker count
+/// and learning rates must already agree: they are checked with one max-reduction of each value and
+/// of its negation, and if any rank differs, every rank throws `comm_error` (all of them, so none
+/// is left waiting in a collective).
 ///
 /// Calls `sum` once and `max` once, with spans whose lengths follow from the plan (identical
 /// on every rank that follows the protocol).
 template <class Sum, class Max>
 void agree(step_stats& s, Sum&& sum, Max&& max) {
   std::vector<double> sums;
-  sums.reserve(1 + s.compressed_norm_sq.size() + s.layer_norms_sq.size());
+  sums.reserve(3 + s.compressed_norm_sq.size() + s.layer_norms_sq.size());
+  bool const reported = !std::isnan(s.loss);
+  sums.push_back(reported ? s.loss : 0.0);
+  sums.push_back(reported ? 1.0 : 0.0);
   sums.push_back(s.ef_norm_sq);
   sums.insert(sums.end(), s.compressed_norm_sq.begin(), s.compressed_norm_sq.end());
   sums.insert(sums.end(), s.layer_norms_sq.begin(), s.layer_norms_sq.end());
@@ -61,8 +67,9 @@ void agree(step_stats& s, Sum&& sum, Max&& max) {
                        std::to_string(hi) + "); every rank must report the same value");
     }
   }
-  s.ef_norm_sq = sums[0];
-  std::size_t k = 1;
+  s.loss = sums[1] > 0.0 ? sums[0] / sums[1] : std::numeric_limits<double>::quiet_NaN();
+  s.ef_norm_sq = sums[2];
+  std::size_t k = 3;
   for (auto& v : s.compressed_norm_sq) v = sums[k++];
   for (auto& v : s.layer_norms_sq) v = sums[k++];
   s.last_step = {maxes[0], maxes[1], maxes[2]};

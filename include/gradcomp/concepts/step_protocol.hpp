@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
@@ -85,6 +86,9 @@ struct step_stats {
   /// Learning rate the next step will use (0 when not reported). `next_learning_rate <
   /// learning_rate` announces a learning-rate decay.
   double next_learning_rate = 0.0;
+  /// Training loss of the step: this rank's batch loss before `agree` (NaN: not reported);
+  /// after `agree`, the mean over the ranks that reported one (NaN when none did).
+  double loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// What a step sends.

@@ -12,7 +12,11 @@
 ///
 /// The step *trips* the guard when one of them is not finite, or, once the history holds
 /// `warmup` steps, when it exceeds `factor` (the residual: `residual_factor`) times the median
-/// of its last `window` accepted values (a median of zero compares with nothing). The history takes
+/// of its last `window` accepted values (a median of zero compares with nothing); the loss
+/// must also lie above the history's minimum by more than `loss_span` times the history's
+/// range (max − min): a ratio to the median means nothing for a loss near zero, where one bad
+/// batch is many times the median although the curve has seen such losses and keeps falling,
+/// while a diverging loss leaves its recent range far behind. The history takes
 /// a step's values only when the step went through untripped, so one outlier never raises the bar
 /// for the next. What a trip does is the policy:
 ///
@@ -34,7 +38,8 @@
 ///
 /// Spec (`pipeline_options::guard`, Python `GradcompState(guard=...)`): `off`, or a policy with
 /// optional settings,
-/// `raise|skip|dense[:factor=F,residual_factor=R,window=W,warmup=N,max_skips=S]`; defaults in
+/// `raise|skip|dense[:factor=F,residual_factor=R,loss_span=L,window=W,warmup=N,max_skips=S]`;
+/// defaults in
 /// `guard_options` (the residual has its own, higher limit). State (history and counters) is saved
 /// as "GCGD" v1 (`save` / `load`).
 
@@ -93,6 +98,12 @@ struct guard_options {
   /// raises the residual's level legitimately (Accordion going from x10 to x1000 took it to
   /// 5.6x its median in the example).
   double residual_factor = 100.0;
+  /// A loss above `factor` times its median trips only when it also exceeds the history's
+  /// minimum by more than `loss_span` times the history's range (max − min), i.e. lies well
+  /// outside what the recent curve has seen. 2: ResNet-18 near a loss of zero had one batch at
+  /// 16x the median, 0.87 of the range (no divergence; it went on to 99 %); an MLP whose loss
+  /// went from 0.55 to 5.7 (worse than chance) was 2.7 ranges above its minimum.
+  double loss_span = 2.0;
   /// Accepted steps the history holds (the median's window).
   std::uint64_t window = 50;
   /// Accepted steps before the explosion test starts (non-finite values trip from step 0).
@@ -124,15 +135,20 @@ struct guard_options {
   }
   g.factor = o.number("factor", g.factor);
   g.residual_factor = o.number("residual_factor", g.residual_factor);
+  g.loss_span = o.number("loss_span", g.loss_span);
   g.window = o.count("window", g.window, 1u << 20);
   g.warmup = o.count("warmup", g.warmup, 1u << 20);
   g.max_skips = o.count("max_skips", g.max_skips, 1u << 20);
-  o.finish({"factor", "residual_factor", "window", "warmup", "max_skips"});
+  o.finish({"factor", "residual_factor", "loss_span", "window", "warmup", "max_skips"});
   for (double const f : {g.factor, g.residual_factor}) {
     if (!(std::isfinite(f) && f > 1.0)) {
       throw config_error("gradcomp: guard factor and residual_factor must be finite and > 1, got " +
                          std::to_string(f));
     }
+  }
+  if (!(std::isfinite(g.loss_span) && g.loss_span >= 1.0)) {
+    throw config_error("gradcomp: guard loss_span must be finite and >= 1, got " +
+                       std::to_string(g.loss_span));
   }
   if (g.window == 0) throw config_error("gradcomp: guard window must be >= 1, got 0");
   if (g.warmup > g.window) {
@@ -329,6 +345,15 @@ class divergence_guard {
     return q == guard_quantity::residual ? opt_.residual_factor : opt_.factor;
   }
 
+  // How far `x` lies above the history's minimum, in history ranges (max − min); +inf above a
+  // history of one value.
+  static double spans_above(ring const& h, double x) {
+    auto const [lo, hi] = std::minmax_element(h.v.begin(), h.v.end());
+    double const range = *hi - *lo;
+    if (range > 0.0) return (x - *lo) / range;
+    return x > *lo ? std::numeric_limits<double>::infinity() : 0.0;
+  }
+
   void push(guard_quantity q, double x) {
     ring& h = hist_[index(q)];
     if (h.v.size() >= opt_.warmup) {
@@ -373,7 +398,8 @@ class divergence_guard {
         ring const& h = hist_[index(c.q)];
         if (h.v.size() < opt_.warmup || h.v.empty()) continue;
         double const m = h.median();
-        if (m > 0.0 && c.value > limit(c.q) * m) {
+        if (m > 0.0 && c.value > limit(c.q) * m &&
+            (c.q != guard_quantity::loss || spans_above(h, c.value) > opt_.loss_span)) {
           hit = &c;
           break;
         }
@@ -443,6 +469,10 @@ class divergence_guard {
     } else {
       s += ", " + num(v.value / v.median) + "x the median " + num(v.median) + " of its last " +
            std::to_string(h.v.size()) + " steps (limit " + num(limit(c.q)) + "x)";
+      if (c.q == guard_quantity::loss) {
+        s += " and " + num(spans_above(h, v.value)) +
+             " history ranges above its minimum (limit " + num(opt_.loss_span) + ")";
+      }
     }
     if (!h.v.empty()) {
       auto const [lo, hi] = std::minmax_element(h.v.begin(), h.v.end());

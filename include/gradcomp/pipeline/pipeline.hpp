@@ -145,7 +145,7 @@ struct pipeline_options {
   /// and step are set by the pipeline.
   codec_context context{};
   /// Divergence guard spec (pipeline/guard.hpp, docs/pipeline.md): "off", or "raise", "skip"
-  /// or "dense" with optional ":factor=F,residual_factor=R,window=W,warmup=N,max_skips=S".
+  /// or "dense" with optional ":factor=F,residual_factor=R,loss_span=L,window=W,warmup=N,max_skips=S".
   std::string guard = "raise";
 };
 
@@ -155,7 +155,9 @@ struct pipeline_step_info {
   std::uint64_t batch_size = 0;   ///< samples per worker (GraVAC's throughput)
   double learning_rate = 0.0;     ///< this step's learning rate (0: not reported)
   double next_learning_rate = 0.0;  ///< the next step's (0: not reported)
-  /// This rank's loss of the step, for the divergence guard (empty: not reported).
+  /// This rank's loss of the step, for the divergence guard and the controller (the mean over
+  /// the ranks that report one is `step_stats::loss`; ef_window's loss check reads it); empty:
+  /// not reported.
   std::optional<double> loss{};
 };
 
@@ -777,6 +779,7 @@ class gradient_pipeline {
       s.workers = static_cast<std::uint32_t>(size_);
       s.learning_rate = info_.learning_rate;
       s.next_learning_rate = info_.next_learning_rate;
+      if (info_.loss) s.loss = *info_.loss;
       agree(s, [&](std::span<double> v) { sum_stats(comm, v); }, [&](std::span<double> v) { max_stats(comm, v); });
       communicate += seconds(t0, clock::now());
       snapshot.emplace(*ctrl_);

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <barrier>
+#include <cmath>
 #include <cstddef>
 #include <functional>
 #include <limits>
@@ -167,7 +168,32 @@ TEST_CASE("agree sums the norms, takes the slowest times, and leaves every rank 
     CHECK(s.workers == 3);
     CHECK(s.learning_rate == 0.1);
     CHECK(s.next_learning_rate == 0.01);
+    CHECK(std::isnan(s.loss));  // no rank reported a loss
   }
+}
+
+TEST_CASE("agree: the loss is the mean over the ranks that reported one", "[controller]") {
+  auto play = [](auto loss_of) {
+    fake_comm comm(3);
+    return on_ranks(3, [&](int r) {
+      gc::step_stats s;
+      s.step = 2;
+      s.ef_norm_sq = 1.0;
+      s.loss = loss_of(r);
+      gc::agree(
+          s, [&](std::span<double> x) { comm.all_reduce(r, x, false); },
+          [&](std::span<double> x) { comm.all_reduce(r, x, true); });
+      return s;
+    });
+  };
+  double const nan = std::numeric_limits<double>::quiet_NaN();
+  // Rank 1 reports none: (1.5 + 3.5) / 2, not / 3; the norms are summed as before.
+  for (auto const& s : play([&](int r) { return r == 1 ? nan : 1.5 + r; })) {
+    CHECK(s.loss == 2.5);
+    CHECK(s.ef_norm_sq == 3.0);
+  }
+  for (auto const& s : play([](int r) { return -1.0 * r; })) CHECK(s.loss == -1.0);
+  for (auto const& s : play([&](int) { return nan; })) CHECK(std::isnan(s.loss));
 }
 
 TEST_CASE("agree raises comm_error on every rank when ranks disagree", "[controller]") {

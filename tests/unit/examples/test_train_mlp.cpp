@@ -313,6 +313,7 @@ TEST_CASE("the compressed pipeline with the identity codec equals dense exchange
   o.exchange.codec = "topk";
   o.exchange.error_feedback = true;
   o.exchange.controller = "static:factor=1";
+  o.momentum_fold = false;  // momentum SGD, as the dense run (the fold is tested below)
   CHECK(max_abs_diff(train_ranks(2, d, o)[0], dense[0]) == 0.0);
 }
 
@@ -562,6 +563,62 @@ TEST_CASE("scaled sign with error feedback: the learning-rate cap", "[train]") {
   CHECK(capped[0].note.find("lr capped from") != std::string::npos);
   CHECK(kept[0].learning_rate == o.learning_rate);
   CHECK(kept[0].note.find("--no-lr-cap") != std::string::npos);
+}
+
+TEST_CASE("top-k with error feedback: momentum folded into the learning rate", "[train]") {
+  // the ramp: lr at step 0, heavy ball's partial sums after, lr / (1 - beta) in the limit
+  CHECK(train::folded_learning_rate(0.05, 0.9, 0) == Approx(0.05));
+  CHECK(train::folded_learning_rate(0.05, 0.9, 1) == Approx(0.05 * 1.9));
+  CHECK(train::folded_learning_rate(0.05, 0.9, 2) == Approx(0.05 * 2.71));
+  CHECK(train::folded_learning_rate(0.05, 0.9, 400) == Approx(0.5));
+  CHECK(train::folded_learning_rate(0.05, 0.0, 7) == 0.05);
+  // on a constant gradient the folded rate moves the weights exactly as momentum SGD does
+  {
+    std::vector<std::vector<float>> a{{1.0f, -2.0f}}, b = a;
+    std::vector<std::vector<float>> const g{{0.25f, 0.5f}};
+    train::sgd heavy(0.9, 0.0), plain(0.0, 0.0);
+    for (std::size_t t = 0; t < 40; ++t) {
+      heavy.step(a, g, 0.05);
+      plain.step(b, g, train::folded_learning_rate(0.05, 0.9, t));
+      for (std::size_t i = 0; i < 2; ++i) REQUIRE(a[0][i] == Approx(b[0][i]).epsilon(1e-5));
+    }
+  }
+  // which runs fold: sgd with momentum over topk / approx_topk with error feedback
+  train::train_options o = tiny_options();
+  o.exchange.codec = "topk";
+  CHECK(train::folds_momentum(o));
+  o.exchange.codec = "approx_topk:ratio=0.05";
+  CHECK(train::folds_momentum(o));
+  for (auto change : std::vector<void (*)(train::train_options&)>{
+           [](train::train_options& x) { x.exchange.codec = "dense"; },
+           [](train::train_options& x) { x.exchange.codec = "onebit"; },
+           [](train::train_options& x) { x.exchange.codec = "randomk:ratio=0.1"; },
+           [](train::train_options& x) { x.exchange.error_feedback = false; },
+           [](train::train_options& x) { x.momentum = 0.0; },
+           [](train::train_options& x) { x.momentum_fold = false; },
+           [](train::train_options& x) { x.optimizer = train::optimizer_kind::adam; }}) {
+    train::train_options x = o;
+    x.exchange.codec = "topk";
+    change(x);
+    CHECK_FALSE(train::folds_momentum(x));
+    CHECK(train::applied_learning_rate(x, 3) == train::learning_rate_at(x, 3));
+  }
+  o.exchange.codec = "topk";
+  CHECK(train::applied_learning_rate(o, 0) == Approx(0.1));
+  CHECK(train::applied_learning_rate(o, 5) == Approx(0.1 * (1 - std::pow(0.9, 6)) / 0.1));
+  CHECK(train::applied_learning_rate(o, 6) ==  // after the decay (step 6 of 12)
+        Approx(0.01 * (1 - std::pow(0.9, 7)) / 0.1));
+  // through the trainer: the note says so, every rank agrees, and it is not momentum SGD
+  train::data_split const d = tiny_data();
+  std::vector<train::run_result> folded, kept;
+  auto const pf = train_ranks(2, d, o, &folded);
+  o.momentum_fold = false;
+  auto const pk = train_ranks(2, d, o, &kept);
+  CHECK(folded[0].note.find("momentum 0.9 folded into the learning rate") != std::string::npos);
+  CHECK(folded[0].note.find("-> 1") != std::string::npos);
+  CHECK(kept[0].note.empty());
+  CHECK(max_abs_diff(pf[0], pf[1]) == 0.0);
+  CHECK(max_abs_diff(pf[0], pk[0]) > 0.0);
 }
 
 TEST_CASE("decentralized Adam: AccumAdam T=1, the blocking form and global averaging",

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -109,11 +110,14 @@ TEST_CASE("guard: specs and their defaults", "[pipeline][guard]") {
   CHECK(s.window == 8);
   CHECK(s.warmup == 3);
   CHECK(s.max_skips == 2);
+  CHECK(d.loss_span == 2.0);
+  CHECK(gc::parse_guard("raise:loss_span=3.5").loss_span == 3.5);
   CHECK(gc::parse_guard("dense:factor=20").policy == gc::guard_policy::dense);
   CHECK(gc::pipeline_options{}.guard == "raise");
   for (char const* bad : {"", "panic", "raise:factor=1", "raise:factor=nan",
                           "raise:residual_factor=0.5", "raise:window=0", "raise:warmup=9,window=8",
-                          "off:factor=3", "skip:patience=3", "raise:factor="}) {
+                          "off:factor=3", "skip:patience=3", "raise:factor=",
+                          "raise:loss_span=0.5", "raise:loss_span=nan", "raise:loss_span=inf"}) {
     INFO(bad);
     CHECK_THROWS_AS(gc::parse_guard(bad), gc::config_error);
     CHECK_THROWS_AS(gc::gradient_pipeline(options(bad)), gc::config_error);
@@ -381,6 +385,126 @@ TEST_CASE("guard: the reported loss is watched (non-finite on one rank, explosio
   CHECK(errors.what[0] == errors.what[1]);
   CHECK(errors.what[0].find("step 12: the loss is 30, 30x the median 1 of its last 12 steps") !=
         std::string::npos);
+}
+
+namespace {
+
+// Steps `p` with the scripted losses `loss` (every rank reports the same), stable gradients,
+// and returns each step's action; a raise ends the script, its message in `*raised`.
+std::vector<gc::guard_action> run_losses(gc::gradient_pipeline& p, gc::in_process_communicator& comm,
+                                         std::vector<double> const& loss, std::string* raised) {
+  std::vector<gc::guard_action> out;
+  for (std::size_t s = 0; s < loss.size(); ++s) {
+    auto g = grads(comm.rank(), p.step_count(), 1.0);
+    try {
+      out.push_back(p.step(comm, views(g), {.loss = loss[s]}).guard);
+    } catch (gc::numeric_error const& e) {
+      *raised = e.what();
+      break;
+    }
+  }
+  return out;
+}
+
+// 49 losses of a falling curve that ends near zero: 0.3 e^(-i/6) + 0.005 plus a little noise,
+// as ResNet-18's before step 182 (docs/training.md): median about 0.01, range about 0.005 .. 0.3.
+std::vector<double> falling_history() {
+  std::vector<double> l;
+  for (int i = 0; i < 49; ++i)
+    l.push_back(0.3 * std::exp(-i / 6.0) + 0.005 + 0.002 * ((i * 7) % 10) / 9.0);
+  return l;
+}
+
+// The loss `spans` history ranges above the minimum of `h`.
+double above(std::vector<double> const& h, double spans) {
+  auto const [lo, hi] = std::minmax_element(h.begin(), h.end());
+  return *lo + spans * (*hi - *lo);
+}
+
+}  // namespace
+
+TEST_CASE("guard: a loss within its history's range does not trip, however far above the median",
+          "[pipeline][guard]") {
+  for (double const spans : {0.87, 1.0, 1.75}) {  // 0.87: ResNet-18's 0.2506 at step 182
+    INFO(spans);
+    REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
+      gc::gradient_pipeline p(options("raise"));
+      std::string raised;
+      std::vector<double> l = falling_history();
+      double const next = above(l, spans);
+      l.push_back(next);  // > 20x the median
+      l.push_back(0.008);
+      std::vector<gc::guard_action> const acts = run_losses(p, comm, l, &raised);
+      RANK_REQUIRE(raised.empty());
+      RANK_REQUIRE(acts.size() == l.size());
+      RANK_REQUIRE(p.guard().counters().checked == l.size());
+      std::vector<double> const h = p.guard().history(gc::guard_quantity::loss);
+      RANK_REQUIRE(h[h.size() - 2] == next);  // accepted into the history
+      RANK_REQUIRE(p.guard().counters().peak_ratio[2] > 20.0);
+    }));
+  }
+}
+
+TEST_CASE("guard: a loss that leaves its history's range trips; both conditions are needed",
+          "[pipeline][guard]") {
+  SECTION("near zero: 2.1 ranges above the minimum and 50x the median raises") {
+    rank_errors errors(2);
+    REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
+      gc::gradient_pipeline p(options("raise"));
+      std::string raised;
+      std::vector<double> l = falling_history();
+      l.push_back(above(l, 2.1));
+      run_losses(p, comm, l, &raised);
+      RANK_REQUIRE(!raised.empty());
+      RANK_REQUIRE(p.step_count() == 49);  // the last step raised, nothing changed
+      std::lock_guard<std::mutex> lock(errors.mu);
+      errors.what[static_cast<std::size_t>(comm.rank())] = raised;
+    }));
+    INFO(errors.what[0]);
+    CHECK(errors.what[0] == errors.what[1]);
+    CHECK(errors.what[0].find("step 49: the loss is 0.6") != std::string::npos);
+    CHECK(errors.what[0].find("2.1 history ranges above its minimum (limit 2)") !=
+          std::string::npos);
+  }
+  SECTION("the Fashion-MNIST MLP at x40 (docs/training.md): 5.652 after 0.336 .. 2.289 raises") {
+    REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
+      gc::gradient_pipeline p(options("raise"));
+      std::string raised;
+      std::vector<double> l;
+      for (int i = 0; i < 50; ++i) l.push_back(i == 10 ? 2.289 : i == 30 ? 0.3358 : 0.5544);
+      l.push_back(5.652);
+      run_losses(p, comm, l, &raised);
+      RANK_REQUIRE(raised.find("the loss is 5.652, 10.19x the median 0.5544") != std::string::npos);
+      RANK_REQUIRE(raised.find("2.722 history ranges above its minimum") != std::string::npos);
+    }));
+  }
+  SECTION("far outside the range but below factor x the median: no trip") {
+    REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
+      gc::gradient_pipeline p(options("raise"));
+      std::string raised;
+      std::vector<double> l;
+      for (int i = 0; i < 20; ++i) l.push_back(1.0 + 0.001 * (i % 3));
+      l.push_back(9.5);  // 4250 ranges above the minimum, 9.5x the median
+      std::vector<gc::guard_action> const acts = run_losses(p, comm, l, &raised);
+      RANK_REQUIRE(raised.empty() && acts.size() == l.size());
+    }));
+  }
+  SECTION("loss_span sets the bar: 1.75 ranges trips with loss_span=1.5, not with the default") {
+    for (std::string const spec : {"dense", "dense:loss_span=1.5"}) {
+      REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
+        gc::gradient_pipeline p(options(spec));
+        std::string raised;
+        std::vector<double> l = falling_history();
+        l.push_back(above(l, 1.75));
+        std::vector<gc::guard_action> const acts = run_losses(p, comm, l, &raised);
+        RANK_REQUIRE(raised.empty() && acts.size() == l.size());
+        RANK_REQUIRE(acts.back() ==
+                     (spec == "dense" ? gc::guard_action::none : gc::guard_action::dense));
+        RANK_REQUIRE(std::count(acts.begin(), acts.end(), gc::guard_action::none) ==
+                     static_cast<std::ptrdiff_t>(l.size()) - (spec == "dense" ? 0 : 1));
+      }));
+    }
+  }
 }
 
 TEST_CASE("guard: checkpoints keep the history and counters bit for bit",

@@ -250,6 +250,71 @@ TEST_CASE("pipeline: a run resumed from a checkpoint is bit-identical to one tha
   }
 }
 
+TEST_CASE("pipeline: the controller sees the mean reported loss; ef_window's loss check drops the factor and "
+          "turns compression off, and a resumed run is bit-identical",
+          "[pipeline][checkpoint]") {
+  // Blocks of 2 losses: 2.0 (steps 0-1), 1.0 (2-3), then 2.0 from step 4 on (rank 1 reports
+  // none). A rise at step 5, from 64 (or the 256 the first window may climb to) down to the
+  // lowest rung 4; each later block judged rises again, at whatever rung the windows have
+  // climbed back to under a lower ceiling each time, until a rise at 4 turns compression off.
+  gc::pipeline_options opt;
+  opt.codec = "topk:ratio=0.01";
+  opt.controller = "ef_window:min=4,max=256,window=4,max_delay=1e6,start=64,loss_block=2";
+  opt.measured_timing = false;
+  opt.buckets.min_compress_elements = 1000;
+  int const world = 3;
+  std::uint64_t const steps = 40;
+  std::vector<std::size_t> const sizes = model_sizes();
+  auto info = [](int rank, std::uint64_t s) {
+    gc::pipeline_step_info i{.backprop_s = 0.01, .batch_size = 8, .learning_rate = 0.1};
+    if (rank != 1) i.loss = s < 2 ? 2.0 : s < 4 ? 1.0 : 2.0;
+    return i;
+  };
+  std::vector<double> factors(steps);
+  std::vector<gc::send_kind> kinds(steps);
+  for (std::uint64_t cut : {0u, 7u, 13u, 30u}) {
+    INFO("resumed at step " << cut);
+    REQUIRE_NOTHROW(gc::run_in_process(world, [&](gc::in_process_communicator& comm) {
+      gc::gradient_pipeline straight(opt), first(opt);
+      std::vector<std::vector<std::vector<float>>> a, b;
+      for (std::uint64_t s = 0; s < steps; ++s) {
+        auto g = make_grads<float>(comm.rank(), s, sizes);
+        gc::pipeline_stats const st = straight.step(comm, views(g), info(comm.rank(), s));
+        if (comm.rank() == 0 && cut == 0) {
+          factors[s] = st.factor;
+          kinds[s] = st.sent;
+        }
+        a.push_back(g);
+      }
+      if (cut == 0) return;
+      for (std::uint64_t s = 0; s < cut; ++s) {
+        auto g = make_grads<float>(comm.rank(), s, sizes);
+        first.step(comm, views(g), info(comm.rank(), s));
+        b.push_back(g);
+      }
+      gc::gradient_pipeline resumed(opt);
+      resumed.load(first.save());
+      for (std::uint64_t s = cut; s < steps; ++s) {
+        auto g = make_grads<float>(comm.rank(), s, sizes);
+        resumed.step(comm, views(g), info(comm.rank(), s));
+        b.push_back(g);
+      }
+      for (std::uint64_t s = 0; s < steps; ++s) {
+        for (std::size_t t = 0; t < sizes.size(); ++t) RANK_REQUIRE(same_bits(a[s][t], b[s][t]));
+      }
+      RANK_REQUIRE(straight.save() == resumed.save());
+    }));
+    if (cut != 0) continue;
+    CHECK(factors[5] >= 64.0);  // the step that completes the rising block
+    CHECK(factors[6] == 4.0);
+    auto const off = std::find(kinds.begin(), kinds.end(), gc::send_kind::dense);
+    REQUIRE(off != kinds.end());
+    CHECK(off - kinds.begin() < 30);
+    for (auto k = off; k != kinds.end(); ++k) CHECK(*k == gc::send_kind::dense);
+    CHECK(factors.back() == 1.0);
+  }
+}
+
 TEST_CASE("pipeline: a malformed or mismatched checkpoint is a format_error and changes nothing", "[pipeline][checkpoint]") {
   gc::pipeline_options opt;
   opt.codec = "topk:ratio=0.01";
