@@ -80,6 +80,9 @@ struct outcome {
       "                         Adam: two-way --codec with worker+server error feedback) |\n"
       "                         onebitadam (1-bit Adam: --warmup steps of All-Reduce Adam,\n"
       "                         then v frozen, the momentum two-way --codec with feedback) |\n"
+      "                         calibadam (calibrated 1-bit Adam: no warm-up, each rank's\n"
+      "                         exact momentum two-way --codec with feedback, factored v\n"
+      "                         scaled to the mean gradient by a sketch) |\n"
       "                         dadam | accumadam | dpsgd (decentralized: gossip of the\n"
       "                         parameters over --topology, no gradient exchange)   [sgd]\n"
       "  --topology SPEC        exp | ring | complete | static-ring | aer:ranks_per_node=P [exp]\n"
@@ -92,7 +95,9 @@ struct outcome {
       "                         ranks' local second moments at steps 2T, 4T, 8T, ..., or\n"
       "                         no warm-up and Adafactor's factored v, averaged at steps\n"
       "                         1..--sync-first and every --sync-every         [frozen]\n"
-      "  --sync-first N [4]  --sync-every K [8]  --variance factored: the v schedule\n"
+      "  --sync-first N [4]  --sync-every K [8]  --variance factored, calibadam: the v schedule\n"
+      "  --sketch K             calibadam: count-sketch buckets per layer that calibrate v to\n"
+      "                         the mean gradient (0: none)                   [64]\n"
       "  --global-average-every K  decentralized: exact average every K steps (0 never) [0]\n"
       "  --blocking             decentralized: mix, then step (default: overlapped)\n"
       "  --beta1 X [0.9]  --beta2 X [0.999]  --eps X [1e-8]  --adamw-decay X [0] (Adam family)\n"
@@ -542,6 +547,8 @@ int run(int argc, char** argv) {
       o.sync_first = count();
     } else if (a == "--sync-every") {
       o.sync_every = whole(true);
+    } else if (a == "--sketch") {
+      o.sketch = whole(true);
     } else if (a == "--per-layer") {
       o.per_layer = true;
     } else if (a == "--compress") {
