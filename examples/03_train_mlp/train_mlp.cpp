@@ -360,6 +360,7 @@ std::vector<run_spec> decentralized_runs() {
       spec("1-bit Adam onebit", k::onebitadam, "onebit"),
       spec("1-bit Adam topk 1%", k::onebitadam, "topk:ratio=0.01"),
       factored,
+      spec("1-bit Adam calibrated", k::calibadam, "onebit"),
   };
 }
 
@@ -684,7 +685,8 @@ int run(int argc, char** argv) {
         (void)train::make_topology(spec.topology, list == &dec_specs ? dec_workers : workers);
       } else if (codec.substr(0, codec.find(':')) == "topk" &&
                  spec.optimizer != train::optimizer_kind::cadam &&
-                 spec.optimizer != train::optimizer_kind::onebitadam) {
+                 spec.optimizer != train::optimizer_kind::onebitadam &&
+                 spec.optimizer != train::optimizer_kind::calibadam) {
         (void)train::make_controller(spec.exchange.controller);
       } else if (codec != "dense") {
         (void)gradcomp::make_codec(codec);
@@ -723,8 +725,9 @@ int run(int argc, char** argv) {
       opts.optimizer = spec.optimizer;
       opts.topology = spec.topology;
       opts.accum = spec.accum;
-      if (spec.factored) {  // no warm-up, the momentum compressed (whatever the command line)
-        opts.factored_variance = true;
+      if (spec.factored || spec.optimizer == train::optimizer_kind::calibadam) {
+        // no warm-up, the momentum compressed (whatever the command line)
+        opts.factored_variance = spec.factored;
         opts.warmup = 0;
         opts.refresh_variance = opts.precondition = false;
         opts.compress_momentum = true;
