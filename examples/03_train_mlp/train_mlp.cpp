@@ -80,6 +80,9 @@ struct outcome {
       "                         Adam: two-way --codec with worker+server error feedback) |\n"
       "                         onebitadam (1-bit Adam: --warmup steps of All-Reduce Adam,\n"
       "                         then v frozen, the momentum two-way --codec with feedback) |\n"
+      "                         calibadam (calibrated 1-bit Adam: no warm-up, each rank's\n"
+      "                         exact momentum two-way --codec with feedback, factored v\n"
+      "                         scaled to the mean gradient by a sketch) |\n"
       "                         dadam | accumadam | dpsgd (decentralized: gossip of the\n"
       "                         parameters over --topology, no gradient exchange)   [sgd]\n"
       "  --topology SPEC        exp | ring | complete | static-ring | aer:ranks_per_node=P [exp]\n"
@@ -92,7 +95,9 @@ struct outcome {
       "                         ranks' local second moments at steps 2T, 4T, 8T, ..., or\n"
       "                         no warm-up and Adafactor's factored v, averaged at steps\n"
       "                         1..--sync-first and every --sync-every         [frozen]\n"
-      "  --sync-first N [4]  --sync-every K [8]  --variance factored: the v schedule\n"
+      "  --sync-first N [4]  --sync-every K [8]  --variance factored, calibadam: the v schedule\n"
+      "  --sketch K             calibadam: count-sketch buckets per layer that calibrate v to\n"
+      "                         the mean gradient (0: none)                   [64]\n"
       "  --global-average-every K  decentralized: exact average every K steps (0 never) [0]\n"
       "  --blocking             decentralized: mix, then step (default: overlapped)\n"
       "  --beta1 X [0.9]  --beta2 X [0.999]  --eps X [1e-8]  --adamw-decay X [0] (Adam family)\n"
@@ -358,6 +363,7 @@ std::vector<run_spec> decentralized_runs() {
       spec("1-bit Adam onebit", k::onebitadam, "onebit"),
       spec("1-bit Adam topk 1%", k::onebitadam, "topk:ratio=0.01"),
       factored,
+      spec("1-bit Adam calibrated", k::calibadam, "onebit"),
   };
 }
 
@@ -547,6 +553,8 @@ int run(int argc, char** argv) {
       o.sync_first = count();
     } else if (a == "--sync-every") {
       o.sync_every = whole(true);
+    } else if (a == "--sketch") {
+      o.sketch = whole(true);
     } else if (a == "--per-layer") {
       o.per_layer = true;
     } else if (a == "--compress") {
@@ -682,7 +690,8 @@ int run(int argc, char** argv) {
         (void)train::make_topology(spec.topology, list == &dec_specs ? dec_workers : workers);
       } else if (codec.substr(0, codec.find(':')) == "topk" &&
                  spec.optimizer != train::optimizer_kind::cadam &&
-                 spec.optimizer != train::optimizer_kind::onebitadam) {
+                 spec.optimizer != train::optimizer_kind::onebitadam &&
+                 spec.optimizer != train::optimizer_kind::calibadam) {
         (void)train::make_controller(spec.exchange.controller);
       } else if (codec != "dense") {
         (void)gradcomp::make_codec(codec);
@@ -721,8 +730,9 @@ int run(int argc, char** argv) {
       opts.optimizer = spec.optimizer;
       opts.topology = spec.topology;
       opts.accum = spec.accum;
-      if (spec.factored) {  // no warm-up, the momentum compressed (whatever the command line)
-        opts.factored_variance = true;
+      if (spec.factored || spec.optimizer == train::optimizer_kind::calibadam) {
+        // no warm-up, the momentum compressed (whatever the command line)
+        opts.factored_variance = spec.factored;
         opts.warmup = 0;
         opts.refresh_variance = opts.precondition = false;
         opts.compress_momentum = true;

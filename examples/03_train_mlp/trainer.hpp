@@ -28,6 +28,11 @@
 ///              warm-up, the momentum compressed from step 1, Adafactor's factored second
 ///              moment (row and column statistics of each weight matrix, per coordinate for
 ///              the biases) averaged by the ranks at steps 1..sync_first and every sync_every;
+///   calibadam  calibrated 1-bit Adam (`gradcomp::calibrated_onebit_adam`): no warm-up, each
+///              rank's exact momentum through `all_reduce_two_way` with error feedback on both
+///              sides, the factored v of `--variance factored` (same schedule) scaled by the
+///              ratio of the mean gradient's energy to the ranks' (a count sketch of 64
+///              floats per layer, all-reduced every step), per layer;
 ///   dadam      decentralized Adam: no gradient exchange; `decentralized_optimizer<adam,
 ///              comm_mixer>` gossips the parameters over `topology`, overlapped with the next
 ///              forward and backward pass (the gradient is taken at the rank's own un-mixed x);
@@ -50,6 +55,7 @@
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/optim/adam.hpp>
+#include <gradcomp/optim/calibrated_onebit_adam.hpp>
 #include <gradcomp/optim/comm_mixer.hpp>
 #include <gradcomp/optim/compressed_adam.hpp>
 #include <gradcomp/optim/decentralized.hpp>
@@ -82,15 +88,17 @@
 namespace train {
 
 /// The optimizer of a run (file comment).
-enum class optimizer_kind { sgd, adam, cadam, onebitadam, dadam, accumadam, dpsgd };
+enum class optimizer_kind { sgd, adam, cadam, onebitadam, calibadam, dadam, accumadam, dpsgd };
 
-/// Spec name of an optimizer ("sgd", "adam", "cadam", "dadam", "accumadam", "dpsgd").
+/// Spec name of an optimizer ("sgd", "adam", "cadam", "onebitadam", "calibadam", "dadam",
+/// "accumadam", "dpsgd").
 inline char const* optimizer_name(optimizer_kind k) noexcept {
   switch (k) {
     case optimizer_kind::sgd: return "sgd";
     case optimizer_kind::adam: return "adam";
     case optimizer_kind::cadam: return "cadam";
     case optimizer_kind::onebitadam: return "onebitadam";
+    case optimizer_kind::calibadam: return "calibadam";
     case optimizer_kind::dadam: return "dadam";
     case optimizer_kind::accumadam: return "accumadam";
     case optimizer_kind::dpsgd: return "dpsgd";
@@ -101,13 +109,13 @@ inline char const* optimizer_name(optimizer_kind k) noexcept {
 /// Parses an optimizer name; throws `config_error` for anything else.
 inline optimizer_kind parse_optimizer(std::string_view s) {
   for (auto k : {optimizer_kind::sgd, optimizer_kind::adam, optimizer_kind::cadam,
-                 optimizer_kind::onebitadam, optimizer_kind::dadam, optimizer_kind::accumadam,
-                 optimizer_kind::dpsgd}) {
+                 optimizer_kind::onebitadam, optimizer_kind::calibadam, optimizer_kind::dadam,
+                 optimizer_kind::accumadam, optimizer_kind::dpsgd}) {
     if (s == optimizer_name(k)) return k;
   }
   throw gradcomp::config_error(
       "train: unknown optimizer '" + std::string(s) +
-      "'; expected sgd, adam, cadam, onebitadam, dadam, accumadam or dpsgd");
+      "'; expected sgd, adam, cadam, onebitadam, calibadam, dadam, accumadam or dpsgd");
 }
 
 /// Warm-up of `onebitadam` when none is given: 2 % of the steps (at least 1), so that the dense
@@ -226,8 +234,9 @@ struct train_options {
   /// onebitadam: no warm-up; a factored second moment agreed at a schedule
   /// (`gradcomp::factored_onebit_adam`), the momentum compressed from step 1.
   bool factored_variance = false;
-  std::size_t sync_first = 4;  ///< factored: the ranks average v at steps 1..sync_first
-  std::size_t sync_every = 8;  ///< factored: ... and then every sync_every steps (0: never)
+  std::size_t sync_first = 4;  ///< factored, calibadam: the ranks average v at steps 1..sync_first
+  std::size_t sync_every = 8;  ///< factored, calibadam: ... then every sync_every steps (0: never)
+  std::size_t sketch = 64;     ///< calibadam: count-sketch buckets per layer (0: no calibration)
   /// cadam: one optimizer per layer tensor (tensor id = its index), so that every tensor gets
   /// its own codec scale; false: one over the flat parameter vector (tensor id 0). onebitadam
   /// always runs per layer.
@@ -442,9 +451,15 @@ inline void check_optimizer_options(train_options const& o) {
           "train: --variance factored has no warm-up and compresses the momentum (no --warmup, "
           "--compress gradient or update)");
     }
-    if (o.sync_first == 0) {
-      throw gradcomp::config_error("train: --sync-first wants at least 1 (step 1 needs a v)");
-    }
+  }
+  if (o.optimizer == optimizer_kind::calibadam &&
+      (o.warmup != 0 || o.refresh_variance || o.precondition || !o.compress_momentum)) {
+    throw gradcomp::config_error(
+        "train: calibadam has no warm-up and compresses the momentum (no --warmup, --variance "
+        "refresh, --compress gradient or update)");
+  }
+  if ((o.factored_variance || o.optimizer == optimizer_kind::calibadam) && o.sync_first == 0) {
+    throw gradcomp::config_error("train: --sync-first wants at least 1 (step 1 needs a v)");
   }
   if (o.global_average_every != 0 && !is_decentralized(o.optimizer)) {
     throw gradcomp::config_error(
@@ -503,7 +518,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   // cadam: two-way compression with worker and server error feedback, then Adam.
   // cadam and onebitadam hold one optimizer per parameter span: the flat vector, or each layer.
   std::vector<std::pair<std::size_t, std::size_t>> spans;  // (offset, size) in the flat vector
-  if (o.per_layer || kind == optimizer_kind::onebitadam) {
+  if (o.per_layer || kind == optimizer_kind::onebitadam || kind == optimizer_kind::calibadam) {
     std::size_t at = 0;
     for (auto const& p : net.params()) {
       spans.emplace_back(at, p.size());
@@ -518,9 +533,19 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
   cctx.seed = o.exchange.seed;
   std::vector<gradcomp::onebit_adam<gradcomp::any_codec>> onebit;
   std::vector<gradcomp::factored_onebit_adam<gradcomp::any_codec>> factored;
+  std::vector<gradcomp::calibrated_onebit_adam<gradcomp::any_codec>> calibrated;
   std::string const two_way_codec = o.exchange.codec == "dense" ? "identity" : o.exchange.codec;
   for (std::size_t k = 0; k < spans.size(); ++k) {
-    if (kind == optimizer_kind::onebitadam && o.factored_variance) {
+    if (kind == optimizer_kind::calibadam) {
+      gradcomp::calibrated_onebit_adam_options co;
+      co.adam = adam_settings(o);
+      co.rows = k % 2 == 0 ? net.sizes()[k / 2] : 0;  // W_l: sizes[l] rows; b_l: a vector
+      co.sync_first = o.sync_first;
+      co.sync_every = o.sync_every;
+      co.sketch = o.sketch;
+      co.seed = o.exchange.seed;
+      calibrated.emplace_back(gradcomp::make_codec(two_way_codec), co);
+    } else if (kind == optimizer_kind::onebitadam && o.factored_variance) {
       gradcomp::factored_onebit_adam_options fo;
       fo.adam = adam_settings(o);
       fo.rows = k % 2 == 0 ? net.sizes()[k / 2] : 0;  // W_l: sizes[l] rows; b_l: a vector
@@ -561,6 +586,16 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       so.weight_decay = o.weight_decay;
       gossip.emplace<3>(gradcomp::sgd(so), std::move(mixer));
     }
+  } else if (kind == optimizer_kind::calibadam) {
+    pipeline = "no warm-up: each rank's exact momentum through two-way " + two_way_codec +
+               " with worker and server error feedback, v factored and averaged at steps 1.." +
+               std::to_string(o.sync_first) +
+               (o.sync_every != 0 ? " and every " + std::to_string(o.sync_every)
+                                  : std::string(" only")) +
+               (o.sketch != 0 ? ", calibrated by a " + std::to_string(o.sketch) +
+                                    "-bucket sketch of the mean gradient every step"
+                              : std::string(", uncalibrated")) +
+               ", per layer";
   } else if (kind == optimizer_kind::onebitadam && o.factored_variance) {
     pipeline =
         "no warm-up: the momentum through two-way " + two_way_codec +
@@ -732,7 +767,8 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       if (kind == optimizer_kind::adam) {
         adam_opt->set_lr(info.learning_rate);
         adam_opt->step(x, g);
-      } else if (kind == optimizer_kind::onebitadam || kind == optimizer_kind::cadam) {
+      } else if (kind == optimizer_kind::onebitadam || kind == optimizer_kind::cadam ||
+                 kind == optimizer_kind::calibadam) {
         auto t1 = clock::now();
         gradcomp::codec_context ctx = cctx;
         ctx.step = static_cast<std::uint32_t>(step);
@@ -749,7 +785,9 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
             wire += static_cast<double>(r.wire_bytes);
           }
         };
-        if (kind == optimizer_kind::onebitadam && o.factored_variance) {
+        if (kind == optimizer_kind::calibadam) {
+          step_spans(calibrated);
+        } else if (kind == optimizer_kind::onebitadam && o.factored_variance) {
           step_spans(factored);
         } else if (kind == optimizer_kind::onebitadam) {
           step_spans(onebit);

@@ -84,6 +84,115 @@
 
 GRADCOMP_NAMESPACE_BEGIN
 
+namespace detail {
+
+// The factored second moment's pieces, shared by `factored_onebit_adam` and
+// `calibrated_onebit_adam` (optim/calibrated_onebit_adam.hpp).
+
+// Whether the ranks average their statistics at step t (1-based): t <= first, then every
+// `every` steps (never again for every = 0).
+constexpr bool factored_sync_at(std::uint64_t t, std::uint64_t first, std::uint64_t every) noexcept {
+  if (t == 0) return false;
+  if (t <= first) return true;
+  return every != 0 && (t - first) % every == 0;
+}
+
+// The last sync step at or before t (t >= 1).
+constexpr std::uint64_t factored_last_sync(std::uint64_t t, std::uint64_t first,
+                                           std::uint64_t every) noexcept {
+  if (t <= first || every == 0) return std::min(t, first);
+  return first + (t - first) / every * every;
+}
+
+// Statistics of n parameters: rows + columns (matrix) or n (vector, rows = 0).
+constexpr std::size_t factored_stat_size(std::size_t n, std::size_t rows) noexcept {
+  return rows == 0 ? n : rows + n / rows;
+}
+
+// config_error unless n is a multiple of rows (a rows x columns matrix) or rows = 0.
+inline void check_factored_rows(std::size_t n, std::size_t rows, char const* who) {
+  if (rows != 0 && n % rows != 0) {
+    throw config_error(std::string("gradcomp: ") + who + " got " + std::to_string(n) +
+                       " parameters, not a multiple of its rows (" + std::to_string(rows) +
+                       "; expected a rows x columns matrix)");
+  }
+}
+
+// b2 * old + (1-b2) * sq, elementwise (old empty: zeros), as the new local statistics.
+inline std::vector<float> factored_statistics_update(std::span<float const> old,
+                                                     std::vector<double> const& sq,
+                                                     adam_coefficients const& c) {
+  std::vector<float> loc(sq.size());
+  for (std::size_t k = 0; k < sq.size(); ++k) {
+    loc[k] = c.b2 * (old.empty() ? 0.0f : old[k]) + c.c2 * static_cast<float>(sq[k]);
+  }
+  return loc;
+}
+
+// The ranks' mean of `loc` (float32 all-reduce, then times 1/W): the same on every rank.
+template <communicator Comm>
+std::vector<float> factored_statistics_mean(Comm& comm, std::vector<float> mean) {
+  comm.all_reduce(std::as_writable_bytes(std::span<float>(mean)), comm_type::f32, reduce_op::sum);
+  auto const w = static_cast<std::size_t>(comm.size());
+  if (w > 1) {
+    float const inv = 1.0f / static_cast<float>(w);
+    for (float& v : mean) v = v * inv;
+  }
+  return mean;
+}
+
+// sum of the row statistics R (the first `rows` floats).
+inline double factored_row_total(std::span<float const> stats, std::size_t rows) noexcept {
+  double total = 0.0;
+  for (std::size_t i = 0; i < rows; ++i) total += static_cast<double>(stats[i]);
+  return total;
+}
+
+// v written out from agreed statistics: v_ij = R_i C_j / sum_k R_k (matrix; 0 where the sum is
+// 0) or V (vector; also when `stats` is empty).
+inline std::vector<float> factored_second_moment(std::span<float const> stats, std::size_t rows) {
+  if (rows == 0 || stats.empty()) return std::vector<float>(stats.begin(), stats.end());
+  std::size_t const cols = stats.size() - rows;
+  double const total = factored_row_total(stats, rows);
+  std::vector<float> v(rows * cols, 0.0f);
+  if (total <= 0.0) return v;
+  for (std::size_t i = 0; i < rows; ++i) {
+    for (std::size_t j = 0; j < cols; ++j) {
+      v[i * cols + j] = static_cast<float>(static_cast<double>(stats[i]) *
+                                           static_cast<double>(stats[rows + j]) / total);
+    }
+  }
+  return v;
+}
+
+// sqrt of the agreed statistics, cached per sync: vector sqrt(V_i); matrix sqrt(R_i / sum R)
+// then sqrt(C_j), so that sqrt(v_ij) = f_i * f_(rows+j).
+class factored_denominators {
+ public:
+  std::vector<float> const& of(std::span<float const> stats, std::size_t rows, std::uint64_t t_sync) {
+    if (t_ == t_sync && f_.size() == stats.size()) return f_;
+    f_.assign(stats.size(), 0.0f);
+    if (rows == 0) {
+      for (std::size_t i = 0; i < stats.size(); ++i) f_[i] = std::sqrt(stats[i]);
+    } else {
+      double const total = factored_row_total(stats, rows);
+      for (std::size_t i = 0; i < rows; ++i) {
+        f_[i] = total > 0.0 ? static_cast<float>(std::sqrt(static_cast<double>(stats[i]) / total))
+                            : 0.0f;
+      }
+      for (std::size_t j = rows; j < stats.size(); ++j) f_[j] = std::sqrt(stats[j]);
+    }
+    t_ = t_sync;
+    return f_;
+  }
+
+ private:
+  std::vector<float> f_;
+  std::uint64_t t_ = 0;
+};
+
+}  // namespace detail
+
 /// Options of `factored_onebit_adam`.
 struct factored_onebit_adam_options {
   adam_options adam{};  ///< lr, betas, eps, weight decay (Adam's meaning)
@@ -116,9 +225,7 @@ class factored_onebit_adam {
 
   /// Whether the ranks average their statistics at step `t` (1-based; file comment).
   [[nodiscard]] bool sync_at(std::uint64_t t) const noexcept {
-    if (t == 0) return false;
-    if (t <= opt_.sync_first) return true;
-    return opt_.sync_every != 0 && (t - opt_.sync_first) % opt_.sync_every == 0;
+    return detail::factored_sync_at(t, opt_.sync_first, opt_.sync_every);
   }
 
   /// One iteration as a collective (file comment): every rank passes the same size, tensor id
@@ -130,18 +237,12 @@ class factored_onebit_adam {
                          codec_context const& ctx = {}) {
     std::size_t const n = x.size();
     detail::check_step_spans(n, g.size(), m_.size(), "factored_onebit_adam");
-    if (opt_.rows != 0 && n % opt_.rows != 0) {
-      throw config_error("gradcomp: factored_onebit_adam got " + std::to_string(n) +
-                         " parameters, not a multiple of its rows (" + std::to_string(opt_.rows) +
-                         "; expected a rows x columns matrix)");
-    }
-    std::size_t const nstat = stat_size(n);
+    detail::check_factored_rows(n, opt_.rows, "factored_onebit_adam");
+    std::size_t const nstat = detail::factored_stat_size(n, opt_.rows);
     auto const w = static_cast<std::size_t>(comm.size());
     float const inv = 1.0f / static_cast<float>(w);
     std::uint64_t const t = t_ + 1;
     detail::adam_coefficients c = detail::adam_coefficients_for(opt_.adam, t);
-    std::vector<float> const no_stats(nstat, 0.0f);
-    std::span<float const> const old = loc_.empty() ? no_stats : std::span<float const>(loc_);
     std::span<float const> const gs = g.span();
 
     // the local momentum and this step's g*g statistics
@@ -165,20 +266,10 @@ class factored_onebit_adam {
         }
       }
     }
-    std::vector<float> loc(nstat);
-    for (std::size_t k = 0; k < nstat; ++k) {
-      loc[k] = c.b2 * old[k] + c.c2 * static_cast<float>(sq[k]);
-    }
+    std::vector<float> loc = detail::factored_statistics_update(loc_, sq, c);
     bool const sync = sync_at(t);
     std::vector<float> mean;
-    if (sync) {  // the ranks' statistics, averaged: the same on every rank
-      mean = loc;
-      comm.all_reduce(std::as_writable_bytes(std::span<float>(mean)), comm_type::f32,
-                      reduce_op::sum);
-      if (w > 1) {
-        for (float& v : mean) v = v * inv;
-      }
-    }
+    if (sync) mean = detail::factored_statistics_mean(comm, loc);  // the same on every rank
     next_.resize(n);
     collective_options co;
     co.op = reduction::sum;
@@ -196,7 +287,7 @@ class factored_onebit_adam {
     if (m_.empty()) m_.assign(n, 0.0f);
     c.bc2_sqrt = detail::adam_coefficients_for(opt_.adam, t_sync_).bc2_sqrt;
     float const bound = detail::adam_update_bound(opt_.adam);
-    std::vector<float> const& f = denominator_factors(n);
+    std::vector<float> const& f = factors_.of(synced_, opt_.rows, t_sync_);
     row = col = 0;
     for (std::size_t i = 0; i < n; ++i) {
       float const mi = w > 1 ? next_[i] * inv : next_[i];
@@ -246,18 +337,7 @@ class factored_onebit_adam {
   /// The second moment the update uses, written out (not bias-corrected):
   /// v_ij = R_i C_j / sum_k R_k for a matrix, V for a vector.
   [[nodiscard]] std::vector<float> second_moment() const {
-    if (opt_.rows == 0 || synced_.empty()) return synced_;
-    std::size_t const rows = opt_.rows, cols = synced_.size() - rows;
-    double const total = row_total();
-    std::vector<float> v(rows * cols, 0.0f);
-    if (total <= 0.0) return v;
-    for (std::size_t i = 0; i < rows; ++i) {
-      for (std::size_t j = 0; j < cols; ++j) {
-        v[i * cols + j] = static_cast<float>(static_cast<double>(synced_[i]) *
-                                             static_cast<double>(synced_[rows + j]) / total);
-      }
-    }
-    return v;
+    return detail::factored_second_moment(synced_, opt_.rows);
   }
   /// The two-way state: codecs and both sides' residuals (momentum units), keyed by shard.
   [[nodiscard]] two_way_type const& two_way() const noexcept { return tw_; }
@@ -288,11 +368,12 @@ class factored_onebit_adam {
       r.fail("saved with another sync schedule");
     std::uint64_t const t = r.get_u64(), ts = r.get_u64();
     std::vector<float> m = r.get_floats(), loc = r.get_floats(), synced = r.get_floats();
-    if ((t == 0) != m.empty() || ts != (t == 0 ? 0 : last_sync_of(t)))
+    if ((t == 0) != m.empty() ||
+        ts != (t == 0 ? 0 : detail::factored_last_sync(t, opt_.sync_first, opt_.sync_every)))
       r.fail("its step count and last sync do not match the schedule");
     if (opt_.rows != 0 && m.size() % opt_.rows != 0)
       r.fail("its size is not a multiple of its rows");
-    std::size_t const nstat = t == 0 ? 0 : stat_size(m.size());
+    std::size_t const nstat = t == 0 ? 0 : detail::factored_stat_size(m.size(), opt_.rows);
     if (loc.size() != nstat || synced.size() != nstat) r.fail("its statistics have the wrong size");
     two_way_type tw = tw_;
     std::vector<std::byte> const tstate = r.get_bytes();
@@ -303,57 +384,18 @@ class factored_onebit_adam {
     m_ = std::move(m);
     loc_ = std::move(loc);
     synced_ = std::move(synced);
-    factors_.clear();
+    factors_ = {};
     tw_ = std::move(tw);
   }
 
  private:
-  [[nodiscard]] std::size_t stat_size(std::size_t n) const noexcept {
-    return opt_.rows == 0 ? n : opt_.rows + n / opt_.rows;
-  }
-
-  // The last sync step at or before t (t >= 1).
-  [[nodiscard]] std::uint64_t last_sync_of(std::uint64_t t) const noexcept {
-    if (t <= opt_.sync_first || opt_.sync_every == 0) return std::min(t, opt_.sync_first);
-    return opt_.sync_first + (t - opt_.sync_first) / opt_.sync_every * opt_.sync_every;
-  }
-
-  [[nodiscard]] double row_total() const noexcept {
-    double total = 0.0;
-    for (std::size_t i = 0; i < opt_.rows; ++i) total += static_cast<double>(synced_[i]);
-    return total;
-  }
-
-  // sqrt of the agreed statistics, cached per sync: vector sqrt(V_i); matrix sqrt(R_i / sum R)
-  // then sqrt(C_j), so that sqrt(v_ij) = f_i * f_(rows+j).
-  std::vector<float> const& denominator_factors(std::size_t n) {
-    if (factors_t_ == t_sync_ && factors_.size() == synced_.size()) return factors_;
-    factors_.assign(synced_.size(), 0.0f);
-    if (opt_.rows == 0) {
-      for (std::size_t i = 0; i < n; ++i) factors_[i] = std::sqrt(synced_[i]);
-    } else {
-      double const total = row_total();
-      for (std::size_t i = 0; i < opt_.rows; ++i) {
-        factors_[i] = total > 0.0
-                          ? static_cast<float>(std::sqrt(static_cast<double>(synced_[i]) / total))
-                          : 0.0f;
-      }
-      for (std::size_t j = opt_.rows; j < synced_.size(); ++j) {
-        factors_[j] = std::sqrt(synced_[j]);
-      }
-    }
-    factors_t_ = t_sync_;
-    return factors_;
-  }
-
   factored_onebit_adam_options opt_;
   two_way_type tw_;
   std::uint64_t t_ = 0, t_sync_ = 0;
   std::vector<float> m_;        // the agreed momentum
   std::vector<float> loc_;      // this rank's statistics
   std::vector<float> synced_;   // the statistics of the last sync (every rank alike)
-  std::vector<float> factors_;  // cache of denominator_factors (derived from synced_)
-  std::uint64_t factors_t_ = 0;
+  detail::factored_denominators factors_;  // sqrt factors of synced_, cached per sync
   std::vector<float> local_, next_;
 };
 

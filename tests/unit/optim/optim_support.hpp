@@ -7,13 +7,16 @@
 // in one thread.
 
 #include <gradcomp/collective/two_way.hpp>
+#include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/optim/adam.hpp>
 
 #include "../support/codec_support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -115,6 +118,52 @@ std::vector<double> two_way_residual_mass(TwoWay const& tw, gradcomp::tensor_id 
     if (sh == rank) add(tw.server_residual(key));
   }
   return res;
+}
+
+// The error-feedback conservation check of the 1-bit Adam optimizers that compress each rank's
+// momentum: runs `steps` steps of the optimizer `make()` returns on `world` in-process ranks
+// over problem `p` (tensor `id`) and returns, per element, the sums over the steps and ranks
+// of what the ranks compressed (`local(opt)` after each step) minus what was delivered
+// (W * `delivered(opt)`) minus what the residuals still hold, and the largest |sum compressed|
+// and |residual| (the scale and the control). Conservation: the first is rounding only.
+struct conservation_result {
+  double worst = 0.0, scale = 0.0, lag = 0.0;
+};
+template <class Make, class Local, class Delivered>
+conservation_result check_two_way_conservation(quadratic_problem const& p, int world,
+                                               gradcomp::tensor_id id, std::uint64_t steps,
+                                               Make make, Local local, Delivered delivered) {
+  std::mutex mu;
+  std::vector<double> out(p.d, 0.0), given(p.d, 0.0), left(p.d, 0.0);
+  gradcomp::run_in_process(world, [&](gradcomp::in_process_communicator& comm) {
+    auto const r = static_cast<std::size_t>(comm.rank());
+    auto opt = make();
+    std::vector<float> x(p.d, 0.0f);
+    std::vector<double> mine(p.d, 0.0), got(p.d, 0.0);
+    for (std::uint64_t s = 0; s < steps; ++s) {
+      std::vector<float> const g = p.gradient(r, x, s);
+      opt.step(comm, x, tensor_of(g, id), step_context(s));
+      for (std::size_t i = 0; i < p.d; ++i) {
+        mine[i] += local(opt)[i];
+        got[i] += static_cast<double>(delivered(opt)[i]) * world;
+      }
+    }
+    std::vector<double> const res = two_way_residual_mass(
+        opt.two_way(), id, p.d, static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(world));
+    std::lock_guard<std::mutex> lock(mu);
+    for (std::size_t i = 0; i < p.d; ++i) {
+      given[i] += mine[i];
+      left[i] += res[i];
+      if (r == 0) out[i] = got[i];
+    }
+  });
+  conservation_result c;
+  for (std::size_t i = 0; i < p.d; ++i) {
+    c.worst = std::max(c.worst, std::abs(given[i] - out[i] - left[i]));
+    c.scale = std::max(c.scale, std::abs(given[i]));
+    c.lag = std::max(c.lag, std::abs(left[i]));
+  }
+  return c;
 }
 
 }  // namespace gradcomp_test

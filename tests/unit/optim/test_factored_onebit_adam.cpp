@@ -236,35 +236,11 @@ TEST_CASE("factored_onebit_adam: error feedback conserves the momentum's mass",
   // equals the sum of the ranks' local momenta.
   constexpr int world = 2;  // a power of two: W * m is the decoded sum exactly
   quadratic_problem const p(world, 5 * 9, true, 0.5, 9);
-  std::mutex mu;
-  std::vector<double> delivered(p.d, 0.0), given(p.d, 0.0), left(p.d, 0.0);
-  REQUIRE_NOTHROW(gc::run_in_process(world, [&](gc::in_process_communicator& comm) {
-    auto const r = static_cast<std::size_t>(comm.rank());
-    fadam opt(gc::make_codec("onebit"), {.adam = {.lr = 0.01}, .rows = 5});
-    std::vector<float> x(p.d, 0.0f);
-    std::vector<double> mine(p.d, 0.0), got(p.d, 0.0);
-    for (std::uint64_t s = 0; s < 25; ++s) {
-      opt.step(comm, x, view(p.gradient(r, x, s)), context(s));
-      for (std::size_t i = 0; i < p.d; ++i) {
-        mine[i] += opt.local_momentum()[i];
-        got[i] += static_cast<double>(opt.first_moment()[i]) * world;
-      }
-    }
-    std::vector<double> const res = two_way_residual_mass(opt.two_way(), gc::tensor_id{5}, p.d,
-                                                          static_cast<std::uint32_t>(r), world);
-    std::lock_guard<std::mutex> lock(mu);
-    for (std::size_t i = 0; i < p.d; ++i) {
-      given[i] += mine[i];
-      left[i] += res[i];
-      if (r == 0) delivered[i] = got[i];
-    }
-  }));
-  double worst = 0.0, scale = 0.0, lag = 0.0;
-  for (std::size_t i = 0; i < p.d; ++i) {
-    worst = std::max(worst, std::abs(given[i] - delivered[i] - left[i]));
-    scale = std::max(scale, std::abs(given[i]));
-    lag = std::max(lag, std::abs(left[i]));
-  }
+  gradcomp_test::conservation_result const c = gradcomp_test::check_two_way_conservation(
+      p, world, gc::tensor_id{5}, 25,
+      [] { return fadam(gc::make_codec("onebit"), {.adam = {.lr = 0.01}, .rows = 5}); },
+      [](auto const& o) { return o.local_momentum(); }, [](auto const& o) { return o.first_moment(); });
+  double const worst = c.worst, scale = c.scale, lag = c.lag;
   INFO(worst << " of " << scale << ", residuals up to " << lag);
   CHECK(scale > 1.0);
   CHECK(lag > 1e-3 * scale);  // control: onebit did leave mass in the residuals
