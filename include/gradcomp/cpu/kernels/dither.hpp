@@ -390,6 +390,93 @@ GRADCOMP_TARGET_AVX512 inline __m512 dither_values16(__m512i c, __m512 step, dit
   return _mm512_mask_xor_ps(v, neg, v, _mm512_set1_ps(-0.0f));
 }
 
+// Codes of width <= 5 (sign and a level below 16: QSGD s <= 15, TernGrad, dithering with at
+// most 15 levels) decode by table: the 32 possible codes' magnitudes and signs are set once
+// per call, each group scales them by its bucket's step (the same product and clamp
+// dither_value computes, so the values are the same bits), and a window is one two-register
+// permute. A 32-bit mask marks the canonical codes.
+inline constexpr unsigned dither_table_width = 5;
+
+struct dither_decode_table {
+  __m512 mag_lo, mag_hi;     // level of codes 0..15 and 16..31
+  __mmask16 neg_lo, neg_hi;  // codes with the sign bit set
+  __m512i canonical;         // bit c set: code c is canonical
+};
+
+GRADCOMP_TARGET_AVX512 inline dither_decode_table make_dither_decode_table(dither_shape const& sh) noexcept {
+  alignas(64) float mag[32] = {};
+  std::uint32_t neg = 0, canonical = 0;
+  for (std::uint32_t c = 0; c < (1u << sh.width) && c < 32; ++c) {
+    std::uint32_t const q = c & ((1u << (sh.width - 1)) - 1u);
+    bool const n = (c >> (sh.width - 1)) != 0;
+    if (q <= sh.s && !(n && q == 0)) canonical |= 1u << c;
+    if (n) neg |= 1u << c;
+    mag[c] = !sh.natural ? static_cast<float>(q)
+                         : (q == 0 ? 0.0f : std::bit_cast<float>((q + 126u) << 23));
+  }
+  return {_mm512_load_ps(mag), _mm512_load_ps(mag + 16), static_cast<__mmask16>(neg & 0xffffu),
+          static_cast<__mmask16>(neg >> 16), _mm512_set1_epi32(static_cast<int>(canonical))};
+}
+
+// The 16 codes of a window of width W <= 8 from one 16-byte load: each dword gathers the two
+// bytes holding its bits (a byte shuffle inside the broadcast 128-bit lanes), then shifts and
+// masks. Reads 16 bytes from src, like unpack16_overlapping.
+template <unsigned W>
+struct unpack_shuffle {
+  static_assert(W >= 2 && W <= 8);
+  alignas(64) std::uint8_t bytes[64];
+  alignas(64) std::uint32_t shifts[16];
+  constexpr unpack_shuffle() : bytes{}, shifts{} {
+    for (unsigned i = 0; i < 16; ++i) {
+      unsigned const bit = i * W;
+      bytes[4 * i] = static_cast<std::uint8_t>(bit / 8);
+      bytes[4 * i + 1] = bit % 8 + W > 8 ? static_cast<std::uint8_t>(bit / 8 + 1) : 0x80;
+      bytes[4 * i + 2] = 0x80;
+      bytes[4 * i + 3] = 0x80;
+      shifts[i] = bit % 8;
+    }
+  }
+};
+template <unsigned W>
+inline constexpr unpack_shuffle<W> unpack_shuffle_v{};
+
+template <unsigned W>
+GRADCOMP_TARGET_AVX512 inline __m512i unpack16_shuffle(std::byte const* src) noexcept {
+  __m512i const v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<__m128i const*>(src)));
+  __m512i const g = _mm512_shuffle_epi8(v, _mm512_load_si512(unpack_shuffle_v<W>.bytes));
+  return _mm512_and_si512(_mm512_srlv_epi32(g, _mm512_load_si512(unpack_shuffle_v<W>.shifts)),
+                          _mm512_set1_epi32(static_cast<int>((1u << W) - 1u)));
+}
+
+template <unsigned W>
+GRADCOMP_TARGET_AVX512 inline __mmask16 dither_decode_group_table(std::byte const* src, float step_s,
+                                                                  dither_decode_table const& t,
+                                                                  float* out, float alpha, bool add,
+                                                                  bool stream) noexcept {
+  __m512 const step = _mm512_set1_ps(step_s);
+  __m512 const big = _mm512_set1_ps(FLT_MAX);
+  __m512 const sign = _mm512_set1_ps(-0.0f);
+  __m512 lo = _mm512_min_ps(_mm512_mul_ps(t.mag_lo, step), big);
+  __m512 hi = _mm512_min_ps(_mm512_mul_ps(t.mag_hi, step), big);
+  lo = _mm512_mask_xor_ps(lo, t.neg_lo, lo, sign);
+  hi = _mm512_mask_xor_ps(hi, t.neg_hi, hi, sign);
+  __m512 const a = _mm512_set1_ps(alpha);
+  __m512i const one = _mm512_set1_epi32(1);
+  __mmask16 bad = 0;
+  for (unsigned k = 0; k < 8; ++k) {
+    __m512i const c = unpack16_shuffle<W>(src + 2 * W * k);
+    bad = static_cast<__mmask16>(bad | _mm512_testn_epi32_mask(_mm512_srlv_epi32(t.canonical, c), one));
+    __m512 v = _mm512_permutex2var_ps(lo, c, hi);
+    if (add) v = _mm512_fmadd_ps(a, v, _mm512_loadu_ps(out + 16 * k));
+    if (stream) {
+      _mm512_stream_ps(out + 16 * k, v);
+    } else {
+      _mm512_storeu_ps(out + 16 * k, v);
+    }
+  }
+  return bad;
+}
+
 template <unsigned W>
 GRADCOMP_TARGET_AVX512 inline __mmask16 dither_decode_group_fast(std::byte const* src, float step_s,
                                                                  dither_shape const& sh, float* out,
@@ -433,6 +520,20 @@ GRADCOMP_TARGET_AVX512 inline bool dither_decode(isa_tag, std::byte const* codes
   stream = stream && !add && bytes_to_alignment(out + begin, 64) == 0;
   // Fast path: whole 128-element groups in one bucket with a full group after them (the
   // overlapping loads stay inside the code stream).
+  if (sh.width <= dither_table_width) {
+    dither_decode_table const t = make_dither_decode_table(sh);
+    while (w0 % 128 == 0 && w0 + 256 <= end && cur.advance(w0, 128)) {
+      std::byte const* src = codes + (w0 / 16) * 2 * sh.width;
+      float const step = steps[cur.index()];
+      switch (sh.width) {
+        case 2: bad |= dither_decode_group_table<2>(src, step, t, out + w0, alpha, add, stream); break;
+        case 3: bad |= dither_decode_group_table<3>(src, step, t, out + w0, alpha, add, stream); break;
+        case 4: bad |= dither_decode_group_table<4>(src, step, t, out + w0, alpha, add, stream); break;
+        default: bad |= dither_decode_group_table<5>(src, step, t, out + w0, alpha, add, stream); break;
+      }
+      w0 += 128;
+    }
+  }
   while (w0 % 128 == 0 && w0 + 256 <= end && cur.advance(w0, 128)) {
     bad |= dither_decode_group_fast(sh.width, codes + (w0 / 16) * 2 * sh.width, steps[cur.index()],
                                     sh, out + w0, alpha, add, stream);
