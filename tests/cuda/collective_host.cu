@@ -10,11 +10,11 @@
 // - host emulation (a mock of what needs a GPU): this file is built with Thrust's CPP device
 //   system, so "device" memory is host memory that cuda/memory.cuh records as device
 //   allocations, kernels run on the calling thread, and streams are ignored. The communicator
-//   is `emulated_nccl` (emulated_nccl.cuh), an in-process communicator that follows the NCCL adapter's contract
-//   (comm/nccl.cuh: any span may be host or device memory, told apart by its pointer; a rank
-//   that fails or disappears fails every peer with comm_error) and records which operations
-//   carried device payloads and which carried host control messages. NCCL itself, the device
-//   staging of host messages, the timeout and abort run only in tests/cuda/nccl_comm.cu on a
+//   is `emulated_nccl` (emulated_nccl.cuh), an in-process communicator that follows the NCCL
+//   adapter's contract (comm/nccl.cuh: any span may be host or device memory, told apart by its
+//   pointer; a rank that fails or disappears fails every peer with comm_error) and records which
+//   operations carried device payloads and which carried host control messages. NCCL itself, the
+//   device staging of host messages, the timeout and abort run only in tests/cuda/nccl_comm.cu on a
 //   GPU.
 //
 // Every device result is compared byte for byte with the CPU collective's on the same inputs,
@@ -51,7 +51,6 @@
 
 using gc::cuda::memory_kind;
 using gc::cuda::memory_kind_of;
-
 
 using gct::emulated_nccl;
 using gct::traffic;

@@ -34,8 +34,10 @@ struct traffic {
   std::size_t mixed = 0;         // operations mixing host and device buffers
 
   void note(std::span<std::byte const> a, std::span<std::byte const> b, std::size_t sent) {
-    bool const da = !a.empty() && gc::cuda::memory_kind_of(a.data()) == gc::cuda::memory_kind::device;
-    bool const db = !b.empty() && gc::cuda::memory_kind_of(b.data()) == gc::cuda::memory_kind::device;
+    bool const da =
+        !a.empty() && gc::cuda::memory_kind_of(a.data()) == gc::cuda::memory_kind::device;
+    bool const db =
+        !b.empty() && gc::cuda::memory_kind_of(b.data()) == gc::cuda::memory_kind::device;
     bool const ha = !a.empty() && !da;
     bool const hb = !b.empty() && !db;
     std::lock_guard lock(mutex);
@@ -54,7 +56,8 @@ class emulated_nccl : public gc::blocking_operations<emulated_nccl> {
  public:
   using communicator_concept = gc::communicator_tag;
 
-  emulated_nccl(gc::in_process_communicator inner, traffic& log) : inner_(std::move(inner)), log_(&log) {}
+  emulated_nccl(gc::in_process_communicator inner, traffic& log)
+      : inner_(std::move(inner)), log_(&log) {}
 
   [[nodiscard]] int rank() const noexcept { return inner_.rank(); }
   [[nodiscard]] int size() const noexcept { return inner_.size(); }
@@ -68,8 +71,8 @@ class emulated_nccl : public gc::blocking_operations<emulated_nccl> {
     log_->note(buf, {}, buf.size());
     return inner_.iall_reduce(buf, t, op);
   }
-  gc::request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, gc::comm_type t,
-                              gc::reduce_op op) {
+  gc::request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out,
+                              gc::comm_type t, gc::reduce_op op) {
     log_->note(in, out, in.size());
     return inner_.ireduce_scatter(in, out, t, op);
   }
@@ -82,8 +85,8 @@ class emulated_nccl : public gc::blocking_operations<emulated_nccl> {
     log_->note(in, out, in.size());
     return inner_.iall_gather_v(in, out, counts);
   }
-  gc::request iall_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> sc, std::span<std::byte> out,
-                            std::span<std::size_t const> rc) {
+  gc::request iall_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> sc,
+                            std::span<std::byte> out, std::span<std::size_t const> rc) {
     log_->note(in, out, in.size());
     return inner_.iall_to_all_v(in, sc, out, rc);
   }

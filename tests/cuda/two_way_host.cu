@@ -96,7 +96,8 @@ gc::codec_context rank_context(int r, std::uint32_t step) {
 }
 
 bool same_bits(std::vector<float> const& a, std::vector<float> const& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 gc::shard_key key(gc::tensor_id t, std::size_t s, int w) {
@@ -115,13 +116,16 @@ struct rank_state {
 template <class TwoWay>
 void read_residuals(TwoWay const& tw, gc::tensor_id t, int r, int w, rank_state& st) {
   st.worker.clear();
-  for (std::size_t s = 0; s < static_cast<std::size_t>(w); ++s) st.worker.push_back(to_host(tw.worker_residual(key(t, s, w))));
+  for (std::size_t s = 0; s < static_cast<std::size_t>(w); ++s)
+    st.worker.push_back(to_host(tw.worker_residual(key(t, s, w))));
   st.server = to_host(tw.server_residual(key(t, static_cast<std::size_t>(r), w)));
 }
 
 template <class TwoWay>
 bool residuals_on_device(TwoWay const& tw, gc::tensor_id t, int r, int w) {
-  auto on_device = [](std::span<float const> e) { return e.empty() || memory_kind_of(e.data()) == memory_kind::device; };
+  auto on_device = [](std::span<float const> e) {
+    return e.empty() || memory_kind_of(e.data()) == memory_kind::device;
+  };
   for (std::size_t s = 0; s < static_cast<std::size_t>(w); ++s) {
     if (!on_device(tw.worker_residual(key(t, s, w)))) return false;
   }
@@ -151,10 +155,12 @@ void for_each_two_way_codec(Fn&& fn) {
   using r = gc::int8_rounding;
   fn("fp16", gc::fp16_codec{}, gc::cuda::fp16_codec{});
   fn("int8", gc::int8_codec{}, gc::cuda::int8_codec{});
-  fn("int8:bucket=100,rounding=stochastic", gc::int8_codec{100, r::stochastic}, gc::cuda::int8_codec{100, r::stochastic});
+  fn("int8:bucket=100,rounding=stochastic", gc::int8_codec{100, r::stochastic},
+     gc::cuda::int8_codec{100, r::stochastic});
   fn("onebit", gc::onebit_codec{}, gc::cuda::onebit_codec{});
   fn("qsgd", gc::qsgd_codec{}, gc::cuda::qsgd_codec{});
-  fn("dithering:levels=5,norm=l2,bucket=16", gc::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16},
+  fn("dithering:levels=5,norm=l2,bucket=16",
+     gc::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16},
      gc::cuda::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16});
 }
 
@@ -163,11 +169,12 @@ void for_each_two_way_codec(Fn&& fn) {
 // (the codec's own residual feedback, or no_feedback); compares every step. `contributes(r,
 // step)` false: rank r passes an empty gradient at that step.
 template <bool Feedback, class CpuCodec, class DevCodec, class Contributes>
-void compare_runs(CpuCodec const& codec, DevCodec const& dev, int w, std::size_t n, gc::reduction op, int steps,
-                  Contributes&& contributes) {
+void compare_runs(CpuCodec const& codec, DevCodec const& dev, int w, std::size_t n,
+                  gc::reduction op, int steps, Contributes&& contributes) {
   using cpu_fb = std::conditional_t<Feedback, gc::residual_feedback, gc::no_feedback>;
   using dev_codec = gc::cuda::stream_codec<DevCodec>;
-  using dev_fb = std::conditional_t<Feedback, gc::residual_feedback_for<dev_codec>, gc::no_feedback>;
+  using dev_fb =
+      std::conditional_t<Feedback, gc::residual_feedback_for<dev_codec>, gc::no_feedback>;
   using cpu_tw = gc::two_way_compressor<CpuCodec, cpu_fb, cpu_fb>;
   using dev_tw = gc::two_way_compressor<dev_codec, dev_fb, dev_fb>;
   gc::tensor_id const id{21};
@@ -197,9 +204,10 @@ void compare_runs(CpuCodec const& codec, DevCodec const& dev, int w, std::size_t
       gc::cuda::device_buffer g = to_device(hg);
       gc::cuda::device_buffer out = to_device(std::vector<float>(n, -7.0f));
       auto& st = got[static_cast<std::size_t>(r)];
-      st.res = gc::all_reduce_two_way(comm, devs[static_cast<std::size_t>(r)],
-                                      gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())), id),
-                                      floats(out, n), rank_context(r, s), {.op = op});
+      st.res = gc::all_reduce_two_way(
+          comm, devs[static_cast<std::size_t>(r)],
+          gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())), id),
+          floats(out, n), rank_context(r, s), {.op = op});
       st.out = to_host(floats(out, n));
       RANK_REQUIRE(residuals_on_device(devs[static_cast<std::size_t>(r)], id, r, w));
       read_residuals(devs[static_cast<std::size_t>(r)], id, r, w, st);
@@ -232,8 +240,10 @@ TEST_CASE("cuda two-way: device codecs name their device residual feedback", "[c
   static_assert(gc::one_phase_feedback<gc::no_feedback, dev>);
   static_assert(gc::one_phase_feedback<gc::residual_feedback, gc::int8_codec>);
   // The CPU default is unchanged: the same type as before.
-  static_assert(std::is_same_v<gc::two_way_compressor<gc::int8_codec>,
-                               gc::two_way_compressor<gc::int8_codec, gc::residual_feedback, gc::residual_feedback>>);
+  static_assert(
+      std::is_same_v<
+          gc::two_way_compressor<gc::int8_codec>,
+          gc::two_way_compressor<gc::int8_codec, gc::residual_feedback, gc::residual_feedback>>);
   static_assert(std::is_same_v<gc::two_way_compressor<dev>::memory_type, gc::cuda::device_memory>);
   static_assert(gc::two_way_compressor<gc::int8_codec>::memory_type::on_host);
   // Saving and loading the state is for host codecs.
@@ -255,25 +265,30 @@ TEST_CASE("cuda two-way: all_reduce_two_way with device error feedback equals th
   });
 }
 
-TEST_CASE("cuda two-way: all_reduce_two_way without error feedback equals the CPU collective", "[cuda][two_way]") {
+TEST_CASE("cuda two-way: all_reduce_two_way without error feedback equals the CPU collective",
+          "[cuda][two_way]") {
   for_each_two_way_codec([](char const* name, auto cpu, auto dev) {
     for (int w : {2, 4}) {
       INFO(name << ", " << w << " ranks");
-      compare_runs<false>(cpu, dev, w, 1000, gc::reduction::average, 2, [](int, int) { return true; });
+      compare_runs<false>(cpu, dev, w, 1000, gc::reduction::average, 2,
+                          [](int, int) { return true; });
     }
   });
 }
 
-TEST_CASE("cuda two-way: a rank without a gradient, on device memory, as on the CPU", "[cuda][two_way][feedback]") {
+TEST_CASE("cuda two-way: a rank without a gradient, on device memory, as on the CPU",
+          "[cuda][two_way][feedback]") {
   for_each_two_way_codec([](char const* name, auto cpu, auto dev) {
     INFO(name);
     // Rank 1 sits out the second step: its worker residuals stay, it still serves its shard.
-    compare_runs<true>(cpu, dev, 3, 777, gc::reduction::average, 3, [](int r, int step) { return !(r == 1 && step == 1); });
+    compare_runs<true>(cpu, dev, 3, 777, gc::reduction::average, 3,
+                       [](int r, int step) { return !(r == 1 && step == 1); });
   });
 }
 
-TEST_CASE("cuda two-way: reduce_shard sums, scales and re-compresses on device memory as on the CPU",
-          "[cuda][two_way][feedback]") {
+TEST_CASE(
+    "cuda two-way: reduce_shard sums, scales and re-compresses on device memory as on the CPU",
+    "[cuda][two_way][feedback]") {
   std::size_t const n = 1500;
   gc::int8_codec const cpu_codec;
   gc::cuda::stream_codec<gc::cuda::int8_codec> const dev_codec;
@@ -288,7 +303,8 @@ TEST_CASE("cuda two-way: reduce_shard sums, scales and re-compresses on device m
     for (int r = 0; r < 3; ++r) {
       std::vector<float> const g = gradient(n, r, step);
       std::vector<std::byte> p(cpu_codec.max_compressed_bytes(n));
-      p.resize(cpu_codec.compress(gc::tensor_view<float const>(std::span<float const>(g)), std::span<std::byte>(p), ctx));
+      p.resize(cpu_codec.compress(gc::tensor_view<float const>(std::span<float const>(g)),
+                                  std::span<std::byte>(p), ctx));
       if (r == 2) p.clear();
       host_packets.push_back(std::move(p));
     }
@@ -306,7 +322,8 @@ TEST_CASE("cuda two-way: reduce_shard sums, scales and re-compresses on device m
     std::vector<std::byte> out_cpu(cpu_codec.max_compressed_bytes(n));
     gc::cuda::device_buffer out_dev;
     out_dev.resize(out_cpu.size());
-    std::size_t const bc = cpu.reduce_shard(hp, n, k, 0.5f, std::span<std::byte>(out_cpu), ctx, &got_cpu);
+    std::size_t const bc =
+        cpu.reduce_shard(hp, n, k, 0.5f, std::span<std::byte>(out_cpu), ctx, &got_cpu);
     std::size_t const bd = dev.reduce_shard(dp, n, k, 0.5f, out_dev.span(), ctx, &got_dev);
     REQUIRE(bc == bd);
     CHECK(std::memcmp(out_cpu.data(), out_dev.data(), bc) == 0);
@@ -366,7 +383,8 @@ std::vector<thrown> run_failing(int w, Body&& body) {
 
 }  // namespace
 
-TEST_CASE("cuda two-way: bad inputs fail the device step as the CPU step, residuals kept", "[cuda][two_way][failure]") {
+TEST_CASE("cuda two-way: bad inputs fail the device step as the CPU step, residuals kept",
+          "[cuda][two_way][failure]") {
   using cpu_tw = gc::two_way_compressor<gc::int8_codec>;
   using dev_tw = gc::two_way_compressor<gc::cuda::stream_codec<gc::cuda::int8_codec>>;
   gc::tensor_id const id{3};
@@ -381,26 +399,31 @@ TEST_CASE("cuda two-way: bad inputs fail the device step as the CPU step, residu
                         gc::collective_options opt = {}, gc::tensor_id t = gc::tensor_id{3}) {
       std::vector<float> out(hg.size());
       gc::all_reduce_two_way(comm, cpus[static_cast<std::size_t>(r)],
-                             gc::tensor_view<float const>(std::span<float const>(hg), t), std::span<float>(out),
-                             rank_context(r, 1), opt);
+                             gc::tensor_view<float const>(std::span<float const>(hg), t),
+                             std::span<float>(out), rank_context(r, 1), opt);
     };
-    auto dev_step = [&](emulated_nccl& comm, int r, std::vector<float> const& hg, gc::collective_options opt = {},
-                        gc::tensor_id t = gc::tensor_id{3}) {
+    auto dev_step = [&](emulated_nccl& comm, int r, std::vector<float> const& hg,
+                        gc::collective_options opt = {}, gc::tensor_id t = gc::tensor_id{3}) {
       gc::cuda::device_buffer g = to_device(hg);
       gc::cuda::device_buffer out = to_device(std::vector<float>(hg.size()));
-      gc::all_reduce_two_way(comm, devs[static_cast<std::size_t>(r)],
-                             gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())), t),
-                             floats(out, hg.size()), rank_context(r, 1), opt);
+      gc::all_reduce_two_way(
+          comm, devs[static_cast<std::size_t>(r)],
+          gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())), t),
+          floats(out, hg.size()), rank_context(r, 1), opt);
     };
     // A first step that succeeds everywhere, so that every residual exists.
-    for (thrown t : run_failing<false>(w, [&](auto& comm, int r) { cpu_step(comm, r, gradient(n, r, 0)); })) {
+    for (thrown t :
+         run_failing<false>(w, [&](auto&comm, int r) { cpu_step(comm, r, gradient(n, r, 0)); })) {
       CHECK(t == thrown::nothing);
     }
-    for (thrown t : run_failing<true>(w, [&](auto& comm, int r) { dev_step(comm, r, gradient(n, r, 0)); })) {
+    for (thrown t :
+         run_failing<true>(w, [&](auto&comm, int r) { dev_step(comm, r, gradient(n, r, 0)); })) {
       CHECK(t == thrown::nothing);
     }
     std::vector<rank_state> before(static_cast<std::size_t>(w));
-    for (int r = 0; r < w; ++r) read_residuals(devs[static_cast<std::size_t>(r)], id, r, w, before[static_cast<std::size_t>(r)]);
+    for (int r = 0; r < w; ++r)
+      read_residuals(devs[static_cast<std::size_t>(r)], id, r, w,
+                     before[static_cast<std::size_t>(r)]);
 
     // Rank 1's tensor has another size. A tensor without residuals yet: the agreement round's
     // fingerprints differ, config_error on every rank. The tensor of the first step: rank 1's
@@ -408,14 +431,19 @@ TEST_CASE("cuda two-way: bad inputs fail the device step as the CPU step, residu
     // Both as on the CPU.
     auto grad_of = [&](int r) { return gradient(r == 1 ? n + 1 : n, r, 1); };
     gc::tensor_id const fresh{33};
-    auto const size_cpu = run_failing<false>(w, [&](auto& comm, int r) { cpu_step(comm, r, grad_of(r), {}, fresh); });
-    auto const size_dev = run_failing<true>(w, [&](auto& comm, int r) { dev_step(comm, r, grad_of(r), {}, fresh); });
+    auto const size_cpu =
+        run_failing<false>(w, [&](auto& comm, int r) { cpu_step(comm, r, grad_of(r), {}, fresh); });
+    auto const size_dev =
+        run_failing<true>(w, [&](auto& comm, int r) { dev_step(comm, r, grad_of(r), {}, fresh); });
     CHECK(size_cpu == size_dev);
     for (thrown t : size_dev) CHECK(t == thrown::config);
-    auto const state_cpu = run_failing<false>(w, [&](auto& comm, int r) { cpu_step(comm, r, grad_of(r)); });
-    auto const state_dev = run_failing<true>(w, [&](auto& comm, int r) { dev_step(comm, r, grad_of(r)); });
+    auto const state_cpu =
+        run_failing<false>(w, [&](auto& comm, int r) { cpu_step(comm, r, grad_of(r)); });
+    auto const state_dev =
+        run_failing<true>(w, [&](auto& comm, int r) { dev_step(comm, r, grad_of(r)); });
     CHECK(state_cpu == state_dev);
-    for (int r = 0; r < w; ++r) CHECK(state_dev[static_cast<std::size_t>(r)] == (r == 1 ? thrown::config : thrown::comm));
+    for (int r = 0; r < w; ++r)
+      CHECK(state_dev[static_cast<std::size_t>(r)] == (r == 1 ? thrown::config : thrown::comm));
 
     // A NaN in rank 1's gradient: numeric_error there, comm_error elsewhere, as on the CPU.
     auto nan_of = [&](int r) {
@@ -423,10 +451,13 @@ TEST_CASE("cuda two-way: bad inputs fail the device step as the CPU step, residu
       if (r == 1) g[n - 2] = std::nanf("");
       return g;
     };
-    auto const nan_cpu = run_failing<false>(w, [&](auto& comm, int r) { cpu_step(comm, r, nan_of(r)); });
-    auto const nan_dev = run_failing<true>(w, [&](auto& comm, int r) { dev_step(comm, r, nan_of(r)); });
+    auto const nan_cpu =
+        run_failing<false>(w, [&](auto& comm, int r) { cpu_step(comm, r, nan_of(r)); });
+    auto const nan_dev =
+        run_failing<true>(w, [&](auto& comm, int r) { dev_step(comm, r, nan_of(r)); });
     CHECK(nan_cpu == nan_dev);
-    for (int r = 0; r < w; ++r) CHECK(nan_dev[static_cast<std::size_t>(r)] == (r == 1 ? thrown::numeric : thrown::comm));
+    for (int r = 0; r < w; ++r)
+      CHECK(nan_dev[static_cast<std::size_t>(r)] == (r == 1 ? thrown::numeric : thrown::comm));
 
     // The last rank disappears before the collective: comm_error on the others, as on the CPU.
     auto const gone_cpu = run_failing<false>(w, [&](auto& comm, int r) {
@@ -441,9 +472,8 @@ TEST_CASE("cuda two-way: bad inputs fail the device step as the CPU step, residu
     for (int r = 0; r + 1 < w; ++r) CHECK(gone_dev[static_cast<std::size_t>(r)] == thrown::comm);
 
     // The checksum option reads payloads on the host: config_error on every device rank.
-    auto const sum_dev = run_failing<true>(w, [&](auto& comm, int r) {
-      dev_step(comm, r, gradient(n, r, 1), {.checksum = true});
-    });
+    auto const sum_dev = run_failing<true>(
+        w, [&](auto& comm, int r) { dev_step(comm, r, gradient(n, r, 1), {.checksum = true}); });
     for (thrown t : sum_dev) CHECK(t == thrown::config);
 
     // No failed step changed a residual (the steps that got as far as compressing were rolled
@@ -453,7 +483,8 @@ TEST_CASE("cuda two-way: bad inputs fail the device step as the CPU step, residu
       rank_state after, none;
       read_residuals(devs[static_cast<std::size_t>(r)], id, r, w, after);
       auto const& b = before[static_cast<std::size_t>(r)];
-      for (std::size_t s = 0; s < b.worker.size(); ++s) CHECK(same_bits(b.worker[s], after.worker[s]));
+      for (std::size_t s = 0; s < b.worker.size(); ++s)
+        CHECK(same_bits(b.worker[s], after.worker[s]));
       CHECK(same_bits(b.server, after.server));
       CHECK(!b.server.empty());
       read_residuals(devs[static_cast<std::size_t>(r)], fresh, r, w, none);

@@ -119,7 +119,8 @@ template <communicator Comm, class TwoWay>
 collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> grad, std::span<float> out,
                                codec_context const& ctx = {}, ps_options const& opt = {}) {
   static_assert(TwoWay::memory_type::on_host,
-                "parameter-server mode keeps its packets on the host: use all_reduce_two_way with a device codec");
+                "parameter-server mode keeps its packets on the host: use all_reduce_two_way with "
+                "a device codec");
   detail::check_ps(comm, opt);
   if (is_server(comm, opt)) throw config_error("gradcomp: ps_push_pull called on server rank " + std::to_string(comm.rank()));
   detail::check_contribution(grad.size(), out.size(), "ps_push_pull");
@@ -237,7 +238,8 @@ template <communicator Comm, class TwoWay>
 collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, codec_context const& ctx = {},
                            ps_options const& opt = {}) {
   static_assert(TwoWay::memory_type::on_host,
-                "parameter-server mode keeps its packets on the host: use all_reduce_two_way with a device codec");
+                "parameter-server mode keeps its packets on the host: use all_reduce_two_way with "
+                "a device codec");
   detail::check_ps(comm, opt);
   if (!is_server(comm, opt)) throw config_error("gradcomp: ps_serve called on worker rank " + std::to_string(comm.rank()));
   auto const k = static_cast<std::size_t>(opt.servers);

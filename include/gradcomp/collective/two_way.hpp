@@ -50,8 +50,8 @@
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
-#include <gradcomp/core/serialize.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/serialize.hpp>
 #include <gradcomp/feedback/policies.hpp>
 
 #include <algorithm>
@@ -168,10 +168,11 @@ class two_way_compressor {
       if constexpr (memory_type::on_host) {
         *received = sum_;
       } else {
-        detail::memory_of(worker_codec_).read(std::as_bytes(sum), [&](std::span<std::byte const> b) {
-          received->resize(n);
-          if (n != 0) std::memcpy(received->data(), b.data(), b.size());
-        });
+        detail::memory_of(worker_codec_)
+            .read(std::as_bytes(sum), [&](std::span<std::byte const> b) {
+              received->resize(n);
+              if (n != 0) std::memcpy(received->data(), b.data(), b.size());
+            });
       }
     }
     // Shared support: select the workers' support (file comment), not a second sample.
@@ -330,7 +331,9 @@ class two_way_compressor {
   int depth_ = 0;
   // The server's sum: a float vector on the host; elsewhere a buffer of the codec's memory
   // space, made at the first `reduce_shard`.
-  std::conditional_t<memory_type::on_host, std::vector<float>, std::optional<typename memory_type::buffer>> sum_;
+  std::conditional_t<memory_type::on_host, std::vector<float>,
+                     std::optional<typename memory_type::buffer>>
+      sum_;
 };
 
 namespace detail {
@@ -412,10 +415,11 @@ collective_result two_way_exchange(Comm& comm, TwoWay& tw, tensor_view<float con
     check_two_way_codec(tw.worker_codec(), "all_reduce_two_way");
     check_two_way_codec(tw.server_codec(), "all_reduce_two_way");
     if (!mem_type::on_host && opt.checksum) {
-      throw config_error(std::string("gradcomp: all_reduce_two_way: codec '") +
-                         codec_name(id_of_codec(tw.worker_codec())) +
-                         "' keeps its packets in device memory; the checksum option reads every payload on the "
-                         "host and is available for host codecs only");
+      throw config_error(
+          std::string("gradcomp: all_reduce_two_way: codec '") +
+          codec_name(id_of_codec(tw.worker_codec())) +
+          "' keeps its packets in device memory; the checksum option reads every payload on the "
+          "host and is available for host codecs only");
     }
     std::size_t cap = 0;
     for (std::size_t s = 0; s < w; ++s) {
@@ -486,8 +490,10 @@ collective_result two_way_exchange(Comm& comm, TwoWay& tw, tensor_view<float con
       }
     }
     spkt.resize(tw.server_codec().max_compressed_bytes(me_end - mb) + tail);
-    sbytes = tw.reduce_shard(packets, me_end - mb, shard_key{grad.id(), static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(w)},
-                             reduction_scale(opt.op, comm.size()), spkt.span(), ctx);
+    sbytes = tw.reduce_shard(
+        packets, me_end - mb,
+        shard_key{grad.id(), static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(w)},
+        reduction_scale(opt.op, comm.size()), spkt.span(), ctx);
     if constexpr (mem_type::on_host) {
       if (opt.checksum) sbytes = add_trailer(spkt.span(), sbytes);
     }
@@ -506,7 +512,8 @@ collective_result two_way_exchange(Comm& comm, TwoWay& tw, tensor_view<float con
   for (std::size_t s : sizes) total += s;
   typename mem_type::buffer all = mem.make_buffer();
   all.resize(total);
-  comm.all_gather_v(std::as_const(spkt).span().first(sbytes), all.span(), std::span<std::size_t const>(sizes));
+  comm.all_gather_v(std::as_const(spkt).span().first(sbytes), all.span(),
+                    std::span<std::size_t const>(sizes));
   res.wire_bytes += round2.wire_bytes() + ring_all_gather_bytes(sizes, comm.rank());
   check.guard([&] {
     std::size_t at = 0;
@@ -553,9 +560,10 @@ template <communicator Comm, class TwoWay, element T>
   requires(!std::same_as<T, float>)
 collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<T const> grad, std::span<T> out,
                                      codec_context const& ctx = {}, collective_options const& opt = {}) {
-  static_assert(TwoWay::memory_type::on_host,
-                "all_reduce_two_way of a 16-bit gradient widens it on the host: pass a float32 device "
-                "gradient to a device codec");
+  static_assert(
+      TwoWay::memory_type::on_host,
+      "all_reduce_two_way of a 16-bit gradient widens it on the host: pass a float32 device "
+      "gradient to a device codec");
   return detail::through_f32(grad, out, ctx, "all_reduce_two_way",
                              [&](tensor_view<float const> g, std::span<float> o) {
                                return all_reduce_two_way(comm, tw, g, o, ctx, opt);

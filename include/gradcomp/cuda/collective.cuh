@@ -34,11 +34,11 @@
 
 #include <gradcomp/cuda/config.cuh>
 
+#include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
-#include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/philox.hpp>
@@ -275,11 +275,12 @@ struct device_residual_feedback {
   /// `residual_feedback::compress`. A state of another size than `g` is `residual_feedback`'s
   /// `config_error`; on any error the state is as before.
   template <class C, element T>
-  std::size_t compress(stream_codec<C> const& c, state& s, tensor_view<T const> g, std::span<std::byte> out,
-                       codec_context const& ctx) const {
+  std::size_t compress(stream_codec<C> const& c, state& s, tensor_view<T const> g,
+                       std::span<std::byte> out, codec_context const& ctx) const {
     if (s.n_ != 0 && s.n_ != g.size()) {
       throw config_error("gradcomp: residual_feedback state holds " + std::to_string(s.n_) +
-                         " elements but the gradient has " + std::to_string(g.size()) + " (one state per tensor id)");
+                         " elements but the gradient has " + std::to_string(g.size()) +
+                         " (one state per tensor id)");
     }
     if (s.next_.stream() != c.stream()) s.next_ = device_buffer(c.stream());
     s.next_.resize(g.size() * sizeof(float));
