@@ -5,9 +5,11 @@
 // result, and with error feedback the residuals, must equal the CPU collective's (in-process
 // ranks, the same inputs) byte for byte. Runs 1 rank on device 0, and 2 ranks (one per device)
 // where the machine has two GPUs: NCCL does not allow two ranks of one communicator on one
-// device. Then, with 2 GPUs, a rank that never joins must give comm_error at the timeout on
-// its peer, not a hang. Exits 77 (ctest: skipped) without a usable CUDA device. Own harness,
-// like nccl_comm.cu: Catch2's assertions are not thread-safe.
+// device. Two-way compression (all_reduce_two_way with the device residual feedback of
+// `two_way_compressor<stream_codec<C>>`) runs the same way: results, worker and server
+// residuals byte for byte the CPU two-way collective's. Then, with 2 GPUs, a rank that never joins
+// must give comm_error at the timeout on its peer, not a hang. Exits 77 (ctest: skipped) without a
+// usable CUDA device. Own harness, like nccl_comm.cu: Catch2's assertions are not thread-safe.
 
 #include <gradcomp/comm/nccl.cuh>
 
@@ -16,6 +18,7 @@
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/onebit.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
+#include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/cuda/cast.cuh>
 #include <gradcomp/cuda/collective.cuh>
@@ -151,6 +154,113 @@ void check_codec(char const* name, CpuCodec const& cpu, CudaCodec const& dev, in
   std::printf("%s on %d rank(s): %s\n", name, w, failures.load() == 0 ? "identical to the CPU" : "FAILED");
 }
 
+// Two-way compression: the CPU collective's result, worker residuals (every shard) and server
+// residual (the rank's shard), per step and rank, flattened in that order.
+template <class CpuCodec>
+std::vector<std::vector<std::vector<float>>> cpu_two_way_reference(CpuCodec const& codec, int w) {
+  std::vector<two_way_compressor<CpuCodec>> tws(static_cast<std::size_t>(w),
+                                                two_way_compressor<CpuCodec>(codec));
+  std::vector<std::vector<std::vector<float>>> want(
+      steps, std::vector<std::vector<float>>(static_cast<std::size_t>(w)));
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    run_in_process(w, [&](in_process_communicator& comm) {
+      int const r = comm.rank();
+      auto const ur = static_cast<std::size_t>(r);
+      std::vector<float> const g = gradient(elements, r, s);
+      std::vector<float> o(elements);
+      all_reduce_two_way(comm, tws[ur],
+                         tensor_view<float const>(std::span<float const>(g), tensor_id{4}),
+                         std::span<float>(o), rank_context(r, s), {.op = reduction::average});
+      for (int k = 0; k < w; ++k) {
+        auto const e = tws[ur].worker_residual(
+            shard_key{tensor_id{4}, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(w)});
+        o.insert(o.end(), e.begin(), e.end());
+      }
+      auto const e = tws[ur].server_residual(
+          shard_key{tensor_id{4}, static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(w)});
+      o.insert(o.end(), e.begin(), e.end());
+      want[s][ur] = std::move(o);
+    });
+  }
+  return want;
+}
+
+template <class CudaCodec>
+void device_two_way_rank(nccl_communicator& comm, CudaCodec const& codec, char const* name,
+                         std::vector<std::vector<std::vector<float>>> const& want) {
+  int const r = comm.rank();
+  int const w = comm.size();
+  auto const ur = static_cast<std::size_t>(r);
+  two_way_compressor<gcu::stream_codec<CudaCodec>> tw(
+      gcu::stream_codec<CudaCodec>(codec, comm.stream()));
+  gcu::device_buffer g(comm.stream()), o(comm.stream());
+  g.resize(elements * sizeof(float));
+  o.resize(elements * sizeof(float));
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    std::vector<float> const hg = gradient(elements, r, s);
+    cuda_ok(cudaMemcpyAsync(g.data(), hg.data(), g.size(), cudaMemcpyHostToDevice, comm.stream()),
+            "cudaMemcpyAsync");
+    all_reduce_two_way(
+        comm, tw,
+        tensor_view<float const>(
+            std::span<float const>(reinterpret_cast<float const*>(g.data()), elements),
+            tensor_id{4}),
+        std::span<float>(reinterpret_cast<float*>(o.data()), elements), rank_context(r, s),
+        {.op = reduction::average});
+    std::vector<float> got(elements);
+    cuda_ok(cudaMemcpyAsync(got.data(), o.data(), o.size(), cudaMemcpyDeviceToHost, comm.stream()),
+            "cudaMemcpyAsync");
+    auto append = [&](std::span<float const> e) {
+      std::size_t const at = got.size();
+      got.resize(at + e.size());
+      cuda_ok(cudaMemcpyAsync(got.data() + at, e.data(), e.size_bytes(), cudaMemcpyDeviceToHost,
+                              comm.stream()),
+              "cudaMemcpyAsync");
+    };
+    // The residual spans stay valid until the next step; copy each one in order.
+    for (int k = 0; k < w; ++k) {
+      append(tw.worker_residual(
+          shard_key{tensor_id{4}, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(w)}));
+      cuda_ok(cudaStreamSynchronize(comm.stream()), "cudaStreamSynchronize");
+    }
+    append(tw.server_residual(
+        shard_key{tensor_id{4}, static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(w)}));
+    cuda_ok(cudaStreamSynchronize(comm.stream()), "cudaStreamSynchronize");
+    std::string const what = std::string(name) + " two-way, step " + std::to_string(s);
+    expect(got.size() == want[s][ur].size() &&
+               std::memcmp(got.data(), want[s][ur].data(), got.size() * sizeof(float)) == 0,
+           r, w, what + ": output and residuals");
+  }
+}
+
+template <class CpuCodec, class CudaCodec>
+void check_two_way(char const* name, CpuCodec const& cpu, CudaCodec const& dev, int w) {
+  auto const want = cpu_two_way_reference(cpu, w);
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ncclGetUniqueId failed");
+  std::vector<std::thread> threads;
+  for (int r = 0; r < w; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        cuda_ok(cudaSetDevice(r), "cudaSetDevice");
+        cudaStream_t stream = nullptr;
+        cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        {
+          nccl_communicator comm =
+              nccl_communicator::init_rank(w, id, r, stream, {std::chrono::seconds(60)});
+          device_two_way_rank(comm, dev, name, want);
+        }
+        (void)cudaStreamDestroy(stream);
+      } catch (std::exception const& e) {
+        expect(false, r, w, std::string(name) + " two-way: exception: " + e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::printf("%s two-way on %d rank(s): %s\n", name, w,
+              failures.load() == 0 ? "identical to the CPU" : "FAILED");
+}
+
 // Rank 1 never calls the collective: rank 0 must fail with comm_error near the timeout.
 void absent_peer_times_out() {
   ncclUniqueId id;
@@ -199,6 +309,11 @@ int run_all() {
                   gcu::int8_codec{512, int8_rounding::stochastic}, w);
       check_codec("onebit", onebit_codec{}, gcu::onebit_codec{}, w);
       check_codec("qsgd", qsgd_codec{}, gcu::qsgd_codec{}, w);
+      check_two_way("fp16", fp16_codec{}, gcu::fp16_codec{}, w);
+      check_two_way("int8:rounding=stochastic", int8_codec{512, int8_rounding::stochastic},
+                    gcu::int8_codec{512, int8_rounding::stochastic}, w);
+      check_two_way("onebit", onebit_codec{}, gcu::onebit_codec{}, w);
+      check_two_way("qsgd", qsgd_codec{}, gcu::qsgd_codec{}, w);
     }
     if (devices >= 2) {
       absent_peer_times_out();

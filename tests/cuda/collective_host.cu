@@ -10,11 +10,11 @@
 // - host emulation (a mock of what needs a GPU): this file is built with Thrust's CPP device
 //   system, so "device" memory is host memory that cuda/memory.cuh records as device
 //   allocations, kernels run on the calling thread, and streams are ignored. The communicator
-//   is `emulated_nccl`, an in-process communicator that follows the NCCL adapter's contract
-//   (comm/nccl.cuh: any span may be host or device memory, told apart by its pointer; a rank
-//   that fails or disappears fails every peer with comm_error) and records which operations
-//   carried device payloads and which carried host control messages. NCCL itself, the device
-//   staging of host messages, the timeout and abort run only in tests/cuda/nccl_comm.cu on a
+//   is `emulated_nccl` (emulated_nccl.cuh), an in-process communicator that follows the NCCL
+//   adapter's contract (comm/nccl.cuh: any span may be host or device memory, told apart by its
+//   pointer; a rank that fails or disappears fails every peer with comm_error) and records which
+//   operations carried device payloads and which carried host control messages. NCCL itself, the
+//   device staging of host messages, the timeout and abort run only in tests/cuda/nccl_comm.cu on a
 //   GPU.
 //
 // Every device result is compared byte for byte with the CPU collective's on the same inputs,
@@ -25,6 +25,7 @@
 #include "codec_checks.cuh"
 
 #include "../unit/support/rank_check.hpp"
+#include "emulated_nccl.cuh"
 
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/memory.hpp>
@@ -50,91 +51,6 @@
 
 using gc::cuda::memory_kind;
 using gc::cuda::memory_kind_of;
-
-namespace gct {
-
-// ---------------------------------------------------------------------------------------------
-// The mock: an in-process communicator under the NCCL adapter's contract, with a traffic log.
-
-struct traffic {
-  std::mutex mutex;
-  std::size_t device_ops = 0;    // operations whose buffers are device memory (payloads)
-  std::size_t device_bytes = 0;  // their bytes sent
-  std::size_t host_ops = 0;      // operations on host memory (control messages)
-  std::size_t host_max = 0;      // the largest host message a rank sent
-  std::size_t mixed = 0;         // operations mixing host and device buffers
-
-  void note(std::span<std::byte const> a, std::span<std::byte const> b, std::size_t sent) {
-    bool const da = !a.empty() && memory_kind_of(a.data()) == memory_kind::device;
-    bool const db = !b.empty() && memory_kind_of(b.data()) == memory_kind::device;
-    bool const ha = !a.empty() && !da;
-    bool const hb = !b.empty() && !db;
-    std::lock_guard lock(mutex);
-    if ((da || db) && (ha || hb)) ++mixed;
-    if (da || db) {
-      ++device_ops;
-      device_bytes += sent;
-    } else if (ha || hb) {
-      ++host_ops;
-      host_max = std::max(host_max, sent);
-    }
-  }
-};
-
-class emulated_nccl : public gc::blocking_operations<emulated_nccl> {
- public:
-  using communicator_concept = gc::communicator_tag;
-
-  emulated_nccl(gc::in_process_communicator inner, traffic& log) : inner_(std::move(inner)), log_(&log) {}
-
-  [[nodiscard]] int rank() const noexcept { return inner_.rank(); }
-  [[nodiscard]] int size() const noexcept { return inner_.size(); }
-
-  gc::request ibarrier() { return inner_.ibarrier(); }
-  gc::request ibroadcast(std::span<std::byte> buf, int root) {
-    log_->note(buf, {}, buf.size());
-    return inner_.ibroadcast(buf, root);
-  }
-  gc::request iall_reduce(std::span<std::byte> buf, gc::comm_type t, gc::reduce_op op) {
-    log_->note(buf, {}, buf.size());
-    return inner_.iall_reduce(buf, t, op);
-  }
-  gc::request ireduce_scatter(std::span<std::byte const> in, std::span<std::byte> out, gc::comm_type t,
-                              gc::reduce_op op) {
-    log_->note(in, out, in.size());
-    return inner_.ireduce_scatter(in, out, t, op);
-  }
-  gc::request iall_gather(std::span<std::byte const> in, std::span<std::byte> out) {
-    log_->note(in, out, in.size());
-    return inner_.iall_gather(in, out);
-  }
-  gc::request iall_gather_v(std::span<std::byte const> in, std::span<std::byte> out,
-                            std::span<std::size_t const> counts) {
-    log_->note(in, out, in.size());
-    return inner_.iall_gather_v(in, out, counts);
-  }
-  gc::request iall_to_all_v(std::span<std::byte const> in, std::span<std::size_t const> sc, std::span<std::byte> out,
-                            std::span<std::size_t const> rc) {
-    log_->note(in, out, in.size());
-    return inner_.iall_to_all_v(in, sc, out, rc);
-  }
-  gc::request isend(std::span<std::byte const> in, int peer, int tag) {
-    log_->note(in, {}, in.size());
-    return inner_.isend(in, peer, tag);
-  }
-  gc::request irecv(std::span<std::byte> out, int peer, int tag) {
-    log_->note(out, {}, 0);
-    return inner_.irecv(out, peer, tag);
-  }
-
- private:
-  gc::in_process_communicator inner_;
-  traffic* log_;
-};
-
-static_assert(gc::communicator<emulated_nccl>);
-
-}  // namespace gct
 
 using gct::emulated_nccl;
 using gct::traffic;

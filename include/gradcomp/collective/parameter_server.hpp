@@ -24,6 +24,9 @@
 /// (collective/outcome.hpp, one all-reduce of 12 bytes over the whole communicator): a worker
 /// that could not decode a server's packet makes every rank fail the step, and the residuals
 /// of both sides are restored (the compressor's step is rolled back) on every rank.
+///
+/// Host codecs only: the packets are host buffers. A two-way compressor over a device codec
+/// (cuda/collective.cuh) goes through `all_reduce_two_way`; here it is a compile-time error.
 
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/common.hpp>
@@ -115,6 +118,9 @@ std::uint64_t ps_fingerprint(TwoWay const& tw, tensor_id id, std::size_t n, ps_o
 template <communicator Comm, class TwoWay>
 collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> grad, std::span<float> out,
                                codec_context const& ctx = {}, ps_options const& opt = {}) {
+  static_assert(TwoWay::memory_type::on_host,
+                "parameter-server mode keeps its packets on the host: use all_reduce_two_way with "
+                "a device codec");
   detail::check_ps(comm, opt);
   if (is_server(comm, opt)) throw config_error("gradcomp: ps_push_pull called on server rank " + std::to_string(comm.rank()));
   detail::check_contribution(grad.size(), out.size(), "ps_push_pull");
@@ -231,6 +237,9 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<T const> grad
 template <communicator Comm, class TwoWay>
 collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, codec_context const& ctx = {},
                            ps_options const& opt = {}) {
+  static_assert(TwoWay::memory_type::on_host,
+                "parameter-server mode keeps its packets on the host: use all_reduce_two_way with "
+                "a device codec");
   detail::check_ps(comm, opt);
   if (!is_server(comm, opt)) throw config_error("gradcomp: ps_serve called on worker rank " + std::to_string(comm.rank()));
   auto const k = static_cast<std::size_t>(opt.servers);

@@ -31,17 +31,27 @@
 /// share: the sum of the workers' packets is zero off that support, and the server sends all
 /// of it (lossless with f32 values, as BytePS's sparse server sum). On a stream of its own
 /// only about k²/n of the k coordinates would survive the step.
+///
+/// Device codecs (cuda/collective.cuh's `stream_codec`) go through the same code: the payloads
+/// (worker packets, the received shards, the server's sum, the server packets gathered) live
+/// in the codec's memory space (collective/memory.hpp), and the default error feedback is the
+/// codec's own (`residual_feedback_for`: for a `stream_codec`, residuals in device memory).
+/// The agreement and outcome rounds stay host messages, and no payload byte is read on the host
+/// by this file (the codecs read their packet headers). A device codec takes neither the
+/// `checksum` option (a `config_error` on every rank) nor 16-bit gradients (pass float32), and
+/// its compressor's state is not saved or loaded (`save`, `load`: host codecs only).
 
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/common.hpp>
+#include <gradcomp/collective/memory.hpp>
 #include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
-#include <gradcomp/core/serialize.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/serialize.hpp>
 #include <gradcomp/feedback/policies.hpp>
 
 #include <algorithm>
@@ -49,11 +59,13 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -91,11 +103,17 @@ constexpr std::pair<std::size_t, std::size_t> shard_range(std::size_t n, std::si
 /// The state of two-way compression: the worker and server codecs (the same codec by default)
 /// and both sides' error feedback, per tensor shard. One object per rank; it serves both
 /// `all_reduce_two_way` and the parameter-server functions (collective/parameter_server.hpp).
-template <codec_operations Codec, class WorkerFeedback = residual_feedback, class ServerFeedback = residual_feedback>
-  requires feedback_policy<WorkerFeedback, Codec> && feedback_policy<ServerFeedback, Codec>
+/// The feedback is residual feedback by default (the codec's own, `residual_feedback_for`);
+/// any `one_phase_feedback` policy works. With a device codec every span it is handed (shards,
+/// packets, `out`) and every residual it returns is device memory (file comment).
+template <codec_operations Codec, class WorkerFeedback = residual_feedback_for<Codec>,
+          class ServerFeedback = residual_feedback_for<Codec>>
+  requires one_phase_feedback<WorkerFeedback, Codec> && one_phase_feedback<ServerFeedback, Codec>
 class two_way_compressor {
  public:
   using codec_type = Codec;
+  /// Where the codecs' payloads and the server's sum live (collective/memory.hpp).
+  using memory_type = detail::memory_of_t<Codec>;
 
   /// Both sides use `c`.
   two_way_compressor()
@@ -125,29 +143,51 @@ class two_way_compressor {
   /// Server side: decompresses the non-empty `packets` (worker packets of one shard of `n`
   /// elements), sums them in order, multiplies the sum by `scale`, and compresses it with the
   /// server error feedback of `key` into `out` (at least `server_codec().max_compressed_bytes(n)`
-  /// bytes); returns the packet size. `received`, if given, gets the scaled sum. A
-  /// shared-support server codec compresses on the workers' stream of `key` (file comment).
+  /// bytes); returns the packet size. `received`, if given, gets the scaled sum (on the host:
+  /// with a device codec, a copy made after the sum is complete). A shared-support server codec
+  /// compresses on the workers' stream of `key` (file comment). The sum is kept in the codec's
+  /// memory space, in a buffer this object reuses from call to call.
   std::size_t reduce_shard(std::span<std::span<std::byte const> const> packets, std::size_t n, shard_key const& key,
                            float scale, std::span<std::byte> out, codec_context const& ctx,
                            std::vector<float>* received = nullptr) {
-    sum_.assign(n, 0.0f);
-    for (auto const& p : packets) {
-      if (!p.empty()) worker_codec_.decompress_add(p, std::span<float>(sum_), scale, ctx);
+    std::span<float> sum;
+    if constexpr (memory_type::on_host) {
+      sum_.assign(n, 0.0f);
+      sum = std::span<float>(sum_);
+    } else {
+      memory_type const mem = detail::memory_of(worker_codec_);
+      if (!sum_) sum_.emplace(mem.make_buffer());
+      sum_->resize(n * sizeof(float));
+      sum = std::span<float>(reinterpret_cast<float*>(sum_->data()), n);
+      mem.zero(std::as_writable_bytes(sum));
     }
-    if (received != nullptr) *received = sum_;
+    for (auto const& p : packets) {
+      if (!p.empty()) worker_codec_.decompress_add(p, sum, scale, ctx);
+    }
+    if (received != nullptr) {
+      if constexpr (memory_type::on_host) {
+        *received = sum_;
+      } else {
+        detail::memory_of(worker_codec_)
+            .read(std::as_bytes(sum), [&](std::span<std::byte const> b) {
+              received->resize(n);
+              if (n != 0) std::memcpy(received->data(), b.data(), b.size());
+            });
+      }
+    }
     // Shared support: select the workers' support (file comment), not a second sample.
     bool const shared = detail::aggregation_of_codec(server_codec_) == aggregation_kind::shared_support;
     two_way_side const stream = shared ? two_way_side::worker : two_way_side::server;
-    tensor_view<float const> const v(std::span<float const>(sum_), shard_stream_id(key, stream));
+    tensor_view<float const> const v(std::span<float const>(sum), shard_stream_id(key, stream));
     return compress_with(sf_, server_codec_, server_states_, server_undo_, key, v, out, ctx);
   }
 
-  /// The worker residual of `key` (empty until its first step).
+  /// The worker residual of `key` (empty until its first step; in the codec's memory space).
   [[nodiscard]] std::span<float const> worker_residual(shard_key const& key) const {
     auto it = worker_states_.find(key);
     return it == worker_states_.end() ? std::span<float const>{} : it->second.values();
   }
-  /// The server residual of `key` (empty until its first step).
+  /// The server residual of `key` (empty until its first step; in the codec's memory space).
   [[nodiscard]] std::span<float const> server_residual(shard_key const& key) const {
     auto it = server_states_.find(key);
     return it == server_states_.end() ? std::span<float const>{} : it->second.values();
@@ -199,7 +239,10 @@ class two_way_compressor {
 
   /// Both sides' error-feedback state ("GCTW" version 1: the worker then the server records,
   /// each a count, then per shard its tensor id, shard, shard count and the state's values).
-  [[nodiscard]] std::vector<std::byte> save() const {
+  /// Host codecs only.
+  [[nodiscard]] std::vector<std::byte> save() const
+    requires memory_type::on_host
+  {
     detail::byte_writer w;
     w.begin("GCTW", 1);
     auto put = [&w](auto const& states) {
@@ -216,8 +259,10 @@ class two_way_compressor {
     return w.finish();
   }
   /// Restores a state written by `save`; `format_error` on a malformed buffer, and the state
-  /// is unchanged then.
-  void load(std::span<std::byte const> in) {
+  /// is unchanged then. Host codecs only.
+  void load(std::span<std::byte const> in)
+    requires memory_type::on_host
+  {
     detail::byte_reader r(in, "GCTW", 1, "two-way compressor state");
     auto get = [&r](auto& states) {
       std::uint64_t const n = r.get_u64();
@@ -284,7 +329,11 @@ class two_way_compressor {
   std::map<shard_key, std::optional<typename WorkerFeedback::state>> worker_undo_;
   std::map<shard_key, std::optional<typename ServerFeedback::state>> server_undo_;
   int depth_ = 0;
-  std::vector<float> sum_;
+  // The server's sum: a float vector on the host; elsewhere a buffer of the codec's memory
+  // space, made at the first `reduce_shard`.
+  std::conditional_t<memory_type::on_host, std::vector<float>,
+                     std::optional<typename memory_type::buffer>>
+      sum_;
 };
 
 namespace detail {
@@ -336,10 +385,15 @@ void check_two_way_codec(Codec const& c, char const* who) {
 namespace detail {
 
 /// `all_reduce_two_way` without its outcome round and its rollback: the two phases and the
-/// final decoding (whose failure is recorded in `check`).
+/// final decoding (whose failure is recorded in `check`). The payload buffers (worker packets
+/// sent and received, the server packet, the gathered server packets) are in the codecs'
+/// memory space; the agreement rounds are host messages.
 template <communicator Comm, class TwoWay>
 collective_result two_way_exchange(Comm& comm, TwoWay& tw, tensor_view<float const> grad, std::span<float> out,
                                    codec_context const& ctx, collective_options const& opt, step_check& check) {
+  using mem_type = typename TwoWay::memory_type;
+  static_assert(std::same_as<memory_of_t<typename TwoWay::codec_type>, mem_type>);
+  mem_type const mem = memory_of(tw.worker_codec());
   std::size_t const n = out.size();
   auto const w = static_cast<std::size_t>(comm.size());
   auto const me = static_cast<std::size_t>(comm.rank());
@@ -349,8 +403,8 @@ collective_result two_way_exchange(Comm& comm, TwoWay& tw, tensor_view<float con
   res.path = collective_path::two_way;
 
   // Phase 1: worker compression of every shard, sizes and agreement, all-to-all.
-  std::vector<std::size_t> offset(w + 1, 0), my_sizes(w, 0);
-  raw_buffer send;
+  std::vector<std::size_t> my_sizes(w, 0);
+  typename mem_type::buffer send = mem.make_buffer();
   rank_report mine;
   mine.count = n;
   mine.codec = static_cast<std::uint32_t>(id_of_codec(tw.worker_codec()));
@@ -360,6 +414,13 @@ collective_result two_way_exchange(Comm& comm, TwoWay& tw, tensor_view<float con
     mine.fingerprint = fp;
     check_two_way_codec(tw.worker_codec(), "all_reduce_two_way");
     check_two_way_codec(tw.server_codec(), "all_reduce_two_way");
+    if (!mem_type::on_host && opt.checksum) {
+      throw config_error(
+          std::string("gradcomp: all_reduce_two_way: codec '") +
+          codec_name(id_of_codec(tw.worker_codec())) +
+          "' keeps its packets in device memory; the checksum option reads every payload on the "
+          "host and is available for host codecs only");
+    }
     std::size_t cap = 0;
     for (std::size_t s = 0; s < w; ++s) {
       auto const [b, e] = shard_range(n, s, w);
@@ -371,7 +432,9 @@ collective_result two_way_exchange(Comm& comm, TwoWay& tw, tensor_view<float con
       auto const [b, e] = shard_range(n, s, w);
       my_sizes[s] = tw.compress_shard(grad.span().subspan(b, e - b), shard_key{grad.id(), static_cast<std::uint32_t>(s),
                                       static_cast<std::uint32_t>(w)}, send.span().subspan(at), ctx);
-      if (opt.checksum) my_sizes[s] = add_trailer(send.span().subspan(at), my_sizes[s]);
+      if constexpr (mem_type::on_host) {
+        if (opt.checksum) my_sizes[s] = add_trailer(send.span().subspan(at), my_sizes[s]);
+      }
       at += my_sizes[s];
     }
   } catch (...) {
@@ -399,14 +462,15 @@ collective_result two_way_exchange(Comm& comm, TwoWay& tw, tensor_view<float con
     if (s != me) res.wire_bytes += my_sizes[s];
   }
   res.packet_bytes = send_total;
-  raw_buffer recv(recv_total);
+  typename mem_type::buffer recv = mem.make_buffer();
+  recv.resize(recv_total);
   comm.all_to_all_v(std::as_const(send).span().first(send_total), std::span<std::size_t const>(my_sizes),
                     recv.span(), std::span<std::size_t const>(recv_counts));
   res.wire_bytes += round1.wire_bytes();
 
   // Phase 2: this rank serves shard `me`.
   auto const [mb, me_end] = shard_range(n, me, w);
-  std::vector<std::byte> spkt;
+  typename mem_type::buffer spkt = mem.make_buffer();
   std::size_t sbytes = 0;
   rank_report mine2;
   mine2.count = n;
@@ -420,13 +484,19 @@ collective_result two_way_exchange(Comm& comm, TwoWay& tw, tensor_view<float con
       packets[p] = std::as_const(recv).span().subspan(at, recv_counts[p]);
       at += recv_counts[p];
     }
-    if (opt.checksum) {
-      for (auto& pk : packets) pk = strip_trailer(pk, "all_reduce_two_way (server phase)");
+    if constexpr (mem_type::on_host) {
+      if (opt.checksum) {
+        for (auto& pk : packets) pk = strip_trailer(pk, "all_reduce_two_way (server phase)");
+      }
     }
     spkt.resize(tw.server_codec().max_compressed_bytes(me_end - mb) + tail);
-    sbytes = tw.reduce_shard(packets, me_end - mb, shard_key{grad.id(), static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(w)},
-                             reduction_scale(opt.op, comm.size()), std::span<std::byte>(spkt), ctx);
-    if (opt.checksum) sbytes = add_trailer(std::span<std::byte>(spkt), sbytes);
+    sbytes = tw.reduce_shard(
+        packets, me_end - mb,
+        shard_key{grad.id(), static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(w)},
+        reduction_scale(opt.op, comm.size()), spkt.span(), ctx);
+    if constexpr (mem_type::on_host) {
+      if (opt.checksum) sbytes = add_trailer(spkt.span(), sbytes);
+    }
     mine2.bytes = sbytes;
   } catch (...) {
     local2 = std::current_exception();
@@ -440,20 +510,26 @@ collective_result two_way_exchange(Comm& comm, TwoWay& tw, tensor_view<float con
   std::vector<std::size_t> const sizes = round2.bytes();
   std::size_t total = 0;
   for (std::size_t s : sizes) total += s;
-  raw_buffer all(total);
-  comm.all_gather_v(std::span<std::byte const>(spkt).first(sbytes), all.span(), std::span<std::size_t const>(sizes));
+  typename mem_type::buffer all = mem.make_buffer();
+  all.resize(total);
+  comm.all_gather_v(std::as_const(spkt).span().first(sbytes), all.span(),
+                    std::span<std::size_t const>(sizes));
   res.wire_bytes += round2.wire_bytes() + ring_all_gather_bytes(sizes, comm.rank());
   check.guard([&] {
     std::size_t at = 0;
     for (std::size_t s = 0; s < w; ++s) {
       auto const [b, e] = shard_range(n, s, w);
       std::span<std::byte const> pk = std::as_const(all).span().subspan(at, sizes[s]);
-      if (opt.checksum) pk = strip_trailer(pk, "all_reduce_two_way");
+      if constexpr (mem_type::on_host) {
+        if (opt.checksum) pk = strip_trailer(pk, "all_reduce_two_way");
+      }
       tw.server_codec().decompress(pk, out.subspan(b, e - b), ctx);
       at += sizes[s];
     }
   });
-  if (!check.failed()) check.output(out);
+  if constexpr (mem_type::on_host) {
+    if (!check.failed()) check.output(out);
+  }
   return res;
 }
 
@@ -484,6 +560,10 @@ template <communicator Comm, class TwoWay, element T>
   requires(!std::same_as<T, float>)
 collective_result all_reduce_two_way(Comm& comm, TwoWay& tw, tensor_view<T const> grad, std::span<T> out,
                                      codec_context const& ctx = {}, collective_options const& opt = {}) {
+  static_assert(
+      TwoWay::memory_type::on_host,
+      "all_reduce_two_way of a 16-bit gradient widens it on the host: pass a float32 device "
+      "gradient to a device codec");
   return detail::through_f32(grad, out, ctx, "all_reduce_two_way",
                              [&](tensor_view<float const> g, std::span<float> o) {
                                return all_reduce_two_way(comm, tw, g, o, ctx, opt);

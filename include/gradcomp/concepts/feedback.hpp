@@ -13,7 +13,8 @@
 /// the committed one still stands (a pipeline commits only after its exchange succeeded) — and
 /// `compress(codec, state, gradient, out, ctx)`, the one-phase step, returning the packet size.
 /// A policy whose packets are increments also has a receiver side (`receiver_state`,
-/// `receive(receiver_state, output)`), see `ef21_feedback`.
+/// `receive(receiver_state, output)`), see `ef21_feedback`. `one_phase_feedback` asks only for
+/// the state and the one-phase step.
 
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
@@ -87,6 +88,26 @@ concept feedback_policy =
       f.prepare_commit(c, s, std::span<std::byte const>(out), ctx);
       f.apply_commit(s);
       f.commit_lossless(s);
+    };
+
+/// A policy that runs whole steps with codec `C` (the one-phase `compress`), with or without
+/// the two phases of `feedback_policy`: what two-way compression asks of its worker and server
+/// feedback (collective/two_way.hpp). Required of `F`: `F::feedback_concept` derived from
+/// `feedback_tag`; `F::id`; a default-constructible, copyable `F::state` with `values()` (in
+/// the codec's memory space); and `f.compress(c, state, tensor_view<float const>,
+/// std::span<std::byte>, codec_context const&)` returning the packet size and leaving the state
+/// unchanged if it throws. Every `feedback_policy` whose state is copyable is one; so is a
+/// device policy whose state lives in device memory (`cuda::device_residual_feedback`,
+/// cuda/collective.cuh), which has no host stage to hand out.
+template <class F, class C>
+concept one_phase_feedback =
+    codec_operations<C> && std::derived_from<typename F::feedback_concept, feedback_tag> &&
+    std::default_initializable<typename F::state> && std::copy_constructible<typename F::state> &&
+    requires(F const& f, C const& c, typename F::state& s, typename F::state const& cs,
+             tensor_view<float const> g32, std::span<std::byte> out, codec_context const& ctx) {
+      { F::id } -> std::convertible_to<feedback_id>;
+      { cs.values() } -> std::convertible_to<std::span<float const>>;
+      { f.compress(c, s, g32, out, ctx) } -> std::same_as<std::size_t>;
     };
 
 /// A feedback policy whose packets are increments that receivers must accumulate

@@ -6,7 +6,10 @@
 /// (cuda/cast.cuh, int8.cuh, ...) a `codec` over device memory, bound to a CUDA stream, and
 /// `device_compressor<C>` adds residual error feedback kept on the device. Both go unchanged
 /// through `all_reduce_compressed` (collective/all_reduce.hpp): the collective's algorithm is
-/// the one of the CPU codecs, and only where its payloads live differs.
+/// the one of the CPU codecs, and only where its payloads live differs. Two-way compression
+/// (`two_way_compressor<stream_codec<C>>` through `all_reduce_two_way`, collective/two_way.hpp)
+/// takes a `stream_codec` too: its worker and server residuals are `device_residual_feedback`
+/// states, the feedback a `stream_codec` names as its `residual_feedback_type`.
 ///
 /// How it fits: every span handed to a `stream_codec` (the gradient's `tensor_view`, the packet
 /// buffer, the decoded output) holds **device pointers**. The codec's `memory()` returns the
@@ -26,14 +29,16 @@
 ///
 /// What a device source does not take: 16-bit gradients through the collectives (they would be
 /// widened on the host; pass float32), the `checksum` option (it reads every payload on the
-/// host): both are errors, at compile time and as a `config_error`.
+/// host): both are errors, at compile time and as a `config_error`. A two-way compressor over a
+/// `stream_codec` is not saved or loaded (`save` and `load` are for host codecs).
 
 #include <gradcomp/cuda/config.cuh>
 
+#include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
+#include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
-#include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/philox.hpp>
@@ -90,6 +95,8 @@ consteval bool unbiased_device_codec() {
 
 }  // namespace detail
 
+struct device_residual_feedback;
+
 /// A CUDA codec bound to a stream: a `codec` (concepts/codec.hpp) whose spans are device
 /// memory, with the packets, errors and random streams of the CPU codec of the same format. It
 /// owns a device workspace that grows to the largest tensor it has seen (allocated on its
@@ -105,6 +112,9 @@ class stream_codec {
   static constexpr codec_id id = C::id;
   static constexpr aggregation_kind aggregation = detail::aggregation_of_device_codec<C>();
   static constexpr bool unbiased = detail::unbiased_device_codec<C>();
+  /// The residual feedback of this codec's sources (feedback/policies.hpp's
+  /// `residual_feedback_for`): residuals in device memory.
+  using residual_feedback_type = device_residual_feedback;
 
   /// `codec` (a CUDA codec) on `stream`.
   explicit stream_codec(C codec = C{}, cudaStream_t stream = nullptr)
@@ -221,6 +231,65 @@ class stream_codec {
   C codec_;
   cudaStream_t stream_;
   mutable device_buffer workspace_;
+};
+
+/// Residual error feedback as a policy over a `stream_codec` (`residual_feedback`'s rule, fused
+/// with compression): the one-phase step of concepts/feedback.hpp's `one_phase_feedback`, whose
+/// state, one float32 residual, lives in device memory. Packets and residuals are byte for byte
+/// those of `residual_feedback` with the CPU codec of the same format. What `two_way_compressor`
+/// keeps per shard and side for a device codec (collective/two_way.hpp). It has no host
+/// `stage`: the policy's input p = g + e is never materialized, the codec's fused pass reads it.
+struct device_residual_feedback {
+  using feedback_concept = feedback_tag;
+  static constexpr feedback_id id = feedback_id::residual;
+
+  /// The residual e, in device memory (empty, meaning zero, until a step has succeeded). A
+  /// copy is a device copy on the residual's stream (what a two-way step keeps to roll back).
+  class state {
+   public:
+    state() = default;
+    state(state const& o) : data_(o.data_.stream()), next_(o.data_.stream()), n_(o.n_) {
+      data_.resize(n_ * sizeof(float));
+      detail::copy_on_device(data_.data(), o.data_.data(), n_ * sizeof(float), data_.stream());
+    }
+    state& operator=(state const& o) {
+      if (this != &o) *this = state(o);
+      return *this;
+    }
+    state(state&&) noexcept = default;
+    state& operator=(state&&) noexcept = default;
+    ~state() = default;
+
+    /// The residual (device memory).
+    [[nodiscard]] std::span<float const> values() const noexcept {
+      return {reinterpret_cast<float const*>(data_.data()), n_};
+    }
+
+   private:
+    friend struct device_residual_feedback;
+    device_buffer data_, next_;
+    std::size_t n_ = 0;
+  };
+
+  /// One step: the packet of p = g + e (device memory) into `out`, and e ← p − D(packet), as
+  /// `residual_feedback::compress`. A state of another size than `g` is `residual_feedback`'s
+  /// `config_error`; on any error the state is as before.
+  template <class C, element T>
+  std::size_t compress(stream_codec<C> const& c, state& s, tensor_view<T const> g,
+                       std::span<std::byte> out, codec_context const& ctx) const {
+    if (s.n_ != 0 && s.n_ != g.size()) {
+      throw config_error("gradcomp: residual_feedback state holds " + std::to_string(s.n_) +
+                         " elements but the gradient has " + std::to_string(g.size()) +
+                         " (one state per tensor id)");
+    }
+    if (s.next_.stream() != c.stream()) s.next_ = device_buffer(c.stream());
+    s.next_.resize(g.size() * sizeof(float));
+    std::span<float> const next(reinterpret_cast<float*>(s.next_.data()), g.size());
+    std::size_t const bytes = c.compress_with_feedback(g, s.values(), next, out, ctx);
+    std::swap(s.data_, s.next_);
+    s.n_ = g.size();
+    return bytes;
+  }
 };
 
 /// Residual error feedback on the device (`residual_feedback`'s rule, fused with compression):

@@ -331,4 +331,23 @@ struct ef21_feedback {
   }
 };
 
+namespace detail {
+template <class C>
+struct residual_feedback_of {
+  using type = residual_feedback;
+};
+template <class C>
+  requires requires { typename C::residual_feedback_type; }
+struct residual_feedback_of<C> {
+  using type = typename C::residual_feedback_type;
+};
+}  // namespace detail
+
+/// The residual error feedback of codec `C`: `residual_feedback`, unless the codec names its
+/// own as `C::residual_feedback_type` (a device codec, whose residuals live in device memory:
+/// `cuda::stream_codec` names `cuda::device_residual_feedback`). The default feedback of
+/// `two_way_compressor`.
+template <class C>
+using residual_feedback_for = typename detail::residual_feedback_of<C>::type;
+
 GRADCOMP_NAMESPACE_END

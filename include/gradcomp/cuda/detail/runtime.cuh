@@ -3,9 +3,10 @@
 #pragma once
 /// @file
 /// The few places where the CUDA backend touches the runtime: the Thrust policy for a stream,
-/// copies of small values back to the host, stream synchronization, stream-ordered scratch
-/// memory, and the translation of Thrust's launch errors into `cuda_error`. Everything here has
-/// a host twin selected by `GRADCOMP_CUDA_ON_GPU` (see cuda/config.cuh).
+/// copies of small values back to the host, copies within device memory, stream
+/// synchronization, stream-ordered scratch memory, and the translation of Thrust's launch
+/// errors into `cuda_error`. Everything here has a host twin selected by `GRADCOMP_CUDA_ON_GPU`
+/// (see cuda/config.cuh).
 
 #include <gradcomp/cuda/config.cuh>
 
@@ -52,6 +53,18 @@ inline void copy_from_host(void* dst, void const* src, std::size_t bytes,
   if (bytes == 0) return;
 #if GRADCOMP_CUDA_ON_GPU
   GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+/// Enqueues a copy of `bytes` bytes from backend memory `src` to backend memory `dst` on
+/// `stream` (the ranges do not overlap).
+inline void copy_on_device(void* dst, void const* src, std::size_t bytes,
+                           [[maybe_unused]] cudaStream_t stream) {
+  if (bytes == 0) return;
+#if GRADCOMP_CUDA_ON_GPU
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
 #else
   std::memcpy(dst, src, bytes);
 #endif
