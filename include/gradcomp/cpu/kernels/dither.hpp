@@ -466,13 +466,7 @@ GRADCOMP_TARGET_AVX512 inline __mmask16 dither_decode_group_table(std::byte cons
   for (unsigned k = 0; k < 8; ++k) {
     __m512i const c = unpack16_shuffle<W>(src + 2 * W * k);
     bad = static_cast<__mmask16>(bad | _mm512_testn_epi32_mask(_mm512_srlv_epi32(t.canonical, c), one));
-    __m512 v = _mm512_permutex2var_ps(lo, c, hi);
-    if (add) v = _mm512_fmadd_ps(a, v, _mm512_loadu_ps(out + 16 * k));
-    if (stream) {
-      _mm512_stream_ps(out + 16 * k, v);
-    } else {
-      _mm512_storeu_ps(out + 16 * k, v);
-    }
+    store_or_add16(out + 16 * k, full_window16, _mm512_permutex2var_ps(lo, c, hi), a, add, stream);
   }
   return bad;
 }
@@ -485,13 +479,9 @@ GRADCOMP_TARGET_AVX512 inline __mmask16 dither_decode_group_fast(std::byte const
   __m512 const step = _mm512_set1_ps(step_s);
   __m512 const a = _mm512_set1_ps(alpha);
   for (unsigned k = 0; k < 8; ++k) {
-    __m512 v = dither_values16(unpack16_overlapping<W>(src + 2 * W * k), step, sh, bad);
-    if (add) v = _mm512_fmadd_ps(a, v, _mm512_loadu_ps(out + 16 * k));
-    if (stream) {
-      _mm512_stream_ps(out + 16 * k, v);
-    } else {
-      _mm512_storeu_ps(out + 16 * k, v);
-    }
+    store_or_add16(out + 16 * k, full_window16,
+                   dither_values16(unpack16_overlapping<W>(src + 2 * W * k), step, sh, bad), a, add,
+                   stream);
   }
   return bad;
 }
