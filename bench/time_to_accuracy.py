@@ -10,8 +10,12 @@ points scored the whole test set (`--eval-subset 0`). The row named "dense" is t
 final accuracy is the level every row is timed to. For each row it prints the training time
 (`train_s` of curves.csv: step time since the start, evaluation excluded, mean over ranks) at the
 first curve point whose test accuracy reaches dense's final accuracy ("not reached" if none
-does), the final accuracy, the bytes, and the time to accuracy relative to dense's. Among rows
-named static-x*, the one that reaches the level first is marked as the best static factor.
+does), the same for a second level `--tolerance` points below it (default 0.5, the accuracy
+tolerance of docs/training.md's tables: test curves of this task move by a few tenths between
+evaluations, so a run that ends 0.3 points below dense may never touch dense's last value), the
+final accuracy, the bytes, and both times relative to dense's. Among rows named static-x*, the
+one that reaches the level first (else the lower level first) is marked as the best static
+factor.
 """
 
 import argparse
@@ -47,6 +51,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rate", default="1gbit")
     p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--tolerance", type=float, default=0.5,
+                   help="points below dense's final accuracy for the second level (default 0.5)")
     p.add_argument("runs", nargs="+", metavar="NAME=DIR")
     a = p.parse_args(argv)
     runs = {}
@@ -58,29 +64,37 @@ def main(argv=None):
     if "dense" not in runs:
         raise SystemExit("time_to_accuracy.py: no run named 'dense' (the reference)")
     level = runs["dense"]["final"]
+    low = level - a.tolerance / 100
     dense_bytes = runs["dense"]["bytes"]
     reach = {n: first_reaching(r["points"], level) for n, r in runs.items()}
-    statics = [n for n in runs if n.startswith("static-x") and reach[n] is not None]
-    best = min(statics, key=lambda n: reach[n][1]) if statics else None
-    dense_t = reach["dense"][1]
+    near = {n: first_reaching(r["points"], low) for n, r in runs.items()}
+    statics = [n for n in runs if n.startswith("static-x")]
+    best = None
+    for table in (reach, near):
+        hits = [n for n in statics if table[n] is not None]
+        if hits:
+            best = min(hits, key=lambda n: table[n][1])
+            break
+
+    def cells(hit, dense_hit):
+        if hit is None:
+            return "not reached", "", ""
+        rel = "%.2fx" % (dense_hit[1] / hit[1]) if dense_hit is not None and hit[1] > 0 else ""
+        return "%.1f s" % hit[1], str(hit[0]), rel
 
     print("Time to accuracy, %d ranks, network lab at %s: the level is dense's final test "
-          "accuracy, %.2f %%." % (a.ranks, a.rate, 100 * level))
+          "accuracy, %.2f %%; the second level is %.2f %% (%.2f points below)." % (
+              a.ranks, a.rate, 100 * level, 100 * low, a.tolerance))
     print()
-    print("| run | final accuracy | vs dense | time to %.2f %% | step | vs dense | training time "
-          "| MB per worker | fewer bytes |" % (100 * level))
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| run | final accuracy | vs dense | time to %.2f %% | step | vs dense | time to %.2f %% "
+          "| step | vs dense | training time | MB per worker | fewer bytes |" % (100 * level, 100 * low))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in runs.items():
-        hit = reach[name]
         label = name + (" (best static)" if name == best else "")
-        if hit is None:
-            t, step, rel = "not reached", "", ""
-        else:
-            t, step = "%.1f s" % hit[1], str(hit[0])
-            rel = "%.2fx" % (dense_t / hit[1]) if hit[1] > 0 else ""
-        print("| %s | %.2f %% | %+.2f | %s | %s | %s | %.1f s | %.1f | %.1fx |" % (
-            label, 100 * r["final"], 100 * (r["final"] - level), t, step, rel, r["train_s"],
-            r["bytes"] / 1e6, dense_bytes / r["bytes"] if r["bytes"] > 0 else math.inf))
+        print("| %s | %.2f %% | %+.2f | %s | %s | %s | %s | %s | %s | %.1f s | %.1f | %.1fx |" % (
+            (label, 100 * r["final"], 100 * (r["final"] - level)) + cells(reach[name], reach["dense"])
+            + cells(near[name], near["dense"])
+            + (r["train_s"], r["bytes"] / 1e6, dense_bytes / r["bytes"] if r["bytes"] > 0 else math.inf)))
     return 0
 
 
