@@ -21,6 +21,7 @@
 #include <catch2/catch.hpp>
 
 #include "../unit/support/rank_check.hpp"
+#include "device_buffers.cuh"
 #include "emulated_nccl.cuh"
 
 #include <gradcomp/codec/cast.hpp>
@@ -55,26 +56,18 @@
 using gc::cuda::memory_kind;
 using gc::cuda::memory_kind_of;
 using gct::emulated_nccl;
+using gct::floats;
+using gct::run_failing;
+using gct::same_bits;
+using gct::thrown;
+using gct::to_device;
+using gct::to_host;
 using gct::traffic;
 
 namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: device copies of host vectors, inputs, and what each rank ends with.
-
-gc::cuda::device_buffer to_device(std::vector<float> const& v) {
-  gc::cuda::device_buffer b;
-  b.resize(v.size() * sizeof(float));
-  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
-// A host copy of floats in emulated device memory.
-std::vector<float> to_host(std::span<float const> d) { return {d.begin(), d.end()}; }
-
-std::span<float> floats(gc::cuda::device_buffer& b, std::size_t n) {
-  return {reinterpret_cast<float*>(b.data()), n};
-}
 
 // Gradient of rank r at a step: normal values (fp16-safe), a few exact zeros and a larger one.
 std::vector<float> gradient(std::size_t n, int r, std::uint32_t step) {
@@ -93,11 +86,6 @@ gc::codec_context rank_context(int r, std::uint32_t step) {
   ctx.seed = 0x7a5e0000u + static_cast<std::uint64_t>(r);
   ctx.step = step;
   return ctx;
-}
-
-bool same_bits(std::vector<float> const& a, std::vector<float> const& b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 gc::shard_key key(gc::tensor_id t, std::size_t s, int w) {
@@ -332,56 +320,6 @@ TEST_CASE(
     CHECK(memory_kind_of(dev.server_residual(k).data()) == memory_kind::device);
   }
 }
-
-namespace {
-
-// What each rank of a failing step threw.
-enum class thrown { nothing, comm, numeric, config, other };
-
-thrown classify(std::exception_ptr e) {
-  if (!e) return thrown::nothing;
-  try {
-    std::rethrow_exception(e);
-  } catch (gc::comm_error const&) {
-    return thrown::comm;
-  } catch (gc::numeric_error const&) {
-    return thrown::numeric;
-  } catch (gc::config_error const&) {
-    return thrown::config;
-  } catch (...) {
-    return thrown::other;
-  }
-}
-
-// Runs `body(comm, rank)` on w ranks (emulated device ranks when `Device`, else plain
-// in-process ones), collecting what each threw (run_in_process would rethrow only the first),
-// with a short timeout: a hang fails the test.
-template <bool Device, class Body>
-std::vector<thrown> run_failing(int w, Body&& body) {
-  std::vector<thrown> got(static_cast<std::size_t>(w), thrown::nothing);
-  traffic log;
-  auto const t0 = std::chrono::steady_clock::now();
-  gc::run_in_process(
-      w,
-      [&](gc::in_process_communicator& inner) {
-        try {
-          if constexpr (Device) {
-            emulated_nccl comm(inner, log);
-            body(comm, comm.rank());
-          } else {
-            body(inner, inner.rank());
-          }
-        } catch (...) {
-          got[static_cast<std::size_t>(inner.rank())] = classify(std::current_exception());
-        }
-      },
-      std::chrono::seconds(20));
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
-  CHECK(log.mixed == 0);
-  return got;
-}
-
-}  // namespace
 
 TEST_CASE("cuda two-way: bad inputs fail the device step as the CPU step, residuals kept",
           "[cuda][two_way][failure]") {
