@@ -44,26 +44,14 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
-#include <random>
 #include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#if GRADCOMP_CUDA_ON_GPU
-#  error "bucket_host.cu is the host emulation: build it with THRUST_DEVICE_SYSTEM_CPP"
-#endif
-
 using gc::cuda::memory_kind;
 using gc::cuda::memory_kind_of;
-using gct::emulated_nccl;
-using gct::floats;
-using gct::run_failing;
-using gct::same_bits;
-using gct::thrown;
-using gct::to_device;
-using gct::to_host;
-using gct::traffic;
+using namespace gct;  // NOLINT(google-build-using-namespace): the test support
 
 namespace {
 
@@ -87,25 +75,14 @@ gc::bucket_options options(gc::bucket_compression mode, gc::reduction op, bool p
   return o;
 }
 
-// Gradient of tensor i on rank r at a step: normal values (fp16-safe), signed zeros and a larger
-// value.
+// Gradient of tensor i on rank r at a step (device_buffers.cuh's inputs).
 std::vector<float> gradient(std::size_t i, int r, std::uint32_t step) {
-  std::size_t const n = sizes[i];
-  std::mt19937_64 rng(1000u * static_cast<unsigned>(r) + 17u * step + 7919u * i + n);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> g(n);
-  for (auto& v : g) v = normal(rng);
-  if (n > 3) g[n / 3] = 0.0f;
-  if (n > 7) g[n / 7] = -0.0f;
-  if (n > 11) g[n - 11] *= 40.0f;
-  return g;
+  return gradient_of(sizes[i],
+                     1000u * static_cast<unsigned>(r) + 17u * step + 7919u * i + sizes[i]);
 }
 
 gc::codec_context rank_context(int r, std::uint32_t step) {
-  gc::codec_context ctx;
-  ctx.seed = 0xb0c4e700u + static_cast<std::uint64_t>(r);
-  ctx.step = step;
-  return ctx;
+  return rank_context_of(r, step, 0xb0c4e700u);
 }
 
 // One rank after a step: every output, every residual (empty where a tensor has none: dense
@@ -208,22 +185,6 @@ void expect_same(std::vector<rank_state> const& cpu, std::vector<rank_state> con
   }
 }
 
-// The codecs the cases run: the CPU codec and its device twin (summable and gathered ones,
-// deterministic and stochastic).
-template <class Fn>
-void for_each_bucket_codec(Fn&& fn) {
-  using r = gc::int8_rounding;
-  fn("fp16", gc::fp16_codec{}, gc::cuda::fp16_codec{});
-  fn("bf16", gc::bf16_codec{}, gc::cuda::bf16_codec{});
-  fn("int8:bucket=100,rounding=stochastic", gc::int8_codec{100, r::stochastic},
-     gc::cuda::int8_codec{100, r::stochastic});
-  fn("onebit", gc::onebit_codec{}, gc::cuda::onebit_codec{});
-  fn("qsgd", gc::qsgd_codec{}, gc::cuda::qsgd_codec{});
-  fn("dithering:levels=5,norm=l2,bucket=16",
-     gc::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16},
-     gc::cuda::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16});
-}
-
 // Control messages of one bucketed call: the layout round, one agreement round per compressed
 // bucket (a 32-byte report and one 8-byte size per tensor of the bucket, at most 3 here) and the
 // outcome round; nothing larger goes through the host.
@@ -243,36 +204,30 @@ void compare_runs(MakeCpu&& make_cpu, MakeDev&& make_dev, int w, gc::bucket_opti
     cpus.emplace_back(make_cpu(), opt);
     devs.emplace_back(make_dev(), opt);
   }
-  for (int step = 0; step < steps; ++step) {
-    INFO("step " << step);
-    auto const s = static_cast<std::uint32_t>(step);
-    std::vector<rank_state> want(static_cast<std::size_t>(w)), got(want.size());
-    REQUIRE_NOTHROW(gc::run_in_process(w, [&](gc::in_process_communicator& comm) {
-      int const r = comm.rank();
-      want[static_cast<std::size_t>(r)] =
-          cpu_step(comm, cpus[static_cast<std::size_t>(r)], r, s, gradients(r, s));
-    }));
-    traffic log;
-    REQUIRE_NOTHROW(gc::run_in_process(w, [&](gc::in_process_communicator& inner) {
-      emulated_nccl comm(inner, log);
-      int const r = comm.rank();
-      got[static_cast<std::size_t>(r)] =
-          device_step(comm, devs[static_cast<std::size_t>(r)], r, s, gradients(r, s));
-      RANK_REQUIRE(residuals_on_device(devs[static_cast<std::size_t>(r)].source()));
-    }));
-    expect_same(want, got);
-    // Payloads on the device (one operation per bucket), control messages on the host (the
-    // layout round, one agreement round per compressed bucket, the outcome round), never mixed.
-    auto const uw = static_cast<std::size_t>(w);
-    std::size_t const buckets = got[0].res.buckets;
-    std::size_t const compressed = buckets - got[0].res.dense_buckets;
-    CHECK(buckets == expected_buckets);
-    CHECK(compressed == expected_buckets - 1);
-    CHECK(log.device_ops == uw * buckets);
-    CHECK(log.host_ops == uw * (2 + compressed));
-    CHECK(log.host_max <= control_bound);
-    CHECK(log.mixed == 0);
-  }
+  auto cpu = [&](gc::in_process_communicator& comm, int r, std::uint32_t s) {
+    return cpu_step(comm, cpus[static_cast<std::size_t>(r)], r, s, gradients(r, s));
+  };
+  auto device = [&](emulated_nccl& comm, int r, std::uint32_t s) {
+    rank_state st = device_step(comm, devs[static_cast<std::size_t>(r)], r, s, gradients(r, s));
+    RANK_REQUIRE(residuals_on_device(devs[static_cast<std::size_t>(r)].source()));
+    return st;
+  };
+  compare_steps<rank_state>(w, steps, cpu, device,
+                            [&](auto const& want, auto const& got, traffic const& log) {
+                              expect_same(want, got);
+                              // Payloads on the device (one operation per bucket), control messages
+                              // on the host (the layout round, one agreement round per compressed
+                              // bucket, the outcome round), never mixed.
+                              auto const uw = static_cast<std::size_t>(w);
+                              std::size_t const buckets = got[0].res.buckets;
+                              std::size_t const compressed = buckets - got[0].res.dense_buckets;
+                              CHECK(buckets == expected_buckets);
+                              CHECK(compressed == expected_buckets - 1);
+                              CHECK(log.device_ops == uw * buckets);
+                              CHECK(log.host_ops == uw * (2 + compressed));
+                              CHECK(log.host_max <= control_bound);
+                              CHECK(log.mixed == 0);
+                            });
 }
 
 }  // namespace
@@ -307,7 +262,7 @@ TEST_CASE("cuda bucket: a bucketed_all_reduce of a device source keeps its paylo
 
 TEST_CASE("cuda bucket: bucketed_all_reduce with device codecs equals the CPU bucketed collective",
           "[cuda][bucket]") {
-  for_each_bucket_codec([](char const* name, auto cpu, auto dev) {
+  for_each_codec_pair([](char const* name, auto cpu, auto dev) {
     auto make_cpu = [&] { return cpu; };
     auto make_dev = [&] { return gc::cuda::stream_codec<decltype(dev)>(dev); };
     for (int w : {2, 3, 4}) {
@@ -331,7 +286,7 @@ TEST_CASE(
     "cuda bucket: device error feedback through bucketed_all_reduce equals "
     "compressor<residual_feedback>",
     "[cuda][bucket][feedback]") {
-  for_each_bucket_codec([](char const* name, auto cpu, auto dev) {
+  for_each_codec_pair([](char const* name, auto cpu, auto dev) {
     using cpu_type = gc::compressor<decltype(cpu), gc::residual_feedback>;
     using dev_type = gc::cuda::device_compressor<decltype(dev)>;
     for (int w : {2, 3, 4}) {
@@ -422,34 +377,24 @@ TEST_CASE("cuda bucket: bad inputs fail the device step as the CPU step, residua
       };
       // Rank 1 passes a gradient of 999 elements for tensor 3's output of 1200: its own
       // config_error at the layout round, comm_error on the others.
-      expect_failure(
-          "mismatched sizes",
-          [&](int r) {
-            auto g = gradients(r, 1);
-            if (r == 1) g[3].resize(999);
-            return g;
-          },
-          one_then_comm(thrown::config), none);
+      // Rank 1's gradients of step 1, edited by `edit`.
+      auto rank1 = [&](auto edit) {
+        return [=](int r) {
+          auto g = gradients(r, 1);
+          if (r == 1) edit(g);
+          return g;
+        };
+      };
+      expect_failure("mismatched sizes", rank1([](auto& g) { g[3].resize(999); }),
+                     one_then_comm(thrown::config), none);
       // A NaN on rank 1 in the last compressed bucket (tensor 8, of the bucket {513, 1531,
       // 700}): two buckets have been decoded, their feedback staged, when the agreement round of
       // the third fails every rank; nothing is committed.
-      expect_failure(
-          "NaN in the last bucket",
-          [&](int r) {
-            auto g = gradients(r, 1);
-            if (r == 1) g[8][100] = std::nanf("");
-            return g;
-          },
-          one_then_comm(thrown::numeric), none);
+      expect_failure("NaN in the last bucket", rank1([](auto& g) { g[8][100] = std::nanf(""); }),
+                     one_then_comm(thrown::numeric), none);
       // A NaN in the first compressed bucket.
-      expect_failure(
-          "NaN in the first bucket",
-          [&](int r) {
-            auto g = gradients(r, 1);
-            if (r == 1) g[1][0] = std::nanf("");
-            return g;
-          },
-          one_then_comm(thrown::numeric), none);
+      expect_failure("NaN in the first bucket", rank1([](auto& g) { g[1][0] = std::nanf(""); }),
+                     one_then_comm(thrown::numeric), none);
       // The last rank disappears before the collective: comm_error on every other rank.
       std::vector<thrown> lost(uw, thrown::comm);
       lost[uw - 1] = thrown::other;
@@ -485,16 +430,18 @@ TEST_CASE("cuda bucket: options a device source does not take are errors on ever
       (void)device_step(comm, b, r, 0, gradients(r, 0));
     });
   };
-  gc::bucket_options opt = options(gc::bucket_compression::per_tensor, gc::reduction::sum, true);
-  opt.checksum = true;
-  for (thrown t : refused(opt)) CHECK(t == thrown::config);
-  opt.checksum = false;
-  opt.small_format = gc::dense_format::f16;
-  for (thrown t : refused(opt)) CHECK(t == thrown::config);
-  opt.small_format = gc::dense_format::bf16;
-  for (thrown t : refused(opt)) CHECK(t == thrown::config);
-  // Refused whatever the layout (here no tensor goes dense), so that a configuration does not
-  // work or fail by the tensor sizes of the day.
-  opt.min_compress_elements = 0;
-  for (thrown t : refused(opt)) CHECK(t == thrown::config);
+  // Refused whatever the layout (also where no tensor goes dense), so that a configuration
+  // does not work or fail by the tensor sizes of the day.
+  gc::bucket_options const base =
+      options(gc::bucket_compression::per_tensor, gc::reduction::sum, true);
+  std::vector<gc::bucket_options> bad(4, base);
+  bad[0].checksum = true;
+  bad[1].small_format = gc::dense_format::f16;
+  bad[2].small_format = gc::dense_format::bf16;
+  bad[3].small_format = gc::dense_format::f16;
+  bad[3].min_compress_elements = 0;
+  for (std::size_t k = 0; k < bad.size(); ++k) {
+    INFO("options " << k);
+    for (thrown t : refused(bad[k])) CHECK(t == thrown::config);
+  }
 }

@@ -75,35 +75,71 @@ codec_context rank_context(int r, std::uint32_t step) {
 constexpr std::size_t elements = (1u << 20) + 3;
 constexpr std::uint32_t steps = 3;
 
-// The CPU collective with error feedback, `steps` steps: outputs and residuals per step and rank.
-template <class CpuCodec>
-void cpu_reference(CpuCodec const& codec, int w, std::vector<std::vector<std::vector<float>>>& out,
-                   std::vector<std::vector<std::vector<float>>>& residual) {
-  using comp = compressor<CpuCodec, residual_feedback>;
-  std::vector<comp> comps(static_cast<std::size_t>(w), comp(codec));
-  out.assign(steps, std::vector<std::vector<float>>(static_cast<std::size_t>(w)));
-  residual = out;
+// Runs `body(comm)` on w ranks, one thread and one GPU each, with an NCCL communicator on a
+// non-blocking stream of that GPU; an exception fails the rank's check named `what`.
+template <class Body>
+void on_ranks(int w, std::string const& what, Body&& body) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ncclGetUniqueId failed");
+  std::vector<std::thread> threads;
+  for (int r = 0; r < w; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        cuda_ok(cudaSetDevice(r), "cudaSetDevice");
+        cudaStream_t stream = nullptr;
+        cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        {
+          nccl_communicator comm =
+              nccl_communicator::init_rank(w, id, r, stream, {std::chrono::seconds(60)});
+          body(comm);
+        }
+        (void)cudaStreamDestroy(stream);
+      } catch (std::exception const& e) {
+        expect(false, r, w, what + ": exception: " + e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// `steps` steps of `fn(comm, r, s)` on w in-process ranks: what each returns (a flat float
+// vector), per step and rank.
+template <class Fn>
+std::vector<std::vector<std::vector<float>>> reference_steps(int w, Fn&& fn) {
+  std::vector<std::vector<std::vector<float>>> want(
+      steps, std::vector<std::vector<float>>(static_cast<std::size_t>(w)));
   for (std::uint32_t s = 0; s < steps; ++s) {
     run_in_process(w, [&](in_process_communicator& comm) {
       int const r = comm.rank();
-      auto const ur = static_cast<std::size_t>(r);
-      std::vector<float> const g = gradient(elements, r, s);
-      std::vector<float> o(elements);
-      all_reduce_compressed(comm, comps[ur],
-                            tensor_view<float const>(std::span<float const>(g), tensor_id{3}),
-                            std::span<float>(o), rank_context(r, s), {.op = reduction::average});
-      auto const e = comps[ur].state(tensor_id{3}).values();
-      residual[s][ur].assign(e.begin(), e.end());
-      out[s][ur] = std::move(o);
+      want[s][static_cast<std::size_t>(r)] = fn(comm, r, s);
     });
   }
+  return want;
+}
+
+// The CPU collective with error feedback, `steps` steps: per step and rank, the output and
+// then the residual, flattened.
+template <class CpuCodec>
+std::vector<std::vector<std::vector<float>>> cpu_reference(CpuCodec const& codec, int w) {
+  using comp = compressor<CpuCodec, residual_feedback>;
+  std::vector<comp> comps(static_cast<std::size_t>(w), comp(codec));
+  return reference_steps(w, [&](in_process_communicator& comm, int r, std::uint32_t s) {
+    auto const ur = static_cast<std::size_t>(r);
+    std::vector<float> const g = gradient(elements, r, s);
+    std::vector<float> o(elements);
+    all_reduce_compressed(comm, comps[ur],
+                          tensor_view<float const>(std::span<float const>(g), tensor_id{3}),
+                          std::span<float>(o), rank_context(r, s), {.op = reduction::average});
+    auto const e = comps[ur].state(tensor_id{3}).values();
+    o.insert(o.end(), e.begin(), e.end());
+    return o;
+  });
 }
 
 // One rank of the device run: `steps` steps through NCCL, compared with the reference.
 template <class CudaCodec>
 void device_rank(nccl_communicator& comm, CudaCodec const& codec, char const* name,
-                 std::vector<std::vector<std::vector<float>>> const& want,
-                 std::vector<std::vector<std::vector<float>>> const& want_residual) {
+                 std::vector<std::vector<std::vector<float>>> const& want) {
   int const r = comm.rank();
   int const w = comm.size();
   auto const ur = static_cast<std::size_t>(r);
@@ -133,36 +169,15 @@ void device_rank(nccl_communicator& comm, CudaCodec const& codec, char const* na
     std::string const what = std::string(name) + ", step " + std::to_string(s);
     expect(std::memcmp(got.data(), want[s][ur].data(), elements * sizeof(float)) == 0, r, w,
            what + ": output");
-    expect(std::memcmp(e.data(), want_residual[s][ur].data(), elements * sizeof(float)) == 0, r, w,
-           what + ": residual");
+    expect(std::memcmp(e.data(), want[s][ur].data() + elements, elements * sizeof(float)) == 0, r,
+           w, what + ": residual");
   }
 }
 
 template <class CpuCodec, class CudaCodec>
 void check_codec(char const* name, CpuCodec const& cpu, CudaCodec const& dev, int w) {
-  std::vector<std::vector<std::vector<float>>> want, want_residual;
-  cpu_reference(cpu, w, want, want_residual);
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ncclGetUniqueId failed");
-  std::vector<std::thread> threads;
-  for (int r = 0; r < w; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        cuda_ok(cudaSetDevice(r), "cudaSetDevice");
-        cudaStream_t stream = nullptr;
-        cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-        {
-          nccl_communicator comm =
-              nccl_communicator::init_rank(w, id, r, stream, {std::chrono::seconds(60)});
-          device_rank(comm, dev, name, want, want_residual);
-        }
-        (void)cudaStreamDestroy(stream);
-      } catch (std::exception const& e) {
-        expect(false, r, w, std::string(name) + ": exception: " + e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  auto const want = cpu_reference(cpu, w);
+  on_ranks(w, name, [&](nccl_communicator& comm) { device_rank(comm, dev, name, want); });
   std::printf("%s on %d rank(s): %s\n", name, w,
               failures.load() == 0 ? "identical to the CPU" : "FAILED");
 }
@@ -173,29 +188,23 @@ template <class CpuCodec>
 std::vector<std::vector<std::vector<float>>> cpu_two_way_reference(CpuCodec const& codec, int w) {
   std::vector<two_way_compressor<CpuCodec>> tws(static_cast<std::size_t>(w),
                                                 two_way_compressor<CpuCodec>(codec));
-  std::vector<std::vector<std::vector<float>>> want(
-      steps, std::vector<std::vector<float>>(static_cast<std::size_t>(w)));
-  for (std::uint32_t s = 0; s < steps; ++s) {
-    run_in_process(w, [&](in_process_communicator& comm) {
-      int const r = comm.rank();
-      auto const ur = static_cast<std::size_t>(r);
-      std::vector<float> const g = gradient(elements, r, s);
-      std::vector<float> o(elements);
-      all_reduce_two_way(comm, tws[ur],
-                         tensor_view<float const>(std::span<float const>(g), tensor_id{4}),
-                         std::span<float>(o), rank_context(r, s), {.op = reduction::average});
-      for (int k = 0; k < w; ++k) {
-        auto const e = tws[ur].worker_residual(
-            shard_key{tensor_id{4}, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(w)});
-        o.insert(o.end(), e.begin(), e.end());
-      }
-      auto const e = tws[ur].server_residual(
-          shard_key{tensor_id{4}, static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(w)});
+  return reference_steps(w, [&](in_process_communicator& comm, int r, std::uint32_t s) {
+    auto const ur = static_cast<std::size_t>(r);
+    std::vector<float> const g = gradient(elements, r, s);
+    std::vector<float> o(elements);
+    all_reduce_two_way(comm, tws[ur],
+                       tensor_view<float const>(std::span<float const>(g), tensor_id{4}),
+                       std::span<float>(o), rank_context(r, s), {.op = reduction::average});
+    for (int k = 0; k < w; ++k) {
+      auto const e = tws[ur].worker_residual(
+          shard_key{tensor_id{4}, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(w)});
       o.insert(o.end(), e.begin(), e.end());
-      want[s][ur] = std::move(o);
-    });
-  }
-  return want;
+    }
+    auto const e = tws[ur].server_residual(
+        shard_key{tensor_id{4}, static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(w)});
+    o.insert(o.end(), e.begin(), e.end());
+    return o;
+  });
 }
 
 template <class CudaCodec>
@@ -249,27 +258,8 @@ void device_two_way_rank(nccl_communicator& comm, CudaCodec const& codec, char c
 template <class CpuCodec, class CudaCodec>
 void check_two_way(char const* name, CpuCodec const& cpu, CudaCodec const& dev, int w) {
   auto const want = cpu_two_way_reference(cpu, w);
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ncclGetUniqueId failed");
-  std::vector<std::thread> threads;
-  for (int r = 0; r < w; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        cuda_ok(cudaSetDevice(r), "cudaSetDevice");
-        cudaStream_t stream = nullptr;
-        cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-        {
-          nccl_communicator comm =
-              nccl_communicator::init_rank(w, id, r, stream, {std::chrono::seconds(60)});
-          device_two_way_rank(comm, dev, name, want);
-        }
-        (void)cudaStreamDestroy(stream);
-      } catch (std::exception const& e) {
-        expect(false, r, w, std::string(name) + " two-way: exception: " + e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  on_ranks(w, std::string(name) + " two-way",
+           [&](nccl_communicator& comm) { device_two_way_rank(comm, dev, name, want); });
   std::printf("%s two-way on %d rank(s): %s\n", name, w,
               failures.load() == 0 ? "identical to the CPU" : "FAILED");
 }
@@ -300,35 +290,28 @@ std::vector<std::vector<std::vector<float>>> cpu_bucket_reference(CpuCodec const
   using comp = compressor<CpuCodec, residual_feedback>;
   std::deque<bucketed_all_reduce<comp>> bs;
   for (int r = 0; r < w; ++r) bs.emplace_back(comp(codec), bucket_opts(mode));
-  std::vector<std::vector<std::vector<float>>> want(
-      steps, std::vector<std::vector<float>>(static_cast<std::size_t>(w)));
-  for (std::uint32_t s = 0; s < steps; ++s) {
-    run_in_process(w, [&](in_process_communicator& comm) {
-      int const r = comm.rank();
-      auto const ur = static_cast<std::size_t>(r);
-      std::vector<std::vector<float>> g, o;
-      std::vector<bucket_item> items;
-      for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
-        g.push_back(bucket_gradient(i, r, s));
-        o.emplace_back(bucket_sizes[i]);
-      }
-      for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
-        items.push_back({tensor_view<float const>(std::span<float const>(g[i]),
-                                                  tensor_id{static_cast<std::uint32_t>(20 + i)}),
-                         std::span<float>(o[i])});
-      }
-      bs[ur].run(comm, std::span<bucket_item const>(items), rank_context(r, s));
-      std::vector<float> flat;
-      for (auto const& x : o) flat.insert(flat.end(), x.begin(), x.end());
-      for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
-        auto const e =
-            bs[ur].source().state(tensor_id{static_cast<std::uint32_t>(20 + i)}).values();
-        flat.insert(flat.end(), e.begin(), e.end());
-      }
-      want[s][ur] = std::move(flat);
-    });
-  }
-  return want;
+  return reference_steps(w, [&](in_process_communicator& comm, int r, std::uint32_t s) {
+    auto const ur = static_cast<std::size_t>(r);
+    std::vector<std::vector<float>> g, o;
+    std::vector<bucket_item> items;
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      g.push_back(bucket_gradient(i, r, s));
+      o.emplace_back(bucket_sizes[i]);
+    }
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      items.push_back({tensor_view<float const>(std::span<float const>(g[i]),
+                                                tensor_id{static_cast<std::uint32_t>(20 + i)}),
+                       std::span<float>(o[i])});
+    }
+    bs[ur].run(comm, std::span<bucket_item const>(items), rank_context(r, s));
+    std::vector<float> flat;
+    for (auto const& x : o) flat.insert(flat.end(), x.begin(), x.end());
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      auto const e = bs[ur].source().state(tensor_id{static_cast<std::uint32_t>(20 + i)}).values();
+      flat.insert(flat.end(), e.begin(), e.end());
+    }
+    return flat;
+  });
 }
 
 template <class CudaCodec>
@@ -393,27 +376,8 @@ template <class CpuCodec, class CudaCodec>
 void check_bucketed(char const* name, CpuCodec const& cpu, CudaCodec const& dev, int w) {
   for (bucket_compression mode : {bucket_compression::per_tensor, bucket_compression::per_bucket}) {
     auto const want = cpu_bucket_reference(cpu, w, mode);
-    ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ncclGetUniqueId failed");
-    std::vector<std::thread> threads;
-    for (int r = 0; r < w; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          cuda_ok(cudaSetDevice(r), "cudaSetDevice");
-          cudaStream_t stream = nullptr;
-          cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-          {
-            nccl_communicator comm =
-                nccl_communicator::init_rank(w, id, r, stream, {std::chrono::seconds(60)});
-            device_bucket_rank(comm, dev, name, mode, want);
-          }
-          (void)cudaStreamDestroy(stream);
-        } catch (std::exception const& e) {
-          expect(false, r, w, std::string(name) + " bucketed: exception: " + e.what());
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    on_ranks(w, std::string(name) + " bucketed",
+             [&](nccl_communicator& comm) { device_bucket_rank(comm, dev, name, mode, want); });
   }
   std::printf("%s bucketed on %d rank(s): %s\n", name, w,
               failures.load() == 0 ? "identical to the CPU" : "FAILED");

@@ -42,7 +42,6 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
-#include <random>
 #include <typeinfo>
 #include <vector>
 
@@ -67,21 +66,13 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Helpers: device copies of host vectors, and the two runs compared.
 
-// Gradient of rank r: normal values (fp16-safe), a few exact zeros.
+// Gradient of rank r at a step (device_buffers.cuh's inputs).
 std::vector<float> gradient(std::size_t n, int r, std::uint32_t step) {
-  std::mt19937_64 rng(1000u * static_cast<unsigned>(r) + 17u * step + n);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> g(n);
-  for (auto& v : g) v = normal(rng);
-  if (n > 3) g[n / 3] = 0.0f;
-  return g;
+  return gct::gradient_of(n, 1000u * static_cast<unsigned>(r) + 17u * step + n);
 }
 
 gc::codec_context rank_context(int r, std::uint32_t step) {
-  gc::codec_context ctx;
-  ctx.seed = 0x5eed0000u + static_cast<std::uint64_t>(r);
-  ctx.step = step;
-  return ctx;
+  return gct::rank_context_of(r, step, 0x5eed0000u);
 }
 
 struct rank_outcome {

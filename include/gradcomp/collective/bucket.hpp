@@ -163,8 +163,8 @@ struct basic_bucket_slot {
   std::vector<bucket_unit> units;
   typename Mem::buffer fused_in, fused_out;  // float32 elements of a fused bucket
   std::vector<basic_local_packet<Mem>> own;  // packets compressed here (bucketed_all_reduce)
-  std::vector<basic_local_packet<Mem>*>
-      packets;                         // the bucket's packets, one per unit (own or the caller's)
+  // The bucket's packets, one per unit (own or the caller's).
+  std::vector<basic_local_packet<Mem>*> packets;
   typename Mem::buffer values;         // summable: concatenated value sections; gather: packets
   std::span<std::byte> payload_bytes;  // what the payload operation sends: `values`, or the one
                                        // packet's bytes when the bucket has a single unit
@@ -227,8 +227,8 @@ using bucket_slot = basic_bucket_slot<host_memory>;
 /// (pipeline/): dense buckets are fused and all-reduced; a compressed bucket's packets, made by
 /// the caller, travel in one agreement round plus one payload operation, and are decoded into
 /// the units' outputs. `run` issues the buckets with the pipelining of the file comment. The
-/// payloads are in the codec's memory space (`memory_of`); the slots' buffers must be bound to
-/// it (`basic_bucket_slot::bind`).
+/// payloads are in the codec's memory space (`memory_of`); the slots' buffers must be made in
+/// it (`basic_bucket_slot::bind`; host buffers need nothing).
 template <class Codec>
 class bucket_engine {
  public:
