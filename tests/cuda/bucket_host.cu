@@ -62,6 +62,7 @@ namespace {
 
 std::vector<std::size_t> const sizes = {3, 1000, 17, 1200, 0, 4099, 513, 64, 1531, 1, 700};
 constexpr std::size_t expected_buckets = 4;
+constexpr std::size_t compressed_tensors = 6;
 
 gc::tensor_id id_of(std::size_t i) { return gc::tensor_id{static_cast<std::uint32_t>(10 + i)}; }
 
@@ -190,12 +191,34 @@ void expect_same(std::vector<rank_state> const& cpu, std::vector<rank_state> con
 // outcome round; nothing larger goes through the host.
 constexpr std::size_t control_bound = 32 + 8 * 3;
 
+// What a step of the device run sent and kept: payloads on the device (one operation per
+// bucket), control messages on the host (the layout round, one agreement round per compressed
+// bucket, the outcome round), never mixed; `residuals` non-empty residuals on every rank.
+void expect_traffic(std::vector<rank_state> const& got, traffic const& log, int w,
+                    std::size_t residuals) {
+  auto const uw = static_cast<std::size_t>(w);
+  std::size_t const buckets = got[0].res.buckets;
+  std::size_t const compressed = buckets - got[0].res.dense_buckets;
+  CHECK(buckets == expected_buckets);
+  CHECK(compressed == expected_buckets - 1);
+  CHECK(log.device_ops == uw * buckets);
+  CHECK(log.host_ops == uw * (2 + compressed));
+  CHECK(log.host_max <= control_bound);
+  CHECK(log.mixed == 0);
+  for (auto const& st : got) {
+    std::size_t kept = 0;
+    for (auto const& e : st.residual) kept += e.empty() ? 0 : 1;
+    CHECK(kept == residuals);
+  }
+}
+
 // Runs `steps` steps of bucketed_all_reduce on w ranks with the CPU sources `make_cpu()` and
 // the device sources `make_dev()` (one per rank), and compares every step. The sources live on
-// across steps (error feedback).
+// across steps (error feedback); after each step every rank holds `residuals` non-empty
+// residuals (none without feedback; with it one per compressed tensor, or per compressed bucket).
 template <class MakeCpu, class MakeDev>
-void compare_runs(MakeCpu&& make_cpu, MakeDev&& make_dev, int w, gc::bucket_options opt,
-                  int steps) {
+void compare_runs(MakeCpu&& make_cpu, MakeDev&& make_dev, int w, gc::bucket_options opt, int steps,
+                  std::size_t residuals) {
   using cpu_source = decltype(make_cpu());
   using dev_source = decltype(make_dev());
   std::deque<gc::bucketed_all_reduce<cpu_source>> cpus;
@@ -215,18 +238,7 @@ void compare_runs(MakeCpu&& make_cpu, MakeDev&& make_dev, int w, gc::bucket_opti
   compare_steps<rank_state>(w, steps, cpu, device,
                             [&](auto const& want, auto const& got, traffic const& log) {
                               expect_same(want, got);
-                              // Payloads on the device (one operation per bucket), control messages
-                              // on the host (the layout round, one agreement round per compressed
-                              // bucket, the outcome round), never mixed.
-                              auto const uw = static_cast<std::size_t>(w);
-                              std::size_t const buckets = got[0].res.buckets;
-                              std::size_t const compressed = buckets - got[0].res.dense_buckets;
-                              CHECK(buckets == expected_buckets);
-                              CHECK(compressed == expected_buckets - 1);
-                              CHECK(log.device_ops == uw * buckets);
-                              CHECK(log.host_ops == uw * (2 + compressed));
-                              CHECK(log.host_max <= control_bound);
-                              CHECK(log.mixed == 0);
+                              expect_traffic(got, log, w, residuals);
                             });
 }
 
@@ -274,7 +286,7 @@ TEST_CASE("cuda bucket: bucketed_all_reduce with device codecs equals the CPU bu
                       << (mode == gc::bucket_compression::per_tensor ? "per tensor" : "per bucket")
                       << ", " << (op == gc::reduction::sum ? "sum" : "average")
                       << (pipeline ? "" : ", no pipeline"));
-            compare_runs(make_cpu, make_dev, w, options(mode, op, pipeline), 2);
+            compare_runs(make_cpu, make_dev, w, options(mode, op, pipeline), 2, 0);
           }
         }
       }
@@ -294,9 +306,11 @@ TEST_CASE(
         gc::reduction const op = w == 3 ? gc::reduction::sum : gc::reduction::average;
         INFO(name << ", " << w << " ranks, "
                   << (mode == gc::bucket_compression::per_tensor ? "per tensor" : "per bucket"));
-        compare_runs([&] { return cpu_type(cpu); },
-                     [&] { return dev_type(gc::cuda::stream_codec<decltype(dev)>(dev)); }, w,
-                     options(mode, op, true), 3);
+        compare_runs(
+            [&] { return cpu_type(cpu); },
+            [&] { return dev_type(gc::cuda::stream_codec<decltype(dev)>(dev)); }, w,
+            options(mode, op, true), 3,
+            mode == gc::bucket_compression::per_tensor ? compressed_tensors : expected_buckets - 1);
       }
     }
   });
