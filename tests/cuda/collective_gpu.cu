@@ -7,7 +7,10 @@
 // where the machine has two GPUs: NCCL does not allow two ranks of one communicator on one
 // device. Two-way compression (all_reduce_two_way with the device residual feedback of
 // `two_way_compressor<stream_codec<C>>`) runs the same way: results, worker and server
-// residuals byte for byte the CPU two-way collective's. Then, with 2 GPUs, a rank that never joins
+// residuals byte for byte the CPU two-way collective's. The bucketed collective
+// (bucketed_all_reduce of `device_compressor<C>` over device tensors, per tensor and per bucket)
+// too: every output and residual byte for byte the CPU bucketed collective's. Then, with 2 GPUs, a
+// rank that never joins
 // must give comm_error at the timeout on its peer, not a hang. Exits 77 (ctest: skipped) without a
 // usable CUDA device. Own harness, like nccl_comm.cu: Catch2's assertions are not thread-safe.
 
@@ -18,6 +21,7 @@
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/onebit.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
+#include <gradcomp/collective/bucket.hpp>
 #include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/cuda/cast.cuh>
@@ -31,6 +35,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <random>
@@ -38,13 +43,12 @@
 #include <thread>
 #include <vector>
 
-
 #include "gpu_harness.hpp"
 
 namespace gct_gpu {
 
-// Inside this named namespace only: a global (or unnamed-namespace) using-directive would make `cuda` ambiguous (with
-// libcu++'s ::cuda) in the code nvcc generates for the kernels.
+// Inside this named namespace only: a global (or unnamed-namespace) using-directive would make
+// `cuda` ambiguous (with libcu++'s ::cuda) in the code nvcc generates for the kernels.
 using namespace gradcomp;
 namespace gcu = gradcomp::cuda;
 
@@ -71,66 +75,10 @@ codec_context rank_context(int r, std::uint32_t step) {
 constexpr std::size_t elements = (1u << 20) + 3;
 constexpr std::uint32_t steps = 3;
 
-// The CPU collective with error feedback, `steps` steps: outputs and residuals per step and rank.
-template <class CpuCodec>
-void cpu_reference(CpuCodec const& codec, int w, std::vector<std::vector<std::vector<float>>>& out,
-                   std::vector<std::vector<std::vector<float>>>& residual) {
-  using comp = compressor<CpuCodec, residual_feedback>;
-  std::vector<comp> comps(static_cast<std::size_t>(w), comp(codec));
-  out.assign(steps, std::vector<std::vector<float>>(static_cast<std::size_t>(w)));
-  residual = out;
-  for (std::uint32_t s = 0; s < steps; ++s) {
-    run_in_process(w, [&](in_process_communicator& comm) {
-      int const r = comm.rank();
-      auto const ur = static_cast<std::size_t>(r);
-      std::vector<float> const g = gradient(elements, r, s);
-      std::vector<float> o(elements);
-      all_reduce_compressed(comm, comps[ur], tensor_view<float const>(std::span<float const>(g), tensor_id{3}),
-                            std::span<float>(o), rank_context(r, s), {.op = reduction::average});
-      auto const e = comps[ur].state(tensor_id{3}).values();
-      residual[s][ur].assign(e.begin(), e.end());
-      out[s][ur] = std::move(o);
-    });
-  }
-}
-
-// One rank of the device run: `steps` steps through NCCL, compared with the reference.
-template <class CudaCodec>
-void device_rank(nccl_communicator& comm, CudaCodec const& codec, char const* name,
-                 std::vector<std::vector<std::vector<float>>> const& want,
-                 std::vector<std::vector<std::vector<float>>> const& want_residual) {
-  int const r = comm.rank();
-  int const w = comm.size();
-  auto const ur = static_cast<std::size_t>(r);
-  gcu::device_compressor<CudaCodec> comp(gcu::stream_codec<CudaCodec>(codec, comm.stream()));
-  gcu::device_buffer g(comm.stream()), o(comm.stream());
-  g.resize(elements * sizeof(float));
-  o.resize(elements * sizeof(float));
-  for (std::uint32_t s = 0; s < steps; ++s) {
-    std::vector<float> const hg = gradient(elements, r, s);
-    cuda_ok(cudaMemcpyAsync(g.data(), hg.data(), g.size(), cudaMemcpyHostToDevice, comm.stream()), "cudaMemcpyAsync");
-    std::span<float> const out(reinterpret_cast<float*>(o.data()), elements);
-    all_reduce_compressed(comm, comp,
-                          tensor_view<float const>(std::span<float const>(reinterpret_cast<float const*>(g.data()), elements),
-                                                   tensor_id{3}),
-                          out, rank_context(r, s), {.op = reduction::average});
-    std::vector<float> got(elements), e(elements);
-    cuda_ok(cudaMemcpyAsync(got.data(), o.data(), o.size(), cudaMemcpyDeviceToHost, comm.stream()), "cudaMemcpyAsync");
-    auto const res = comp.residual(tensor_id{3});
-    cuda_ok(cudaMemcpyAsync(e.data(), res.data(), res.size_bytes(), cudaMemcpyDeviceToHost, comm.stream()),
-            "cudaMemcpyAsync");
-    cuda_ok(cudaStreamSynchronize(comm.stream()), "cudaStreamSynchronize");
-    std::string const what = std::string(name) + ", step " + std::to_string(s);
-    expect(std::memcmp(got.data(), want[s][ur].data(), elements * sizeof(float)) == 0, r, w, what + ": output");
-    expect(std::memcmp(e.data(), want_residual[s][ur].data(), elements * sizeof(float)) == 0, r, w,
-           what + ": residual");
-  }
-}
-
-template <class CpuCodec, class CudaCodec>
-void check_codec(char const* name, CpuCodec const& cpu, CudaCodec const& dev, int w) {
-  std::vector<std::vector<std::vector<float>>> want, want_residual;
-  cpu_reference(cpu, w, want, want_residual);
+// Runs `body(comm)` on w ranks, one thread and one GPU each, with an NCCL communicator on a
+// non-blocking stream of that GPU; an exception fails the rank's check named `what`.
+template <class Body>
+void on_ranks(int w, std::string const& what, Body&& body) {
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ncclGetUniqueId failed");
   std::vector<std::thread> threads;
@@ -141,17 +89,97 @@ void check_codec(char const* name, CpuCodec const& cpu, CudaCodec const& dev, in
         cudaStream_t stream = nullptr;
         cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
         {
-          nccl_communicator comm = nccl_communicator::init_rank(w, id, r, stream, {std::chrono::seconds(60)});
-          device_rank(comm, dev, name, want, want_residual);
+          nccl_communicator comm =
+              nccl_communicator::init_rank(w, id, r, stream, {std::chrono::seconds(60)});
+          body(comm);
         }
         (void)cudaStreamDestroy(stream);
       } catch (std::exception const& e) {
-        expect(false, r, w, std::string(name) + ": exception: " + e.what());
+        expect(false, r, w, what + ": exception: " + e.what());
       }
     });
   }
   for (auto& t : threads) t.join();
-  std::printf("%s on %d rank(s): %s\n", name, w, failures.load() == 0 ? "identical to the CPU" : "FAILED");
+}
+
+// `steps` steps of `fn(comm, r, s)` on w in-process ranks: what each returns (a flat float
+// vector), per step and rank.
+template <class Fn>
+std::vector<std::vector<std::vector<float>>> reference_steps(int w, Fn&& fn) {
+  std::vector<std::vector<std::vector<float>>> want(
+      steps, std::vector<std::vector<float>>(static_cast<std::size_t>(w)));
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    run_in_process(w, [&](in_process_communicator& comm) {
+      int const r = comm.rank();
+      want[s][static_cast<std::size_t>(r)] = fn(comm, r, s);
+    });
+  }
+  return want;
+}
+
+// The CPU collective with error feedback, `steps` steps: per step and rank, the output and
+// then the residual, flattened.
+template <class CpuCodec>
+std::vector<std::vector<std::vector<float>>> cpu_reference(CpuCodec const& codec, int w) {
+  using comp = compressor<CpuCodec, residual_feedback>;
+  std::vector<comp> comps(static_cast<std::size_t>(w), comp(codec));
+  return reference_steps(w, [&](in_process_communicator& comm, int r, std::uint32_t s) {
+    auto const ur = static_cast<std::size_t>(r);
+    std::vector<float> const g = gradient(elements, r, s);
+    std::vector<float> o(elements);
+    all_reduce_compressed(comm, comps[ur],
+                          tensor_view<float const>(std::span<float const>(g), tensor_id{3}),
+                          std::span<float>(o), rank_context(r, s), {.op = reduction::average});
+    auto const e = comps[ur].state(tensor_id{3}).values();
+    o.insert(o.end(), e.begin(), e.end());
+    return o;
+  });
+}
+
+// One rank of the device run: `steps` steps through NCCL, compared with the reference.
+template <class CudaCodec>
+void device_rank(nccl_communicator& comm, CudaCodec const& codec, char const* name,
+                 std::vector<std::vector<std::vector<float>>> const& want) {
+  int const r = comm.rank();
+  int const w = comm.size();
+  auto const ur = static_cast<std::size_t>(r);
+  gcu::device_compressor<CudaCodec> comp(gcu::stream_codec<CudaCodec>(codec, comm.stream()));
+  gcu::device_buffer g(comm.stream()), o(comm.stream());
+  g.resize(elements * sizeof(float));
+  o.resize(elements * sizeof(float));
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    std::vector<float> const hg = gradient(elements, r, s);
+    cuda_ok(cudaMemcpyAsync(g.data(), hg.data(), g.size(), cudaMemcpyHostToDevice, comm.stream()),
+            "cudaMemcpyAsync");
+    std::span<float> const out(reinterpret_cast<float*>(o.data()), elements);
+    all_reduce_compressed(
+        comm, comp,
+        tensor_view<float const>(
+            std::span<float const>(reinterpret_cast<float const*>(g.data()), elements),
+            tensor_id{3}),
+        out, rank_context(r, s), {.op = reduction::average});
+    std::vector<float> got(elements), e(elements);
+    cuda_ok(cudaMemcpyAsync(got.data(), o.data(), o.size(), cudaMemcpyDeviceToHost, comm.stream()),
+            "cudaMemcpyAsync");
+    auto const res = comp.residual(tensor_id{3});
+    cuda_ok(cudaMemcpyAsync(e.data(), res.data(), res.size_bytes(), cudaMemcpyDeviceToHost,
+                            comm.stream()),
+            "cudaMemcpyAsync");
+    cuda_ok(cudaStreamSynchronize(comm.stream()), "cudaStreamSynchronize");
+    std::string const what = std::string(name) + ", step " + std::to_string(s);
+    expect(std::memcmp(got.data(), want[s][ur].data(), elements * sizeof(float)) == 0, r, w,
+           what + ": output");
+    expect(std::memcmp(e.data(), want[s][ur].data() + elements, elements * sizeof(float)) == 0, r,
+           w, what + ": residual");
+  }
+}
+
+template <class CpuCodec, class CudaCodec>
+void check_codec(char const* name, CpuCodec const& cpu, CudaCodec const& dev, int w) {
+  auto const want = cpu_reference(cpu, w);
+  on_ranks(w, name, [&](nccl_communicator& comm) { device_rank(comm, dev, name, want); });
+  std::printf("%s on %d rank(s): %s\n", name, w,
+              failures.load() == 0 ? "identical to the CPU" : "FAILED");
 }
 
 // Two-way compression: the CPU collective's result, worker residuals (every shard) and server
@@ -160,29 +188,23 @@ template <class CpuCodec>
 std::vector<std::vector<std::vector<float>>> cpu_two_way_reference(CpuCodec const& codec, int w) {
   std::vector<two_way_compressor<CpuCodec>> tws(static_cast<std::size_t>(w),
                                                 two_way_compressor<CpuCodec>(codec));
-  std::vector<std::vector<std::vector<float>>> want(
-      steps, std::vector<std::vector<float>>(static_cast<std::size_t>(w)));
-  for (std::uint32_t s = 0; s < steps; ++s) {
-    run_in_process(w, [&](in_process_communicator& comm) {
-      int const r = comm.rank();
-      auto const ur = static_cast<std::size_t>(r);
-      std::vector<float> const g = gradient(elements, r, s);
-      std::vector<float> o(elements);
-      all_reduce_two_way(comm, tws[ur],
-                         tensor_view<float const>(std::span<float const>(g), tensor_id{4}),
-                         std::span<float>(o), rank_context(r, s), {.op = reduction::average});
-      for (int k = 0; k < w; ++k) {
-        auto const e = tws[ur].worker_residual(
-            shard_key{tensor_id{4}, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(w)});
-        o.insert(o.end(), e.begin(), e.end());
-      }
-      auto const e = tws[ur].server_residual(
-          shard_key{tensor_id{4}, static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(w)});
+  return reference_steps(w, [&](in_process_communicator& comm, int r, std::uint32_t s) {
+    auto const ur = static_cast<std::size_t>(r);
+    std::vector<float> const g = gradient(elements, r, s);
+    std::vector<float> o(elements);
+    all_reduce_two_way(comm, tws[ur],
+                       tensor_view<float const>(std::span<float const>(g), tensor_id{4}),
+                       std::span<float>(o), rank_context(r, s), {.op = reduction::average});
+    for (int k = 0; k < w; ++k) {
+      auto const e = tws[ur].worker_residual(
+          shard_key{tensor_id{4}, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(w)});
       o.insert(o.end(), e.begin(), e.end());
-      want[s][ur] = std::move(o);
-    });
-  }
-  return want;
+    }
+    auto const e = tws[ur].server_residual(
+        shard_key{tensor_id{4}, static_cast<std::uint32_t>(r), static_cast<std::uint32_t>(w)});
+    o.insert(o.end(), e.begin(), e.end());
+    return o;
+  });
 }
 
 template <class CudaCodec>
@@ -236,28 +258,128 @@ void device_two_way_rank(nccl_communicator& comm, CudaCodec const& codec, char c
 template <class CpuCodec, class CudaCodec>
 void check_two_way(char const* name, CpuCodec const& cpu, CudaCodec const& dev, int w) {
   auto const want = cpu_two_way_reference(cpu, w);
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ncclGetUniqueId failed");
-  std::vector<std::thread> threads;
-  for (int r = 0; r < w; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        cuda_ok(cudaSetDevice(r), "cudaSetDevice");
-        cudaStream_t stream = nullptr;
-        cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-        {
-          nccl_communicator comm =
-              nccl_communicator::init_rank(w, id, r, stream, {std::chrono::seconds(60)});
-          device_two_way_rank(comm, dev, name, want);
-        }
-        (void)cudaStreamDestroy(stream);
-      } catch (std::exception const& e) {
-        expect(false, r, w, std::string(name) + " two-way: exception: " + e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  on_ranks(w, std::string(name) + " two-way",
+           [&](nccl_communicator& comm) { device_two_way_rank(comm, dev, name, want); });
   std::printf("%s two-way on %d rank(s): %s\n", name, w,
+              failures.load() == 0 ? "identical to the CPU" : "FAILED");
+}
+
+// The bucketed collective: tensors of these sizes (ids 20, 21, ...); with the options below the
+// small ones go dense (one bucket) and the others fill three compressed buckets, one of them the
+// 2^20 + 3 tensor alone.
+std::vector<std::size_t> const bucket_sizes = {3, 70001, 17, 65537, elements, 0, 4099, 131071, 1};
+
+bucket_options bucket_opts(bucket_compression mode) {
+  bucket_options o;
+  o.bucket_bytes = 4 * 200000;
+  o.min_compress_elements = 4096;
+  o.mode = mode;
+  o.op = reduction::average;
+  return o;
+}
+
+std::vector<float> bucket_gradient(std::size_t i, int r, std::uint32_t s) {
+  return gradient(bucket_sizes[i], r + 16 * static_cast<int>(i), s);
+}
+
+// The CPU bucketed collective with error feedback, `steps` steps: per step and rank, every
+// output and then every tensor's residual (empty where it has none), flattened in that order.
+template <class CpuCodec>
+std::vector<std::vector<std::vector<float>>> cpu_bucket_reference(CpuCodec const& codec, int w,
+                                                                  bucket_compression mode) {
+  using comp = compressor<CpuCodec, residual_feedback>;
+  std::deque<bucketed_all_reduce<comp>> bs;
+  for (int r = 0; r < w; ++r) bs.emplace_back(comp(codec), bucket_opts(mode));
+  return reference_steps(w, [&](in_process_communicator& comm, int r, std::uint32_t s) {
+    auto const ur = static_cast<std::size_t>(r);
+    std::vector<std::vector<float>> g, o;
+    std::vector<bucket_item> items;
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      g.push_back(bucket_gradient(i, r, s));
+      o.emplace_back(bucket_sizes[i]);
+    }
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      items.push_back({tensor_view<float const>(std::span<float const>(g[i]),
+                                                tensor_id{static_cast<std::uint32_t>(20 + i)}),
+                       std::span<float>(o[i])});
+    }
+    bs[ur].run(comm, std::span<bucket_item const>(items), rank_context(r, s));
+    std::vector<float> flat;
+    for (auto const& x : o) flat.insert(flat.end(), x.begin(), x.end());
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      auto const e = bs[ur].source().state(tensor_id{static_cast<std::uint32_t>(20 + i)}).values();
+      flat.insert(flat.end(), e.begin(), e.end());
+    }
+    return flat;
+  });
+}
+
+template <class CudaCodec>
+void device_bucket_rank(nccl_communicator& comm, CudaCodec const& codec, char const* name,
+                        bucket_compression mode,
+                        std::vector<std::vector<std::vector<float>>> const& want) {
+  int const r = comm.rank();
+  int const w = comm.size();
+  auto const ur = static_cast<std::size_t>(r);
+  bucketed_all_reduce<gcu::device_compressor<CudaCodec>> b(
+      gcu::device_compressor<CudaCodec>(gcu::stream_codec<CudaCodec>(codec, comm.stream())),
+      bucket_opts(mode));
+  std::vector<gcu::device_buffer> g, o;
+  for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+    g.emplace_back(comm.stream());
+    o.emplace_back(comm.stream());
+    g.back().resize(bucket_sizes[i] * sizeof(float));
+    o.back().resize(bucket_sizes[i] * sizeof(float));
+  }
+  std::vector<bucket_item> items;
+  for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+    items.push_back(
+        {tensor_view<float const>(
+             std::span<float const>(reinterpret_cast<float const*>(g[i].data()), bucket_sizes[i]),
+             tensor_id{static_cast<std::uint32_t>(20 + i)}),
+         std::span<float>(reinterpret_cast<float*>(o[i].data()), bucket_sizes[i])});
+  }
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    std::vector<std::vector<float>> hg;
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      hg.push_back(bucket_gradient(i, r, s));
+      cuda_ok(cudaMemcpyAsync(g[i].data(), hg[i].data(), g[i].size(), cudaMemcpyHostToDevice,
+                              comm.stream()),
+              "cudaMemcpyAsync");
+    }
+    b.run(comm, std::span<bucket_item const>(items), rank_context(r, s));
+    std::vector<float> got;
+    auto append = [&](void const* p, std::size_t n) {
+      std::size_t const at = got.size();
+      got.resize(at + n);
+      cuda_ok(cudaMemcpyAsync(got.data() + at, p, n * sizeof(float), cudaMemcpyDeviceToHost,
+                              comm.stream()),
+              "cudaMemcpyAsync");
+      cuda_ok(cudaStreamSynchronize(comm.stream()), "cudaStreamSynchronize");
+    };
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) append(o[i].data(), bucket_sizes[i]);
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      auto const e = b.source().residual(tensor_id{static_cast<std::uint32_t>(20 + i)});
+      append(e.data(), e.size());
+    }
+    std::string const what =
+        std::string(name) +
+        (mode == bucket_compression::per_tensor ? " bucketed per tensor" : " bucketed per bucket") +
+        ", step " + std::to_string(s);
+    expect(got.size() == want[s][ur].size() &&
+               std::memcmp(got.data(), want[s][ur].data(), got.size() * sizeof(float)) == 0,
+           r, w, what + ": outputs and residuals");
+  }
+}
+
+template <class CpuCodec, class CudaCodec>
+void check_bucketed(char const* name, CpuCodec const& cpu, CudaCodec const& dev, int w) {
+  for (bucket_compression mode : {bucket_compression::per_tensor, bucket_compression::per_bucket}) {
+    auto const want = cpu_bucket_reference(cpu, w, mode);
+    on_ranks(w, std::string(name) + " bucketed",
+             [&](nccl_communicator& comm) { device_bucket_rank(comm, dev, name, mode, want); });
+  }
+  std::printf("%s bucketed on %d rank(s): %s\n", name, w,
               failures.load() == 0 ? "identical to the CPU" : "FAILED");
 }
 
@@ -270,7 +392,8 @@ void absent_peer_times_out() {
     cuda_ok(cudaSetDevice(1), "cudaSetDevice");
     cudaStream_t stream = nullptr;
     cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    nccl_communicator comm = nccl_communicator::init_rank(2, id, 1, stream, {std::chrono::seconds(2)});
+    nccl_communicator comm =
+        nccl_communicator::init_rank(2, id, 1, stream, {std::chrono::seconds(2)});
     while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   });
   cuda_ok(cudaSetDevice(0), "cudaSetDevice");
@@ -279,14 +402,16 @@ void absent_peer_times_out() {
   bool thrown = false;
   auto const t0 = std::chrono::steady_clock::now();
   try {
-    nccl_communicator comm = nccl_communicator::init_rank(2, id, 0, stream, {std::chrono::seconds(2)});
+    nccl_communicator comm =
+        nccl_communicator::init_rank(2, id, 0, stream, {std::chrono::seconds(2)});
     gcu::stream_codec<gcu::int8_codec> const codec(gcu::int8_codec{}, stream);
     gcu::device_buffer g(stream), o(stream);
     g.resize(4096 * sizeof(float));
     o.resize(4096 * sizeof(float));
     cuda_ok(cudaMemsetAsync(g.data(), 0, g.size(), stream), "cudaMemsetAsync");
     all_reduce_compressed(comm, codec,
-                          tensor_view<float const>(std::span<float const>(reinterpret_cast<float const*>(g.data()), 4096)),
+                          tensor_view<float const>(std::span<float const>(
+                              reinterpret_cast<float const*>(g.data()), 4096)),
                           std::span<float>(reinterpret_cast<float*>(o.data()), 4096));
   } catch (comm_error const&) {
     thrown = true;
@@ -296,7 +421,8 @@ void absent_peer_times_out() {
   auto const waited = std::chrono::steady_clock::now() - t0;
   expect(thrown, 0, 2, "a peer that never joins the collective gives comm_error");
   expect(waited < std::chrono::seconds(30), 0, 2, "the timeout is honoured");
-  std::printf("absent peer: %s\n", failures.load() == 0 ? "comm_error after the timeout" : "FAILED");
+  std::printf("absent peer: %s\n",
+              failures.load() == 0 ? "comm_error after the timeout" : "FAILED");
 }
 
 int run_all() {
@@ -314,11 +440,16 @@ int run_all() {
                     gcu::int8_codec{512, int8_rounding::stochastic}, w);
       check_two_way("onebit", onebit_codec{}, gcu::onebit_codec{}, w);
       check_two_way("qsgd", qsgd_codec{}, gcu::qsgd_codec{}, w);
+      check_bucketed("fp16", fp16_codec{}, gcu::fp16_codec{}, w);
+      check_bucketed("int8:rounding=stochastic", int8_codec{512, int8_rounding::stochastic},
+                     gcu::int8_codec{512, int8_rounding::stochastic}, w);
+      check_bucketed("onebit", onebit_codec{}, gcu::onebit_codec{}, w);
     }
     if (devices >= 2) {
       absent_peer_times_out();
     } else {
-      std::printf("2 ranks and the absent peer: not run (one GPU; NCCL needs one device per rank)\n");
+      std::printf(
+          "2 ranks and the absent peer: not run (one GPU; NCCL needs one device per rank)\n");
     }
   } catch (std::exception const& e) {
     std::fprintf(stderr, "FAILED: %s\n", e.what());

@@ -25,6 +25,7 @@
 #include "codec_checks.cuh"
 
 #include "../unit/support/rank_check.hpp"
+#include "device_buffers.cuh"
 #include "emulated_nccl.cuh"
 
 #include <gradcomp/collective/all_reduce.hpp>
@@ -41,7 +42,6 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
-#include <random>
 #include <typeinfo>
 #include <vector>
 
@@ -53,6 +53,12 @@ using gc::cuda::memory_kind;
 using gc::cuda::memory_kind_of;
 
 using gct::emulated_nccl;
+using gct::floats;
+using gct::run_failing;
+using gct::same_bits;
+using gct::thrown;
+using gct::to_device;
+using gct::to_host;
 using gct::traffic;
 
 namespace {
@@ -60,42 +66,13 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Helpers: device copies of host vectors, and the two runs compared.
 
-gc::cuda::device_buffer to_device(std::vector<float> const& v) {
-  gc::cuda::device_buffer b;
-  b.resize(v.size() * sizeof(float));
-  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
-std::vector<float> to_host(gc::cuda::device_buffer const& b, std::size_t n) {
-  std::vector<float> v(n);
-  if (n != 0) std::memcpy(v.data(), b.data(), n * sizeof(float));
-  return v;
-}
-
-std::span<float> floats(gc::cuda::device_buffer& b, std::size_t n) {
-  return {reinterpret_cast<float*>(b.data()), n};
-}
-
-// Gradient of rank r: normal values (fp16-safe), a few exact zeros.
+// Gradient of rank r at a step (device_buffers.cuh's inputs).
 std::vector<float> gradient(std::size_t n, int r, std::uint32_t step) {
-  std::mt19937_64 rng(1000u * static_cast<unsigned>(r) + 17u * step + n);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> g(n);
-  for (auto& v : g) v = normal(rng);
-  if (n > 3) g[n / 3] = 0.0f;
-  return g;
+  return gct::gradient_of(n, 1000u * static_cast<unsigned>(r) + 17u * step + n);
 }
 
 gc::codec_context rank_context(int r, std::uint32_t step) {
-  gc::codec_context ctx;
-  ctx.seed = 0x5eed0000u + static_cast<std::uint64_t>(r);
-  ctx.step = step;
-  return ctx;
-}
-
-bool same_bits(std::vector<float> const& a, std::vector<float> const& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  return gct::rank_context_of(r, step, 0x5eed0000u);
 }
 
 struct rank_outcome {
@@ -110,12 +87,14 @@ std::vector<rank_outcome> run_cpu(CpuCodec const& codec, int w, std::size_t n, g
   std::vector<rank_outcome> got(static_cast<std::size_t>(w));
   gc::run_in_process(w, [&](gc::in_process_communicator& comm) {
     int const r = comm.rank();
-    std::vector<float> const g = contributes[static_cast<std::size_t>(r)] ? gradient(n, r, 0) : std::vector<float>{};
+    std::vector<float> const g =
+        contributes[static_cast<std::size_t>(r)] ? gradient(n, r, 0) : std::vector<float>{};
     std::vector<float> out(n, -7.0f);
     gc::collective_options opt;
     opt.op = op;
-    auto res = gc::all_reduce_compressed(comm, codec, gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{4}),
-                                         std::span<float>(out), rank_context(r, 0), opt);
+    auto res = gc::all_reduce_compressed(
+        comm, codec, gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{4}),
+        std::span<float>(out), rank_context(r, 0), opt);
     got[static_cast<std::size_t>(r)] = {std::move(out), res};
   });
   return got;
@@ -129,13 +108,16 @@ std::vector<rank_outcome> run_device(CudaCodec const& codec, int w, std::size_t 
     emulated_nccl comm(inner, log);
     int const r = comm.rank();
     gc::cuda::stream_codec<CudaCodec> const dc(codec);
-    std::vector<float> const hg = contributes[static_cast<std::size_t>(r)] ? gradient(n, r, 0) : std::vector<float>{};
+    std::vector<float> const hg =
+        contributes[static_cast<std::size_t>(r)] ? gradient(n, r, 0) : std::vector<float>{};
     gc::cuda::device_buffer g = to_device(hg);
     gc::cuda::device_buffer out = to_device(std::vector<float>(n, -7.0f));
     gc::collective_options opt;
     opt.op = op;
     auto res = gc::all_reduce_compressed(
-        comm, dc, gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())), gc::tensor_id{4}),
+        comm, dc,
+        gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())),
+                                     gc::tensor_id{4}),
         floats(out, n), rank_context(r, 0), opt);
     got[static_cast<std::size_t>(r)] = {to_host(out, n), res};
   });
@@ -166,7 +148,8 @@ void for_each_collective_codec(Fn&& fn) {
   fn("natural:bucket=100", gc::natural_codec{100}, gc::cuda::natural_codec{100});
   fn("qsgd", gc::qsgd_codec{}, gc::cuda::qsgd_codec{});
   fn("terngrad", gc::terngrad_codec{}, gc::cuda::terngrad_codec{});
-  fn("dithering:levels=5,norm=l2,bucket=16", gc::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16},
+  fn("dithering:levels=5,norm=l2,bucket=16",
+     gc::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16},
      gc::cuda::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16});
 }
 
@@ -176,7 +159,8 @@ constexpr std::size_t control_bound = 64;
 
 }  // namespace
 
-TEST_CASE("cuda collective: stream_codec is a codec with the CPU codec's traits", "[cuda][collective]") {
+TEST_CASE("cuda collective: stream_codec is a codec with the CPU codec's traits",
+          "[cuda][collective]") {
   gct::for_each_cast([](char const*, auto cpu, auto dev) {
     using S = gc::cuda::stream_codec<decltype(dev)>;
     static_assert(gc::codec<S>);
@@ -201,7 +185,8 @@ TEST_CASE("cuda collective: stream_codec is a codec with the CPU codec's traits"
   static_assert(gc::detail::host_payloads<gc::int8_codec>);
 }
 
-TEST_CASE("cuda collective: the emulated device memory is told from host memory", "[cuda][collective]") {
+TEST_CASE("cuda collective: the emulated device memory is told from host memory",
+          "[cuda][collective]") {
   gc::cuda::device_buffer b;
   b.resize(100);
   std::vector<std::byte> h(100);
@@ -214,12 +199,14 @@ TEST_CASE("cuda collective: the emulated device memory is told from host memory"
   if (old != b.data()) CHECK(memory_kind_of(old) == memory_kind::host);
 }
 
-TEST_CASE("cuda collective: all_reduce_compressed on device memory equals the CPU collective", "[cuda][collective]") {
+TEST_CASE("cuda collective: all_reduce_compressed on device memory equals the CPU collective",
+          "[cuda][collective]") {
   for_each_collective_codec([](char const* name, auto cpu, auto dev) {
     for (int w : {2, 3, 4}) {
       for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{4099}}) {
         for (gc::reduction op : {gc::reduction::sum, gc::reduction::average}) {
-          INFO(name << ", " << w << " ranks, n = " << n << ", " << (op == gc::reduction::sum ? "sum" : "average"));
+          INFO(name << ", " << w << " ranks, n = " << n << ", "
+                    << (op == gc::reduction::sum ? "sum" : "average"));
           std::vector<bool> const all(static_cast<std::size_t>(w), true);
           traffic log;
           auto const want = run_cpu(cpu, w, n, op, all);
@@ -228,7 +215,8 @@ TEST_CASE("cuda collective: all_reduce_compressed on device memory equals the CP
           // Payloads on the device, control messages small and on the host, never mixed.
           CHECK(log.device_ops == static_cast<std::size_t>(w));
           // gathered: whole packets; summable: the values only (n 16- or 32-bit floats)
-          std::size_t const least = decltype(cpu)::aggregation == gc::aggregation_kind::gather ? gc::header_bytes : 2 * n;
+          std::size_t const least =
+              decltype(cpu)::aggregation == gc::aggregation_kind::gather ? gc::header_bytes : 2 * n;
           CHECK(log.device_bytes >= static_cast<std::size_t>(w) * least);
           CHECK(log.host_ops == 2 * static_cast<std::size_t>(w));
           CHECK(log.host_max <= control_bound);
@@ -239,7 +227,8 @@ TEST_CASE("cuda collective: all_reduce_compressed on device memory equals the CP
   });
 }
 
-TEST_CASE("cuda collective: a rank without a gradient, on device memory, as on the CPU", "[cuda][collective]") {
+TEST_CASE("cuda collective: a rank without a gradient, on device memory, as on the CPU",
+          "[cuda][collective]") {
   for_each_collective_codec([](char const* name, auto cpu, auto dev) {
     for (int w : {2, 4}) {
       INFO(name << ", " << w << " ranks");
@@ -253,8 +242,10 @@ TEST_CASE("cuda collective: a rank without a gradient, on device memory, as on t
   });
 }
 
-TEST_CASE("cuda collective: device error feedback through all_reduce_compressed equals compressor<residual_feedback>",
-          "[cuda][collective][feedback]") {
+TEST_CASE(
+    "cuda collective: device error feedback through all_reduce_compressed equals "
+    "compressor<residual_feedback>",
+    "[cuda][collective][feedback]") {
   auto check = [](char const* name, auto cpu_codec, auto dev_codec) {
     using cpu_type = gc::compressor<decltype(cpu_codec), gc::residual_feedback>;
     using dev_type = gc::cuda::device_compressor<decltype(dev_codec)>;
@@ -263,17 +254,19 @@ TEST_CASE("cuda collective: device error feedback through all_reduce_compressed 
       std::size_t const n = 2053;
       std::vector<cpu_type> cpus(static_cast<std::size_t>(w), cpu_type(cpu_codec));
       std::vector<dev_type> devs;
-      for (int r = 0; r < w; ++r) devs.emplace_back(gc::cuda::stream_codec<decltype(dev_codec)>(dev_codec));
+      for (int r = 0; r < w; ++r)
+        devs.emplace_back(gc::cuda::stream_codec<decltype(dev_codec)>(dev_codec));
       for (std::uint32_t step = 0; step < 3; ++step) {
-        std::vector<std::vector<float>> want(static_cast<std::size_t>(w)), got(want.size()), res_cpu(want.size()),
-            res_dev(want.size());
+        std::vector<std::vector<float>> want(static_cast<std::size_t>(w)), got(want.size()),
+            res_cpu(want.size()), res_dev(want.size());
         gc::run_in_process(w, [&](gc::in_process_communicator& comm) {
           int const r = comm.rank();
           std::vector<float> const g = gradient(n, r, step);
           std::vector<float> out(n);
-          gc::all_reduce_compressed(comm, cpus[static_cast<std::size_t>(r)],
-                                    gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{9}),
-                                    std::span<float>(out), rank_context(r, step), {.op = gc::reduction::average});
+          gc::all_reduce_compressed(
+              comm, cpus[static_cast<std::size_t>(r)],
+              gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{9}),
+              std::span<float>(out), rank_context(r, step), {.op = gc::reduction::average});
           auto const e = cpus[static_cast<std::size_t>(r)].state(gc::tensor_id{9}).values();
           res_cpu[static_cast<std::size_t>(r)].assign(e.begin(), e.end());
           want[static_cast<std::size_t>(r)] = std::move(out);
@@ -284,9 +277,10 @@ TEST_CASE("cuda collective: device error feedback through all_reduce_compressed 
           int const r = comm.rank();
           gc::cuda::device_buffer g = to_device(gradient(n, r, step));
           gc::cuda::device_buffer out = to_device(std::vector<float>(n));
-          gc::all_reduce_compressed(comm, devs[static_cast<std::size_t>(r)],
-                                    gc::tensor_view<float const>(std::span<float const>(floats(g, n)), gc::tensor_id{9}),
-                                    floats(out, n), rank_context(r, step), {.op = gc::reduction::average});
+          gc::all_reduce_compressed(
+              comm, devs[static_cast<std::size_t>(r)],
+              gc::tensor_view<float const>(std::span<float const>(floats(g, n)), gc::tensor_id{9}),
+              floats(out, n), rank_context(r, step), {.op = gc::reduction::average});
           got[static_cast<std::size_t>(r)] = to_host(out, n);
           auto const e = devs[static_cast<std::size_t>(r)].residual(gc::tensor_id{9});
           RANK_REQUIRE(e.size() == n && memory_kind_of(e.data()) == memory_kind::device);
@@ -310,50 +304,6 @@ TEST_CASE("cuda collective: device error feedback through all_reduce_compressed 
   check("natural", gc::natural_codec{}, gc::cuda::natural_codec{});
 }
 
-namespace {
-
-// What each rank of a failing step threw.
-enum class thrown { nothing, comm, numeric, config, other };
-
-thrown classify(std::exception_ptr e) {
-  if (!e) return thrown::nothing;
-  try {
-    std::rethrow_exception(e);
-  } catch (gc::comm_error const&) {
-    return thrown::comm;
-  } catch (gc::numeric_error const&) {
-    return thrown::numeric;
-  } catch (gc::config_error const&) {
-    return thrown::config;
-  } catch (...) {
-    return thrown::other;
-  }
-}
-
-// Runs `body(comm, rank)` on w emulated device ranks, collecting what each threw (run_in_process
-// would rethrow only the first), with a short timeout: a hang fails the test.
-template <class Body>
-std::vector<thrown> run_failing(int w, Body&& body) {
-  std::vector<thrown> got(static_cast<std::size_t>(w), thrown::nothing);
-  traffic log;
-  auto const t0 = std::chrono::steady_clock::now();
-  gc::run_in_process(
-      w,
-      [&](gc::in_process_communicator& inner) {
-        emulated_nccl comm(inner, log);
-        try {
-          body(comm, comm.rank());
-        } catch (...) {
-          got[static_cast<std::size_t>(comm.rank())] = classify(std::current_exception());
-        }
-      },
-      std::chrono::seconds(20));
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
-  return got;
-}
-
-}  // namespace
-
 TEST_CASE("cuda collective: a failing rank fails the device step on every rank, residuals kept",
           "[cuda][collective][failure]") {
   for (int w : {2, 3, 4}) {
@@ -365,12 +315,14 @@ TEST_CASE("cuda collective: a failing rank fails the device step on every rank, 
     auto step = [&](emulated_nccl& comm, int r, std::vector<float> const& hg) {
       gc::cuda::device_buffer g = to_device(hg);
       gc::cuda::device_buffer out = to_device(std::vector<float>(n));
-      gc::all_reduce_compressed(comm, devs[static_cast<std::size_t>(r)],
-                                gc::tensor_view<float const>(std::span<float const>(floats(g, n)), gc::tensor_id{2}),
-                                floats(out, n), rank_context(r, 0));
+      gc::all_reduce_compressed(
+          comm, devs[static_cast<std::size_t>(r)],
+          gc::tensor_view<float const>(std::span<float const>(floats(g, n)), gc::tensor_id{2}),
+          floats(out, n), rank_context(r, 0));
     };
     // A first step that succeeds everywhere.
-    auto const ok = run_failing(w, [&](emulated_nccl& comm, int r) { step(comm, r, gradient(n, r, 0)); });
+    auto const ok =
+        run_failing<true>(w, [&](emulated_nccl& comm, int r) { step(comm, r, gradient(n, r, 0)); });
     for (thrown t : ok) CHECK(t == thrown::nothing);
     std::vector<std::vector<float>> before;
     for (auto& d : devs) {
@@ -378,14 +330,15 @@ TEST_CASE("cuda collective: a failing rank fails the device step on every rank, 
       before.emplace_back(e.begin(), e.end());
     }
     // Rank 1's gradient holds a NaN: its own numeric_error there, comm_error everywhere else.
-    auto const nan = run_failing(w, [&](emulated_nccl& comm, int r) {
+    auto const nan = run_failing<true>(w, [&](emulated_nccl& comm, int r) {
       std::vector<float> g = gradient(n, r, 1);
       if (r == 1) g[5] = std::nanf("");
       step(comm, r, g);
     });
-    for (int r = 0; r < w; ++r) CHECK(nan[static_cast<std::size_t>(r)] == (r == 1 ? thrown::numeric : thrown::comm));
+    for (int r = 0; r < w; ++r)
+      CHECK(nan[static_cast<std::size_t>(r)] == (r == 1 ? thrown::numeric : thrown::comm));
     // The last rank disappears before the collective: every other rank fails with comm_error.
-    auto const gone = run_failing(w, [&](emulated_nccl& comm, int r) {
+    auto const gone = run_failing<true>(w, [&](emulated_nccl& comm, int r) {
       if (r == w - 1) throw std::runtime_error("rank lost");
       step(comm, r, gradient(n, r, 1));
     });
@@ -401,11 +354,12 @@ TEST_CASE("cuda collective: a failing rank fails the device step on every rank, 
 
 TEST_CASE("cuda collective: options a device source does not take are errors on every rank",
           "[cuda][collective][failure]") {
-  auto const got = run_failing(3, [&](emulated_nccl& comm, int r) {
+  auto const got = run_failing<true>(3, [&](emulated_nccl& comm, int r) {
     gc::cuda::stream_codec<gc::cuda::int8_codec> const dc;
     gc::cuda::device_buffer g = to_device(gradient(64, r, 0));
     gc::cuda::device_buffer out = to_device(std::vector<float>(64));
-    gc::all_reduce_compressed(comm, dc, gc::tensor_view<float const>(std::span<float const>(floats(g, 64))),
+    gc::all_reduce_compressed(comm, dc,
+                              gc::tensor_view<float const>(std::span<float const>(floats(g, 64))),
                               floats(out, 64), {}, {.checksum = true});
   });
   for (thrown t : got) CHECK(t == thrown::config);
@@ -414,6 +368,7 @@ TEST_CASE("cuda collective: options a device source does not take are errors on 
   gc::cuda::device_buffer g = to_device(gradient(64, 0, 0));
   gc::cuda::device_buffer small;
   small.resize(10);
-  CHECK_THROWS_AS(dc.compress(gc::tensor_view<float const>(std::span<float const>(floats(g, 64))), small.span()),
+  CHECK_THROWS_AS(dc.compress(gc::tensor_view<float const>(std::span<float const>(floats(g, 64))),
+                              small.span()),
                   gc::config_error);
 }

@@ -21,6 +21,7 @@
 #include <catch2/catch.hpp>
 
 #include "../unit/support/rank_check.hpp"
+#include "device_buffers.cuh"
 #include "emulated_nccl.cuh"
 
 #include <gradcomp/codec/cast.hpp>
@@ -42,7 +43,6 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
-#include <random>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -54,50 +54,20 @@
 
 using gc::cuda::memory_kind;
 using gc::cuda::memory_kind_of;
-using gct::emulated_nccl;
-using gct::traffic;
+using namespace gct;  // NOLINT(google-build-using-namespace): the test support
 
 namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: device copies of host vectors, inputs, and what each rank ends with.
 
-gc::cuda::device_buffer to_device(std::vector<float> const& v) {
-  gc::cuda::device_buffer b;
-  b.resize(v.size() * sizeof(float));
-  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
-// A host copy of floats in emulated device memory.
-std::vector<float> to_host(std::span<float const> d) { return {d.begin(), d.end()}; }
-
-std::span<float> floats(gc::cuda::device_buffer& b, std::size_t n) {
-  return {reinterpret_cast<float*>(b.data()), n};
-}
-
-// Gradient of rank r at a step: normal values (fp16-safe), a few exact zeros and a larger one.
+// Gradient of rank r at a step (device_buffers.cuh's inputs).
 std::vector<float> gradient(std::size_t n, int r, std::uint32_t step) {
-  std::mt19937_64 rng(1000u * static_cast<unsigned>(r) + 17u * step + n);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> g(n);
-  for (auto& v : g) v = normal(rng);
-  if (n > 3) g[n / 3] = 0.0f;
-  if (n > 7) g[n / 7] = -0.0f;
-  if (n > 11) g[n - 11] *= 40.0f;
-  return g;
+  return gct::gradient_of(n, 1000u * static_cast<unsigned>(r) + 17u * step + n);
 }
 
 gc::codec_context rank_context(int r, std::uint32_t step) {
-  gc::codec_context ctx;
-  ctx.seed = 0x7a5e0000u + static_cast<std::uint64_t>(r);
-  ctx.step = step;
-  return ctx;
-}
-
-bool same_bits(std::vector<float> const& a, std::vector<float> const& b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  return gct::rank_context_of(r, step, 0x7a5e0000u);
 }
 
 gc::shard_key key(gc::tensor_id t, std::size_t s, int w) {
@@ -149,21 +119,6 @@ void expect_same(std::vector<rank_state> const& cpu, std::vector<rank_state> con
   }
 }
 
-// The codecs the cases run: the CPU codec and its device twin.
-template <class Fn>
-void for_each_two_way_codec(Fn&& fn) {
-  using r = gc::int8_rounding;
-  fn("fp16", gc::fp16_codec{}, gc::cuda::fp16_codec{});
-  fn("int8", gc::int8_codec{}, gc::cuda::int8_codec{});
-  fn("int8:bucket=100,rounding=stochastic", gc::int8_codec{100, r::stochastic},
-     gc::cuda::int8_codec{100, r::stochastic});
-  fn("onebit", gc::onebit_codec{}, gc::cuda::onebit_codec{});
-  fn("qsgd", gc::qsgd_codec{}, gc::cuda::qsgd_codec{});
-  fn("dithering:levels=5,norm=l2,bucket=16",
-     gc::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16},
-     gc::cuda::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16});
-}
-
 // Runs `steps` steps of all_reduce_two_way on w ranks with the CPU two-way compressor of
 // `codec` and feedback F, and with the device one of `dev` and the device counterpart of F
 // (the codec's own residual feedback, or no_feedback); compares every step. `contributes(r,
@@ -181,47 +136,46 @@ void compare_runs(CpuCodec const& codec, DevCodec const& dev, int w, std::size_t
   std::vector<cpu_tw> cpus(static_cast<std::size_t>(w), cpu_tw(codec));
   std::vector<dev_tw> devs;
   for (int r = 0; r < w; ++r) devs.emplace_back(dev_codec(dev));
-  for (int step = 0; step < steps; ++step) {
-    INFO("step " << step);
-    auto const s = static_cast<std::uint32_t>(step);
-    std::vector<rank_state> want(static_cast<std::size_t>(w)), got(want.size());
-    REQUIRE_NOTHROW(gc::run_in_process(w, [&](gc::in_process_communicator& comm) {
-      int const r = comm.rank();
-      std::vector<float> const g = contributes(r, step) ? gradient(n, r, s) : std::vector<float>{};
-      std::vector<float> out(n, -7.0f);
-      auto& st = want[static_cast<std::size_t>(r)];
-      st.res = gc::all_reduce_two_way(comm, cpus[static_cast<std::size_t>(r)],
-                                      gc::tensor_view<float const>(std::span<float const>(g), id),
-                                      std::span<float>(out), rank_context(r, s), {.op = op});
-      st.out = std::move(out);
-      read_residuals(cpus[static_cast<std::size_t>(r)], id, r, w, st);
-    }));
-    traffic log;
-    REQUIRE_NOTHROW(gc::run_in_process(w, [&](gc::in_process_communicator& inner) {
-      emulated_nccl comm(inner, log);
-      int const r = comm.rank();
-      std::vector<float> const hg = contributes(r, step) ? gradient(n, r, s) : std::vector<float>{};
-      gc::cuda::device_buffer g = to_device(hg);
-      gc::cuda::device_buffer out = to_device(std::vector<float>(n, -7.0f));
-      auto& st = got[static_cast<std::size_t>(r)];
-      st.res = gc::all_reduce_two_way(
-          comm, devs[static_cast<std::size_t>(r)],
-          gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())), id),
-          floats(out, n), rank_context(r, s), {.op = op});
-      st.out = to_host(floats(out, n));
-      RANK_REQUIRE(residuals_on_device(devs[static_cast<std::size_t>(r)], id, r, w));
-      read_residuals(devs[static_cast<std::size_t>(r)], id, r, w, st);
-    }));
-    expect_same(want, got);
-    // Payloads on the device (the all-to-all of worker packets, the all-gather of server
-    // packets), control messages on the host (two agreement rounds, the outcome round): per
-    // rank two and three operations, never mixed, each message at most a report of 32 bytes
-    // plus one 8-byte size per rank.
-    CHECK(log.device_ops == 2 * static_cast<std::size_t>(w));
-    CHECK(log.host_ops == 3 * static_cast<std::size_t>(w));
-    CHECK(log.host_max <= 32 + 8 * static_cast<std::size_t>(w));
-    CHECK(log.mixed == 0);
-  }
+  auto cpu = [&](gc::in_process_communicator& comm, int r, std::uint32_t s) {
+    std::vector<float> const g =
+        contributes(r, static_cast<int>(s)) ? gradient(n, r, s) : std::vector<float>{};
+    std::vector<float> out(n, -7.0f);
+    rank_state st;
+    st.res = gc::all_reduce_two_way(comm, cpus[static_cast<std::size_t>(r)],
+                                    gc::tensor_view<float const>(std::span<float const>(g), id),
+                                    std::span<float>(out), rank_context(r, s), {.op = op});
+    st.out = std::move(out);
+    read_residuals(cpus[static_cast<std::size_t>(r)], id, r, w, st);
+    return st;
+  };
+  auto device = [&](emulated_nccl& comm, int r, std::uint32_t s) {
+    std::vector<float> const hg =
+        contributes(r, static_cast<int>(s)) ? gradient(n, r, s) : std::vector<float>{};
+    gc::cuda::device_buffer g = to_device(hg);
+    gc::cuda::device_buffer out = to_device(std::vector<float>(n, -7.0f));
+    rank_state st;
+    st.res = gc::all_reduce_two_way(
+        comm, devs[static_cast<std::size_t>(r)],
+        gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())), id),
+        floats(out, n), rank_context(r, s), {.op = op});
+    st.out = to_host(floats(out, n));
+    RANK_REQUIRE(residuals_on_device(devs[static_cast<std::size_t>(r)], id, r, w));
+    read_residuals(devs[static_cast<std::size_t>(r)], id, r, w, st);
+    return st;
+  };
+  compare_steps<rank_state>(w, steps, cpu, device,
+                            [&](auto const& want, auto const& got, traffic const& log) {
+                              expect_same(want, got);
+                              // Payloads on the device (the all-to-all of worker packets, the
+                              // all-gather of server packets), control messages on the host (two
+                              // agreement rounds, the outcome round): per rank two and three
+                              // operations, never mixed, each message at most a report of 32
+                              // bytes plus one 8-byte size per rank.
+                              CHECK(log.device_ops == 2 * static_cast<std::size_t>(w));
+                              CHECK(log.host_ops == 3 * static_cast<std::size_t>(w));
+                              CHECK(log.host_max <= 32 + 8 * static_cast<std::size_t>(w));
+                              CHECK(log.mixed == 0);
+                            });
 }
 
 template <class T>
@@ -254,7 +208,7 @@ TEST_CASE("cuda two-way: device codecs name their device residual feedback", "[c
 
 TEST_CASE("cuda two-way: all_reduce_two_way with device error feedback equals the CPU collective",
           "[cuda][two_way][feedback]") {
-  for_each_two_way_codec([](char const* name, auto cpu, auto dev) {
+  for_each_codec_pair([](char const* name, auto cpu, auto dev) {
     for (int w : {2, 3, 4}) {
       for (std::size_t n : {std::size_t{3}, std::size_t{2053}}) {
         gc::reduction const op = w == 3 ? gc::reduction::sum : gc::reduction::average;
@@ -267,7 +221,7 @@ TEST_CASE("cuda two-way: all_reduce_two_way with device error feedback equals th
 
 TEST_CASE("cuda two-way: all_reduce_two_way without error feedback equals the CPU collective",
           "[cuda][two_way]") {
-  for_each_two_way_codec([](char const* name, auto cpu, auto dev) {
+  for_each_codec_pair([](char const* name, auto cpu, auto dev) {
     for (int w : {2, 4}) {
       INFO(name << ", " << w << " ranks");
       compare_runs<false>(cpu, dev, w, 1000, gc::reduction::average, 2,
@@ -278,7 +232,7 @@ TEST_CASE("cuda two-way: all_reduce_two_way without error feedback equals the CP
 
 TEST_CASE("cuda two-way: a rank without a gradient, on device memory, as on the CPU",
           "[cuda][two_way][feedback]") {
-  for_each_two_way_codec([](char const* name, auto cpu, auto dev) {
+  for_each_codec_pair([](char const* name, auto cpu, auto dev) {
     INFO(name);
     // Rank 1 sits out the second step: its worker residuals stay, it still serves its shard.
     compare_runs<true>(cpu, dev, 3, 777, gc::reduction::average, 3,
@@ -332,56 +286,6 @@ TEST_CASE(
     CHECK(memory_kind_of(dev.server_residual(k).data()) == memory_kind::device);
   }
 }
-
-namespace {
-
-// What each rank of a failing step threw.
-enum class thrown { nothing, comm, numeric, config, other };
-
-thrown classify(std::exception_ptr e) {
-  if (!e) return thrown::nothing;
-  try {
-    std::rethrow_exception(e);
-  } catch (gc::comm_error const&) {
-    return thrown::comm;
-  } catch (gc::numeric_error const&) {
-    return thrown::numeric;
-  } catch (gc::config_error const&) {
-    return thrown::config;
-  } catch (...) {
-    return thrown::other;
-  }
-}
-
-// Runs `body(comm, rank)` on w ranks (emulated device ranks when `Device`, else plain
-// in-process ones), collecting what each threw (run_in_process would rethrow only the first),
-// with a short timeout: a hang fails the test.
-template <bool Device, class Body>
-std::vector<thrown> run_failing(int w, Body&& body) {
-  std::vector<thrown> got(static_cast<std::size_t>(w), thrown::nothing);
-  traffic log;
-  auto const t0 = std::chrono::steady_clock::now();
-  gc::run_in_process(
-      w,
-      [&](gc::in_process_communicator& inner) {
-        try {
-          if constexpr (Device) {
-            emulated_nccl comm(inner, log);
-            body(comm, comm.rank());
-          } else {
-            body(inner, inner.rank());
-          }
-        } catch (...) {
-          got[static_cast<std::size_t>(inner.rank())] = classify(std::current_exception());
-        }
-      },
-      std::chrono::seconds(20));
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
-  CHECK(log.mixed == 0);
-  return got;
-}
-
-}  // namespace
 
 TEST_CASE("cuda two-way: bad inputs fail the device step as the CPU step, residuals kept",
           "[cuda][two_way][failure]") {

@@ -9,9 +9,10 @@
 /// always live in host memory. *Payloads* (packets, their values, gathered packets, decoded
 /// sums) live where the codec reads and writes them: host memory for the CPU codecs, device
 /// memory for a CUDA codec (cuda/collective.cuh). The memory space says which, and gives the
-/// collective the three things it does to a payload besides handing it to the codec and the
-/// communicator: own a buffer of it, zero it, and read a few of its bytes on the host (the
-/// frame around summable values, which the agreement round fingerprints).
+/// collective the things it does to a payload besides handing it to the codec and the
+/// communicator: own a buffer of it, zero it, copy it (into and out of a fused bucket), scale
+/// its floats (an average of dense values), and read a few of its bytes on the host (the frame
+/// around summable values, which the agreement round fingerprints).
 ///
 /// A memory space `M` provides:
 /// - `M::buffer`: an owning byte buffer with `resize(n)` (contents kept only when `n` fits
@@ -19,6 +20,11 @@
 /// - `M::on_host` (`bool`): whether the host may read and write its bytes directly;
 /// - `m.make_buffer()`: an empty `M::buffer` of this space (a device space binds its stream);
 /// - `m.zero(std::span<std::byte>)`: sets the bytes to zero;
+/// - `m.copy(std::span<std::byte> dst, std::span<std::byte const> src)`: copies `src` (as
+///   many bytes as `dst` holds, no overlap) within the space, ordered after the writes to
+///   `src` the caller issued;
+/// - `m.scale(std::span<float> x, float alpha)`: `x[i] = x[i] * alpha` (one rounded float32
+///   product, the same bits in every space);
 /// - `m.read(std::span<std::byte const> bytes, f)`: calls `f` with a host span holding the same
 ///   bytes (the span itself on the host; a host copy, made when every write to `bytes` the
 ///   caller issued has finished, elsewhere) and returns what `f` returns.
@@ -53,6 +59,14 @@ struct host_memory {
   void zero(std::span<std::byte> bytes) const noexcept {
     if (!bytes.empty()) std::memset(bytes.data(), 0, bytes.size());
   }
+  /// Copies `src` into `dst` (the same size; no overlap).
+  void copy(std::span<std::byte> dst, std::span<std::byte const> src) const noexcept {
+    if (!dst.empty()) std::memcpy(dst.data(), src.data(), dst.size());
+  }
+  /// `x[i] *= alpha`.
+  void scale(std::span<float> x, float alpha) const noexcept {
+    for (float& v : x) v *= alpha;
+  }
   /// `f(bytes)`: host bytes need no copy.
   template <class F>
   decltype(auto) read(std::span<std::byte const> bytes, F&& f) const {
@@ -63,7 +77,8 @@ struct host_memory {
 /// A memory space (see the file comment).
 template <class M>
 concept memory_space = requires(M const& m, typename M::buffer& b, typename M::buffer const& cb,
-                                std::span<std::byte> s, std::size_t n) {
+                                std::span<std::byte> s, std::span<std::byte const> cs,
+                                std::span<float> f, std::size_t n) {
   b.resize(n);
   { b.data() } -> std::same_as<std::byte*>;
   { cb.size() } -> std::same_as<std::size_t>;
@@ -72,6 +87,8 @@ concept memory_space = requires(M const& m, typename M::buffer& b, typename M::b
   { M::on_host } -> std::convertible_to<bool>;
   { m.make_buffer() } -> std::same_as<typename M::buffer>;
   m.zero(s);
+  m.copy(s, cs);
+  m.scale(f, 1.0f);
 };
 
 static_assert(memory_space<host_memory>);
@@ -81,7 +98,9 @@ namespace detail {
 /// The memory space of a source's payloads: its codec's `memory()`, else `host_memory`.
 template <class X>
 auto memory_of(X const& x) {
-  if constexpr (requires { { codec_of(x).memory() } -> memory_space; }) {
+  if constexpr (requires {
+                  { codec_of(x).memory() } -> memory_space;
+                }) {
     return codec_of(x).memory();
   } else {
     return host_memory{};

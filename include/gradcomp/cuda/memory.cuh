@@ -4,7 +4,8 @@
 /// @file
 /// Device memory for the collectives: `device_buffer` (an owning, growable buffer of device
 /// bytes), `device_memory` (the memory space of collective/memory.hpp whose payloads live on
-/// the device, ordered on a CUDA stream) and `memory_kind_of` (is a pointer device memory?).
+/// the device, ordered on a CUDA stream: zero, copy, scale, read) and `memory_kind_of` (is a
+/// pointer device memory?).
 ///
 /// Under Thrust's CPP system (`GRADCOMP_CUDA_ON_GPU` 0, cuda/config.cuh) "device" memory is
 /// host memory: a **host emulation** of the GPU. `device_buffer` then allocates on the host and
@@ -27,6 +28,8 @@
 #include <mutex>
 #include <span>
 #include <utility>
+
+#include <thrust/transform.h>
 
 GRADCOMP_CUDA_NAMESPACE_BEGIN
 
@@ -67,6 +70,13 @@ struct emulated_allocations {
 };
 #endif
 
+/// `x * alpha`, one rounded float32 product (nvcc keeps IEEE multiplication, with
+/// subnormals, unless told `-ftz=true` or `--use_fast_math`): the host's `x *= alpha`.
+struct scale_by {
+  float alpha;
+  GRADCOMP_HOST_DEVICE float operator()(float x) const noexcept { return x * alpha; }
+};
+
 }  // namespace detail
 
 /// Whether `p` points into device memory. On a GPU: `cudaPointerGetAttributes` (device and
@@ -78,7 +88,7 @@ inline memory_kind memory_kind_of(void const* p) {
   cudaPointerAttributes a{};
   GRADCOMP_CUDA_CHECK(cudaPointerGetAttributes(&a, p));
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? memory_kind::device
-                                                                            : memory_kind::host;
+                                                                           : memory_kind::host;
 #else
   return detail::emulated_allocations::get().contains(p) ? memory_kind::device : memory_kind::host;
 #endif
@@ -95,7 +105,9 @@ class device_buffer {
   device_buffer(device_buffer const&) = delete;
   device_buffer& operator=(device_buffer const&) = delete;
   device_buffer(device_buffer&& o) noexcept
-      : stream_(o.stream_), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+      : stream_(o.stream_),
+        data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
         cap_(std::exchange(o.cap_, 0)) {}
   device_buffer& operator=(device_buffer&& o) noexcept {
     if (this != &o) {
@@ -117,7 +129,7 @@ class device_buffer {
 #if GRADCOMP_CUDA_ON_GPU
       GRADCOMP_CUDA_CHECK(cudaMallocAsync(&p, n, stream_));
 #else
-      p = ::operator new(n, std::align_val_t{256});
+      p = ::operator new (n, std::align_val_t{256});
       detail::emulated_allocations::get().add(p, n);
 #endif
       release();
@@ -144,7 +156,7 @@ class device_buffer {
     (void)cudaFreeAsync(data_, stream_);
 #else
     detail::emulated_allocations::get().remove(data_);
-    ::operator delete(data_, std::align_val_t{256});
+    ::operator delete (data_, std::align_val_t{256});
 #endif
     data_ = nullptr;
     size_ = 0;
@@ -174,6 +186,19 @@ struct device_memory {
   /// Sets `bytes` (device memory) to zero, enqueued on `stream`.
   void zero(std::span<std::byte> bytes) const {
     detail::fill_bytes(bytes.data(), 0, bytes.size(), stream);
+  }
+  /// Copies `src` into `dst` (device memory, the same size, no overlap), enqueued on `stream`.
+  void copy(std::span<std::byte> dst, std::span<std::byte const> src) const {
+    detail::copy_on_device(dst.data(), src.data(), dst.size(), stream);
+  }
+  /// `x[i] = x[i] * alpha` (device memory), enqueued on `stream`: the bits of
+  /// `host_memory::scale`.
+  void scale(std::span<float> x, float alpha) const {
+    if (x.empty()) return;
+    detail::translate_thrust_errors([&] {
+      thrust::transform(detail::policy(stream), x.data(), x.data() + x.size(), x.data(),
+                        detail::scale_by{alpha});
+    });
   }
   /// Copies `bytes` (device memory) to the host after the work enqueued on `stream`, waits, and
   /// returns `f(host copy)`.
