@@ -276,6 +276,31 @@ GRADCOMP_TARGET_AVX512 inline void natural_encode(isa_tag, float const* x, std::
   }
 }
 
+// One 128-element group of natural codes inside one bucket (largest exponent `emax`): eight
+// full windows with the bucket's constants in registers. Returns the lanes with a bad code.
+GRADCOMP_TARGET_AVX512 inline __mmask16 natural_decode_group_fast(std::uint8_t const* codes, int emax,
+                                                                  float* out, __m512 a, bool add,
+                                                                  bool stream) noexcept {
+  __m512i const low7 = _mm512_set1_epi32(0x7f);
+  __m512i const kmax = _mm512_set1_epi32(emax + 1 < 127 ? emax + 1 : 127);
+  __m512i const top = _mm512_set1_epi32(emax + 2);
+  __mmask16 bad = 0;
+  for (unsigned k = 0; k < 8; ++k) {
+    __m512i const c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<__m128i const*>(codes + 16 * k)));
+    __m512i const kk = _mm512_and_si512(c, low7);
+    __m512i const neg = _mm512_srli_epi32(c, 7);
+    __mmask16 const zero = _mm512_testn_epi32_mask(kk, kk);
+    bad = static_cast<__mmask16>(bad | (zero & _mm512_test_epi32_mask(neg, neg)) |
+                                 _mm512_cmp_epi32_mask(kk, kmax, _MM_CMPINT_NLE));
+    __m512i const bits =
+        _mm512_or_si512(_mm512_slli_epi32(neg, 31), _mm512_slli_epi32(_mm512_sub_epi32(top, kk), 23));
+    store_or_add16(out + 16 * k, full_window16,
+                   _mm512_castsi512_ps(_mm512_maskz_mov_epi32(static_cast<__mmask16>(~zero), bits)), a, add,
+                   stream);
+  }
+  return bad;
+}
+
 GRADCOMP_TARGET_AVX512 inline bool natural_decode(isa_tag, std::uint8_t const* codes,
                                                   std::size_t begin, std::size_t end,
                                                   std::size_t bucket_len, std::uint8_t const* emax,
@@ -284,6 +309,13 @@ GRADCOMP_TARGET_AVX512 inline bool natural_decode(isa_tag, std::uint8_t const* c
   __mmask16 bad = 0;
   bucket_cursor cur(bucket_len, begin);
   for (std::size_t w0 = begin; w0 < end; w0 += 16) {
+    // whole 128-element groups inside one bucket: the bucket's constants once per group
+    while (w0 % 128 == 0 && w0 + 128 <= end && cur.advance(w0, 128)) {
+      bad = static_cast<__mmask16>(bad | natural_decode_group_fast(codes + w0, emax[cur.index()], out + w0, a,
+                                                                   add, stream));
+      w0 += 128;
+    }
+    if (w0 >= end) break;
     std::size_t const valid = window_valid(w0, end);
     __mmask16 const live = live16(valid);
     __m512i const em =
