@@ -19,6 +19,7 @@
 #include <gradcomp/cpu/kernels/onebit.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
+#include <atomic>
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
@@ -58,10 +59,26 @@ class onebit_codec : public detail::codec_base<onebit_codec> {
   void encode(float const* x, std::size_t n, std::byte* payload, packet_header const& h,
               random_stream, codec_context const& ctx) const {
     constexpr std::size_t block = onebit_sum_order::block;
-    std::size_t const blocks = (n + block - 1) / block;
-    std::vector<double> sums(blocks);
     std::byte* bits = payload + 8;
     cpu::isa const level = cpu::effective_isa(ctx.isa);
+    if (h.variant != static_cast<std::uint8_t>(scaling::mean_abs)) {
+      // Unscaled: the signs and a finiteness check, no sum of |x| (the scale is 1).
+      std::atomic<bool> finite{true};
+      cpu::for_each_chunk(n, block, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+        if (!cpu::kernels::onebit_pack_signs(x + b, e - b, bits + b / 8, level)) {
+          finite.store(false, std::memory_order_relaxed);
+        }
+      });
+      if (!finite.load()) {
+        std::size_t const bad = detail::first_nonfinite(x, n);
+        detail::throw_nonfinite(id, bad, bad < n ? x[bad] : 0.0f);
+      }
+      detail::store_f32(payload, quant::onebit_scale(0.0, n, false));
+      detail::store_le<std::uint32_t>(payload + 4, 0);
+      return;
+    }
+    std::size_t const blocks = (n + block - 1) / block;
+    std::vector<double> sums(blocks);
     cpu::for_each_chunk(n, block, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
       std::size_t s = b;
       for (; s + 2 * block <= e; s += 2 * block) {

@@ -88,3 +88,32 @@ TEST_CASE("onebit_pack_pair agrees with two onebit_pack_block calls at every lev
     CHECK(s1 == r1);
   }
 }
+
+TEST_CASE("onebit_pack_signs writes onebit_pack_block's bytes and finds every non-finite value",
+          "[cpu][isa]") {
+  float const specials[] = {std::nanf(""), INFINITY, -INFINITY, -std::nanf("")};
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8},
+                        std::size_t{31}, std::size_t{32}, std::size_t{33}, std::size_t{100},
+                        std::size_t{4096}}) {
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] = std::sin(0.61f * static_cast<float>(i + n)) * (i % 5 == 0 ? 1e-30f : 1.0f);
+      if (i % 11 == 3) x[i] = -0.0f;
+    }
+    std::vector<std::byte> ref((n + 7) / 8);
+    (void)kn::onebit_pack_block(x.data(), n, ref.data(), isa::scalar);
+    // every position of a bad value, each kind of bad value: the flag drops at every level
+    for (std::size_t bad = 0; bad <= n; ++bad) {
+      std::vector<float> y = x;
+      if (bad < n) y[bad] = specials[bad % 4];
+      for (isa l : {isa::scalar, isa::avx2, isa::avx512}) {
+        if (!machine_has(l)) continue;
+        CAPTURE(n, bad, gc::cpu::isa_name(l));
+        std::vector<std::byte> bits((n + 7) / 8, std::byte{0xa5});
+        bool const finite = kn::onebit_pack_signs(y.data(), n, bits.data(), l);
+        CHECK(finite == (bad == n));
+        if (bad == n) CHECK(bits == ref);
+      }
+    }
+  }
+}

@@ -6,7 +6,8 @@
 /// level. Packing: bit (i % 8) of byte (i / 8) is 1 iff x[i] < 0. Alongside, each kernel
 /// returns the sum of |x| over one summation block in the canonical order of
 /// `onebit_sum_order` (core/quant/onebit.hpp), so that the scale does not depend on the ISA,
-/// threads or backend.
+/// threads or backend; `onebit_pack_signs`, for the unscaled form, returns only whether every
+/// value is finite.
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/quant/onebit.hpp>
@@ -44,6 +45,23 @@ inline double onebit_pack_block(isa_tag, float const* x, std::size_t n, std::byt
   double s = 0.0;
   for (double l : lane) s += l;
   return s;
+}
+
+/// Packs the signs of `x[0, n)` (the start a multiple of 8) into `bits`, the bytes
+/// `onebit_pack_block` writes, and returns whether every value is finite: the unscaled form,
+/// which needs no sum of |x|, only the check a sum would give.
+inline bool onebit_pack_signs(isa_tag, float const* x, std::size_t n, std::byte* bits) noexcept {
+  bool finite = true;
+  for (std::size_t i = 0; i < n; i += 8) {
+    unsigned byte = 0;
+    for (std::size_t j = 0; j < 8 && i + j < n; ++j) {
+      float const v = x[i + j];
+      byte |= static_cast<unsigned>(v < 0.0f) << j;
+      finite = finite && std::isfinite(v);
+    }
+    bits[i / 8] = static_cast<std::byte>(byte);
+  }
+  return finite;
 }
 
 /// Writes (or, if `add`, accumulates `alpha` times) ±scale for `n` elements from `bits`
@@ -104,6 +122,27 @@ GRADCOMP_TARGET_AVX512 inline double onebit_pack_block(isa_tag, float const* x, 
   double s = 0.0;
   for (double l : lane) s += l;
   return s;
+}
+
+// Signs only: 32 elements an iteration, their two 16-bit masks stored as one 32-bit word; a
+// value is bad when it is a NaN or an infinity (fpclass 0x99: QNaN, +Inf, -Inf, SNaN).
+GRADCOMP_TARGET_AVX512 inline bool onebit_pack_signs(isa_tag, float const* x, std::size_t n,
+                                                     std::byte* bits) noexcept {
+  std::size_t const ahead = machine_tuning().stats_bytes;
+  __m512 const zero = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<char const*>(x + i + 16) + ahead, _MM_HINT_T0);
+    __m512 const u = _mm512_loadu_ps(x + i);
+    __m512 const v = _mm512_loadu_ps(x + i + 16);
+    std::uint32_t const m = static_cast<std::uint32_t>(_mm512_cmp_ps_mask(u, zero, _CMP_LT_OQ)) |
+                            (static_cast<std::uint32_t>(_mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ)) << 16);
+    std::memcpy(bits + i / 8, &m, 4);
+    bad = static_cast<__mmask16>(bad | _mm512_fpclass_ps_mask(u, 0x99) | _mm512_fpclass_ps_mask(v, 0x99));
+  }
+  return bad == 0 && scalar::onebit_pack_signs(scalar_tag{}, x + i, n - i, bits + i / 8);
 }
 
 GRADCOMP_TARGET_AVX512 inline void onebit_unpack(isa_tag, std::byte const* bits, float scale,
@@ -206,6 +245,24 @@ GRADCOMP_TARGET_AVX2 inline double onebit_pack_block(isa_tag, float const* x, st
   return s;
 }
 
+// Signs only, 16 elements an iteration; x - x is 0 exactly when x is finite.
+GRADCOMP_TARGET_AVX2 inline bool onebit_pack_signs(isa_tag, float const* x, std::size_t n,
+                                                   std::byte* bits) noexcept {
+  __m256 const zero = _mm256_setzero_ps();
+  __m256 finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 const v0 = _mm256_loadu_ps(x + i);
+    __m256 const v1 = _mm256_loadu_ps(x + i + 8);
+    bits[i / 8] = static_cast<std::byte>(_mm256_movemask_ps(_mm256_cmp_ps(v0, zero, _CMP_LT_OQ)));
+    bits[i / 8 + 1] = static_cast<std::byte>(_mm256_movemask_ps(_mm256_cmp_ps(v1, zero, _CMP_LT_OQ)));
+    finite = _mm256_and_ps(finite, _mm256_cmp_ps(_mm256_sub_ps(v0, v0), zero, _CMP_EQ_OQ));
+    finite = _mm256_and_ps(finite, _mm256_cmp_ps(_mm256_sub_ps(v1, v1), zero, _CMP_EQ_OQ));
+  }
+  bool const body = _mm256_movemask_ps(finite) == 0xff;
+  return scalar::onebit_pack_signs(scalar_tag{}, x + i, n - i, bits + i / 8) && body;
+}
+
 GRADCOMP_TARGET_AVX2 inline void onebit_unpack(isa_tag, std::byte const* bits, float scale,
                                                float* out, std::size_t n, float alpha,
                                                bool add) noexcept {
@@ -236,6 +293,11 @@ inline double onebit_pack_block(float const* x, std::size_t n, std::byte* bits, 
 /// their canonical sums, exactly as two `onebit_pack_block` calls would.
 inline void onebit_pack_pair(float const* x, std::byte* bits, double& s0, double& s1, isa level) noexcept {
   dispatch(level, [&](auto t) { onebit_pack_pair(t, x, bits, s0, s1); });
+}
+
+/// Packs the signs of `x[0, n)` (see `scalar::onebit_pack_signs`); false if any is not finite.
+inline bool onebit_pack_signs(float const* x, std::size_t n, std::byte* bits, isa level) noexcept {
+  return dispatch(level, [&](auto t) { return onebit_pack_signs(t, x, n, bits); });
 }
 
 /// Expands sign bits into ±scale (see `scalar::onebit_unpack`).
