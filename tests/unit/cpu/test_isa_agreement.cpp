@@ -181,6 +181,31 @@ TEST_CASE("isa agreement: AVX2 and AVX-512 Philox groups match scalar", "[cpu][i
 #endif
 }
 
+TEST_CASE("isa agreement: four block sums of squares at once match four scalar ones", "[cpu][isa]") {
+  if (skip_without_simd()) return;
+  for (std::size_t n : {1u, 15u, 16u, 17u, 100u, 512u, 513u, 4096u}) {
+    for (std::size_t stride : {n, n + 3}) {
+      for (int fi = 0; fi < family_count; ++fi) {
+        family const f = static_cast<family>(fi);
+        std::vector<float> const buf = make_input(f, 4 * stride + 1, n * 7 + stride + static_cast<std::size_t>(fi));
+        for (std::size_t off = 0; off < 2; ++off) {
+          float const* x = buf.data() + off;
+          INFO("n " << n << " stride " << stride << " offset " << off << " family " << family_name(f));
+          for (isa l : simd_levels()) {
+            INFO("level " << gc::cpu::isa_name(l));
+            double got[4];
+            kn::block_sumsq4(x, stride, n, got, l);
+            for (std::size_t j = 0; j < 4; ++j) {
+              double const want = kn::block_sumsq(x + j * stride, n, isa::scalar);
+              CHECK((same_bits(got[j], want) || (std::isnan(got[j]) && std::isnan(want))));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("isa agreement: block norms, ranges and exponents match scalar", "[cpu][isa]") {
   if (skip_without_simd()) return;
   std::vector<std::size_t> sizes;
