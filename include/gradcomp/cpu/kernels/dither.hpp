@@ -276,7 +276,12 @@ GRADCOMP_TARGET_AVX512 inline __m512i unpack16(unsigned width, std::byte const* 
 // window; only for windows whose following bytes are rewritten later by the same thread.
 template <unsigned W>
 GRADCOMP_TARGET_AVX512 inline void pack16_overlapping(__m512i codes, std::byte* dst) noexcept {
-  if constexpr (W <= 8) {
+  if constexpr (W == 4) {
+    // nibbles: each byte pair (c, d) becomes c + 16 d in one multiply-add, then 8 bytes
+    __m128i const b = _mm512_cvtepi32_epi8(codes);
+    __m128i const pairs = _mm_maddubs_epi16(b, _mm_set1_epi16(0x1001));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(pairs, pairs));
+  } else if constexpr (W <= 8) {
     __m128i const b = _mm512_cvtepi32_epi8(codes);
     std::uint64_t const mask = 0x0101010101010101ull * ((1u << W) - 1u);
     std::uint64_t const p0 = _pext_u64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(b)), mask);
