@@ -196,6 +196,31 @@ void compare(char const* spec, D const& dc, std::string const& feedback, int w, 
         CHECK(log.device_ops > 0);
         CHECK(log.host_max <= 64);
       });
+  // Resuming: the CPU pipelines' checkpoints loaded into fresh CPU and device pipelines, which
+  // then take the next step alike (and save alike).
+  std::deque<gc::gradient_pipeline> cpus2, devs2;
+  for (int r = 0; r < w; ++r) {
+    std::vector<std::byte> const saved = cpus[static_cast<std::size_t>(r)].save();
+    cpus2.emplace_back(o);
+    devs2.push_back(device_pipeline(o, dc));
+    cpus2.back().load(saved);
+    devs2.back().load(saved);
+    CHECK(devs2.back().save() == saved);
+    CHECK(devs2.back().step_count() == static_cast<std::uint64_t>(steps));
+  }
+  auto const next = static_cast<std::uint32_t>(steps);
+  compare_steps<rank_state>(
+      w, 1,
+      [&](auto& comm, int r, std::uint32_t) {
+        return cpu_step(comm, cpus2[static_cast<std::size_t>(r)], gradients(r, next));
+      },
+      [&](auto& comm, int r, std::uint32_t) {
+        return device_step(comm, devs2[static_cast<std::size_t>(r)], gradients(r, next));
+      },
+      [&](std::vector<rank_state> const& want, std::vector<rank_state> const& got, traffic&) {
+        INFO("resumed");
+        expect_same(want, got);
+      });
 }
 
 }  // namespace
@@ -285,6 +310,12 @@ TEST_CASE("cuda pipeline: bad inputs fail the device step as the CPU step, state
               "a vanished rank", [&](int r) { return gradients(r, 1); },
               [&](int r) { return r == w - 1; }) == lost);
 
+    // A malformed checkpoint: format_error, every residual kept.
+    std::vector<std::byte> bad = before[uw];
+    bad.resize(bad.size() - 5);
+    for (auto& d : devs) CHECK_THROWS_AS(d.load(bad), gc::format_error);
+    CHECK(saves() == before);
+
     // After the failures both backends take the next step alike.
     compare_steps<rank_state>(
         w, 1,
@@ -339,10 +370,14 @@ TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
                       gc::cuda::device_compressor<dev_codec>(gc::cuda::stream_codec<dev_codec>{})),
                   gc::config_error);
 
-  // load: not yet.
+  // load: a malformed checkpoint is a format_error, and changes nothing.
   gc::gradient_pipeline p = build(good);
   std::vector<std::byte> const saved = p.save();
-  CHECK_THROWS_AS(p.load(saved), gc::config_error);
+  CHECK_NOTHROW(p.load(saved));
+  std::vector<std::byte> truncated = saved;
+  truncated.pop_back();
+  CHECK_THROWS_AS(p.load(truncated), gc::format_error);
+  CHECK(p.save() == saved);
 
   // 16-bit gradients: a config_error on every rank at the step, nothing changed.
   std::deque<gc::gradient_pipeline> devs;

@@ -207,6 +207,14 @@ class compressor {
 
   /// Feedback state of tensor `id` (created empty if absent).
   [[nodiscard]] state_type& state(tensor_id id) { return states_[id].state; }
+  /// Calls `f(id, values)` for every tensor with a completed step, in ascending id order, with
+  /// its policy state's `values()` (what `save` writes).
+  template <class F>
+  void for_each_committed(F&& f) const {
+    for (auto const& [id, e] : states_) {
+      if (e.committed) f(id, e.state.values());
+    }
+  }
   /// Forgets all state (e.g. after the model was re-initialised).
   void reset() {
     states_.clear();

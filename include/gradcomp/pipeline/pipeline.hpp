@@ -58,7 +58,7 @@
 /// of the CPU pipeline with the CPU codec of `pipeline_options::codec`. Not taken by a device
 /// source (`config_error` at construction, or at the step for 16-bit gradients): a controller,
 /// two-way, hierarchical or PowerSGD sends, EF21 and DGC, the divergence guard (set `guard` to
-/// "off"), `measure_gain`, `buckets.checksum`, a 16-bit `buckets.small_format`, and `load`.
+/// "off"), `measure_gain`, `buckets.checksum` and a 16-bit `buckets.small_format`.
 
 #include <gradcomp/adapt/any_controller.hpp>
 #include <gradcomp/adapt/protocol.hpp>
@@ -267,6 +267,8 @@ class device_source_base {
   [[nodiscard]] virtual std::span<float const> residual(tensor_id id) const = 0;
   /// A host copy of `residual(id)`.
   [[nodiscard]] virtual std::vector<float> residual_on_host(tensor_id id) const = 0;
+  /// Replaces every residual by host values (empty: zero); on an error nothing changes.
+  virtual void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals) = 0;
 };
 
 /// `device_source_base` over a `Source` (its payloads in device memory, a `bucketed_all_reduce`
@@ -301,6 +303,15 @@ class device_source_model final : public device_source_base {
       });
     }
     return out;
+  }
+  void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals_in) override {
+    if constexpr (requires(Source & s) { s.assign_residuals(residuals_in); }) {
+      buckets_.source().assign_residuals(residuals_in);
+    } else if constexpr (residuals) {
+      throw config_error("gradcomp: gradient_pipeline: this device source cannot load residuals");
+    } else {
+      (void)residuals_in;  // no feedback: nothing to load
+    }
   }
 
  private:
@@ -569,11 +580,10 @@ class gradient_pipeline {
   /// Restores a state written by `save` of a pipeline with the same codec, feedback,
   /// controller, two-way and guard options (a version 1 checkpoint, from before the guard,
   /// loads with an empty guard history). A malformed or mismatched checkpoint is a
-  /// `format_error` and leaves the state unchanged. Not with a device source yet (`config_error`).
+  /// `format_error` and leaves the state unchanged. With a device source the residuals are
+  /// copied to the device (on the source's stream).
   void load(std::span<std::byte const> bytes) {
     if (open_) throw config_error("gradcomp: gradient_pipeline::load during a step");
-    if (device_)
-      throw config_error("gradcomp: gradient_pipeline::load is not taken by a device source yet");
     bool const v1 = bytes.size() > 4 && bytes[4] == std::byte{1};
     detail::byte_reader r(bytes, checkpoint_magic, v1 ? std::uint8_t{1} : checkpoint_version,
                           "gradient_pipeline checkpoint");
@@ -595,6 +605,19 @@ class gradient_pipeline {
     detail::pipeline_compressor comp = comp_;
     std::vector<std::byte> const cstate = r.get_bytes();
     std::visit([&](auto& c) { c.load(cstate); }, comp);
+    // A device source: the residuals validated by the host compressor above, then copied.
+    std::map<tensor_id, std::vector<float>> device_residuals;
+    std::set<tensor_id> device_tensors;
+    if (device_) {
+      std::visit(
+          [&](auto const& c) {
+            c.for_each_committed([&](tensor_id id, std::span<float const> v) {
+              device_residuals.emplace(id, std::vector<float>(v.begin(), v.end()));
+              device_tensors.insert(id);
+            });
+          },
+          comp);
+    }
     std::optional<any_controller> ctrl = ctrl_;
     std::vector<std::byte> const kstate = r.get_bytes();
     if (ctrl) {
@@ -636,7 +659,12 @@ class gradient_pipeline {
       }
     }
     r.expect_end();
-    comp_ = std::move(comp);
+    if (device_) {
+      device_->assign_residuals(device_residuals);  // the one step that may fail: first
+      device_tensors_ = std::move(device_tensors);
+    } else {
+      comp_ = std::move(comp);
+    }
     ctrl_ = std::move(ctrl);
     accumulators_ = std::move(acc);
     sessions_ = std::move(sessions);
