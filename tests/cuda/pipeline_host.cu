@@ -136,10 +136,11 @@ rank_state cpu_step(Comm& comm, gc::gradient_pipeline& pipe,
   return st;
 }
 
-// One device step of rank r: the gradients copied into device buffers, averaged there.
+// One device step of rank r: the gradients copied into device buffers, averaged there; with
+// `overlapped`, through begin / submit (two halves) / finish instead of step.
 template <class Comm>
 rank_state device_step(Comm& comm, gc::gradient_pipeline& pipe,
-                       std::vector<std::vector<float>> const& grads) {
+                       std::vector<std::vector<float>> const& grads, bool overlapped = false) {
   std::vector<gc::cuda::device_buffer> bufs;
   std::vector<gc::tensor_view<float>> views;
   for (std::size_t i = 0; i < grads.size(); ++i) {
@@ -147,7 +148,15 @@ rank_state device_step(Comm& comm, gc::gradient_pipeline& pipe,
     views.emplace_back(floats(bufs.back(), grads[i].size()), id_of(i));
   }
   rank_state st;
-  st.stats = pipe.step(comm, views);
+  if (overlapped) {
+    auto const half = static_cast<std::ptrdiff_t>(views.size() / 2);
+    pipe.begin(comm);
+    pipe.submit(std::vector<gc::tensor_view<float>>(views.begin(), views.begin() + half));
+    pipe.submit(std::vector<gc::tensor_view<float>>(views.begin() + half, views.end()));
+    st.stats = pipe.finish(comm);
+  } else {
+    st.stats = pipe.step(comm, views);
+  }
   for (std::size_t i = 0; i < grads.size(); ++i)
     st.out.push_back(to_host(bufs[i], grads[i].size()));
   for (std::size_t i = 0; i < sizes.size(); ++i) {
@@ -234,6 +243,31 @@ TEST_CASE("cuda pipeline: a device source gives the CPU pipeline's outputs, resi
     }
     compare(spec, dc, "residual", 2, 2, false);
   });
+}
+
+TEST_CASE("cuda pipeline: begin / submit / finish with a device source equals the CPU step",
+          "[cuda][pipeline]") {
+  for (int w : {2, 3}) {
+    INFO(w << " ranks");
+    gc::pipeline_options const o = options("int8:bucket=100,rounding=stochastic", "residual");
+    std::deque<gc::gradient_pipeline> cpus, devs;
+    for (int r = 0; r < w; ++r) {
+      cpus.emplace_back(o);
+      devs.push_back(device_pipeline(o, gc::cuda::int8_codec{100, gc::int8_rounding::stochastic}));
+    }
+    compare_steps<rank_state>(
+        w, 3,
+        [&](auto& comm, int r, std::uint32_t s) {
+          return cpu_step(comm, cpus[static_cast<std::size_t>(r)], gradients(r, s));
+        },
+        [&](auto& comm, int r, std::uint32_t s) {
+          return device_step(comm, devs[static_cast<std::size_t>(r)], gradients(r, s), true);
+        },
+        [&](std::vector<rank_state> const& want, std::vector<rank_state> const& got, traffic& log) {
+          expect_same(want, got);
+          CHECK(log.mixed == 0);
+        });
+  }
 }
 
 TEST_CASE("cuda pipeline: bad inputs fail the device step as the CPU step, state unchanged",
