@@ -175,7 +175,8 @@ TEST_CASE("in-process any_communicator forwards every operation", "[comm][in_pro
   }));
 }
 
-TEST_CASE("in-process any_communicator::borrow refers to the caller's communicator", "[comm][in_process]") {
+TEST_CASE("in-process any_communicator::borrow refers to the caller's communicator",
+          "[comm][in_process]") {
   REQUIRE_NOTHROW(run_in_process(3, [](in_process_communicator& c) {
     any_communicator a = any_communicator::borrow(c);
     any_communicator const copy = a;  // copies refer to the same communicator
