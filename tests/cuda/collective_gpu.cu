@@ -9,7 +9,9 @@
 // `two_way_compressor<stream_codec<C>>`) runs the same way: results, worker and server
 // residuals byte for byte the CPU two-way collective's. The bucketed collective
 // (bucketed_all_reduce of `device_compressor<C>` over device tensors, per tensor and per bucket)
-// too: every output and residual byte for byte the CPU bucketed collective's. Then, with 2 GPUs, a
+// too: every output and residual byte for byte the CPU bucketed collective's; and the pipeline
+// with a device source (`gradient_pipeline` over `device_compressor<C>`): outputs, residuals and
+// save() byte for byte the CPU pipeline's. Then, with 2 GPUs, a
 // rank that never joins
 // must give comm_error at the timeout on its peer, not a hang. Exits 77 (ctest: skipped) without a
 // usable CUDA device. Own harness, like nccl_comm.cu: Catch2's assertions are not thread-safe.
@@ -30,6 +32,7 @@
 #include <gradcomp/cuda/int8.cuh>
 #include <gradcomp/cuda/onebit.cuh>
 #include <gradcomp/feedback/compressor.hpp>
+#include <gradcomp/pipeline/pipeline.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -383,6 +386,104 @@ void check_bucketed(char const* name, CpuCodec const& cpu, CudaCodec const& dev,
               failures.load() == 0 ? "identical to the CPU" : "FAILED");
 }
 
+// The pipeline with a device source (first slice): bucket_sizes' tensors, feedback "residual",
+// `steps` steps. The CPU pipeline's outputs, residuals and save() per step and rank, flattened
+// (save() as floats of its bytes, zero-padded).
+pipeline_options pipeline_opts(std::string const& spec) {
+  pipeline_options o;
+  o.codec = spec;
+  o.feedback = "residual";
+  o.guard = "off";
+  o.measured_timing = false;
+  o.seed = 0x5eed0000u;
+  o.buckets = bucket_opts(bucket_compression::per_tensor);
+  return o;
+}
+
+void append_bytes(std::vector<float>& flat, std::vector<std::byte> const& b) {
+  std::size_t const at = flat.size();
+  flat.resize(at + (b.size() + 3) / 4, 0.0f);
+  std::memcpy(flat.data() + at, b.data(), b.size());
+}
+
+std::vector<std::vector<std::vector<float>>> cpu_pipeline_reference(std::string const& spec, int w) {
+  std::deque<gradient_pipeline> ps;
+  for (int r = 0; r < w; ++r) ps.emplace_back(pipeline_opts(spec));
+  return reference_steps(w, [&](in_process_communicator& comm, int r, std::uint32_t s) {
+    auto& p = ps[static_cast<std::size_t>(r)];
+    std::vector<std::vector<float>> g;
+    std::vector<tensor_view<float>> views;
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) g.push_back(bucket_gradient(i, r, s));
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      views.emplace_back(std::span<float>(g[i]), tensor_id{static_cast<std::uint32_t>(20 + i)});
+    }
+    (void)p.step(comm, views);
+    std::vector<float> flat;
+    for (auto const& x : g) flat.insert(flat.end(), x.begin(), x.end());
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      auto const e = p.feedback_state(tensor_id{static_cast<std::uint32_t>(20 + i)});
+      flat.insert(flat.end(), e.begin(), e.end());
+    }
+    append_bytes(flat, p.save());
+    return flat;
+  });
+}
+
+template <class CudaCodec>
+void device_pipeline_rank(nccl_communicator& comm, std::string const& spec, CudaCodec const& codec,
+                          std::vector<std::vector<std::vector<float>>> const& want) {
+  int const r = comm.rank();
+  int const w = comm.size();
+  auto const ur = static_cast<std::size_t>(r);
+  gradient_pipeline p(pipeline_opts(spec), gcu::device_compressor<CudaCodec>(
+                                               gcu::stream_codec<CudaCodec>(codec, comm.stream())));
+  std::vector<gcu::device_buffer> g;
+  std::vector<tensor_view<float>> views;
+  for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+    g.emplace_back(comm.stream());
+    g.back().resize(bucket_sizes[i] * sizeof(float));
+    views.emplace_back(std::span<float>(reinterpret_cast<float*>(g.back().data()), bucket_sizes[i]),
+                       tensor_id{static_cast<std::uint32_t>(20 + i)});
+  }
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    std::vector<std::vector<float>> hg;
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      hg.push_back(bucket_gradient(i, r, s));
+      cuda_ok(cudaMemcpyAsync(g[i].data(), hg[i].data(), g[i].size(), cudaMemcpyHostToDevice,
+                              comm.stream()),
+              "cudaMemcpyAsync");
+    }
+    (void)p.step(comm, views);
+    std::vector<float> got;
+    auto append = [&](void const* d, std::size_t n) {
+      std::size_t const at = got.size();
+      got.resize(at + n);
+      cuda_ok(cudaMemcpyAsync(got.data() + at, d, n * sizeof(float), cudaMemcpyDeviceToHost,
+                              comm.stream()),
+              "cudaMemcpyAsync");
+      cuda_ok(cudaStreamSynchronize(comm.stream()), "cudaStreamSynchronize");
+    };
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) append(g[i].data(), bucket_sizes[i]);
+    for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
+      auto const e = p.feedback_state(tensor_id{static_cast<std::uint32_t>(20 + i)});
+      append(e.data(), e.size());
+    }
+    append_bytes(got, p.save());
+    expect(got.size() == want[s][ur].size() &&
+               std::memcmp(got.data(), want[s][ur].data(), got.size() * sizeof(float)) == 0,
+           r, w, spec + " pipeline, step " + std::to_string(s) + ": outputs, residuals and save()");
+  }
+}
+
+template <class CudaCodec>
+void check_pipeline(std::string const& spec, CudaCodec const& dev, int w) {
+  auto const want = cpu_pipeline_reference(spec, w);
+  on_ranks(w, spec + " pipeline",
+           [&](nccl_communicator& comm) { device_pipeline_rank(comm, spec, dev, want); });
+  std::printf("%s pipeline on %d rank(s): %s\n", spec.c_str(), w,
+              failures.load() == 0 ? "identical to the CPU" : "FAILED");
+}
+
 // Rank 1 never calls the collective: rank 0 must fail with comm_error near the timeout.
 void absent_peer_times_out() {
   ncclUniqueId id;
@@ -444,6 +545,9 @@ int run_all() {
       check_bucketed("int8:rounding=stochastic", int8_codec{512, int8_rounding::stochastic},
                      gcu::int8_codec{512, int8_rounding::stochastic}, w);
       check_bucketed("onebit", onebit_codec{}, gcu::onebit_codec{}, w);
+      check_pipeline("fp16", gcu::fp16_codec{}, w);
+      check_pipeline("int8:rounding=stochastic", gcu::int8_codec{512, int8_rounding::stochastic}, w);
+      check_pipeline("onebit", gcu::onebit_codec{}, w);
     }
     if (devices >= 2) {
       absent_peer_times_out();

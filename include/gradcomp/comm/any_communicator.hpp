@@ -4,15 +4,19 @@
 /// @file
 /// `any_communicator`: a communicator chosen at run time (in-process, MPI, NCCL, a user's own),
 /// behind one type. It models `communicator` itself, so everything written against the
-/// concept also takes it. The wrapped communicator is shared by copies of the wrapper.
+/// concept also takes it. The wrapped communicator is shared by copies of the wrapper, or, made
+/// by `borrow`, referred to (a layer that keeps code behind a virtual interface, such as the
+/// pipeline's device source, runs its collectives on the caller's communicator that way).
 
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <utility>
 
 GRADCOMP_NAMESPACE_BEGIN
@@ -27,6 +31,14 @@ class any_communicator {
     requires(!std::same_as<std::remove_cvref_t<C>, any_communicator>)
   any_communicator(C c)  // NOLINT(google-explicit-constructor): a value-semantic wrapper
       : impl_(std::make_shared<model<C>>(std::move(c))) {}
+
+  /// A wrapper that refers to `c` instead of owning it: `c` must outlive the wrapper and its
+  /// copies. Costs one allocation; every operation forwards to `c`.
+  template <communicator C>
+    requires(!std::same_as<std::remove_cvref_t<C>, any_communicator>)
+  [[nodiscard]] static any_communicator borrow(C& c) {
+    return any_communicator(std::make_shared<model<C&>>(c));
+  }
 
   [[nodiscard]] int rank() const { return impl_->rank(); }
   [[nodiscard]] int size() const { return impl_->size(); }
@@ -67,11 +79,15 @@ class any_communicator {
   /// The wrapped communicator if it is a `C`, else null.
   template <class C>
   [[nodiscard]] C* target() noexcept {
-    auto* m = dynamic_cast<model<C>*>(impl_.get());
-    return m != nullptr ? &m->c : nullptr;
+    if (auto* m = dynamic_cast<model<C>*>(impl_.get())) return &m->c;
+    auto* b = dynamic_cast<model<C&>*>(impl_.get());  // made by `borrow`
+    return b != nullptr ? &b->c : nullptr;
   }
 
  private:
+  struct interface;
+  explicit any_communicator(std::shared_ptr<interface> impl) noexcept : impl_(std::move(impl)) {}
+
   struct interface {
     virtual ~interface() = default;
     virtual int rank() const = 0;
@@ -99,7 +115,7 @@ class any_communicator {
 
   template <class C>
   struct model final : interface {
-    explicit model(C x) : c(std::move(x)) {}
+    explicit model(C x) : c(std::forward<C>(x)) {}  // C = X&: a borrowed communicator
     int rank() const override { return c.rank(); }
     int size() const override { return c.size(); }
     void barrier() override { c.barrier(); }

@@ -53,6 +53,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 GRADCOMP_CUDA_NAMESPACE_BEGIN
 namespace detail {
@@ -362,6 +363,22 @@ class device_compressor {
     auto it = states_.find(id);
     if (it == states_.end() || it->second.n == 0) return {};
     return {reinterpret_cast<float const*>(it->second.current.data()), it->second.n};
+  }
+  /// Replaces every residual by `residuals` (host values per tensor id; an empty vector is a
+  /// residual of zero, as before a tensor's first step), copied to the device on the codec's
+  /// stream. Everything is allocated and copied before anything is replaced: on an error the
+  /// residuals are as before.
+  void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals) {
+    std::map<tensor_id, entry> fresh;
+    for (auto const& [id, v] : residuals) {
+      if (v.empty()) continue;
+      entry& e = fresh[id];
+      e.current = device_buffer(codec_.stream());
+      e.current.resize(v.size() * sizeof(float));
+      detail::copy_from_host(e.current.data(), v.data(), v.size() * sizeof(float), codec_.stream());
+      e.n = v.size();
+    }
+    states_ = std::move(fresh);
   }
   /// Forgets every residual.
   void reset() { states_.clear(); }

@@ -41,6 +41,35 @@
 
 GRADCOMP_NAMESPACE_BEGIN
 
+namespace detail {
+
+/// The 16-byte head of the saved error-feedback state format (file comment): magic, version 2,
+/// the policy's id, the counts of tensor and receiver records that follow. What
+/// `compressor::save` writes, and a pipeline with a device source for its device residuals.
+inline std::vector<std::byte> feedback_state_head(feedback_id policy, std::size_t tensors,
+                                                  std::size_t receivers) {
+  std::vector<std::byte> out(16);
+  std::memcpy(out.data(), "GCEF", 4);
+  out[4] = std::byte{2};
+  out[5] = static_cast<std::byte>(policy);
+  store_le<std::uint16_t>(out.data() + 6, 0);
+  store_le<std::uint32_t>(out.data() + 8, static_cast<std::uint32_t>(tensors));
+  store_le<std::uint32_t>(out.data() + 12, static_cast<std::uint32_t>(receivers));
+  return out;
+}
+
+/// Appends one record of that format to `out`: u32 id, u64 n, then the n floats of `v`.
+inline void put_feedback_record(std::vector<std::byte>& out, tensor_id id,
+                                std::span<float const> v) {
+  std::size_t const at = out.size();
+  out.resize(at + 12 + 4 * v.size());
+  store_le<std::uint32_t>(out.data() + at, static_cast<std::uint32_t>(id));
+  store_le<std::uint64_t>(out.data() + at + 4, v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) store_f32(out.data() + at + 12 + 4 * i, v[i]);
+}
+
+}  // namespace detail
+
 /// A codec with error feedback and per-tensor state (see file comment).
 template <codec_operations Codec, class Feedback = residual_feedback>
   requires feedback_policy<Feedback, Codec>
@@ -178,6 +207,14 @@ class compressor {
 
   /// Feedback state of tensor `id` (created empty if absent).
   [[nodiscard]] state_type& state(tensor_id id) { return states_[id].state; }
+  /// Calls `f(id, values)` for every tensor with a completed step, in ascending id order, with
+  /// its policy state's `values()` (what `save` writes).
+  template <class F>
+  void for_each_committed(F&& f) const {
+    for (auto const& [id, e] : states_) {
+      if (e.committed) f(id, e.state.values());
+    }
+  }
   /// Forgets all state (e.g. after the model was re-initialised).
   void reset() {
     states_.clear();
@@ -186,21 +223,12 @@ class compressor {
 
   /// Serializes every tensor's state.
   [[nodiscard]] std::vector<std::byte> save() const {
-    std::vector<std::byte> out(16);
-    std::memcpy(out.data(), "GCEF", 4);
-    out[4] = std::byte{2};
-    out[5] = static_cast<std::byte>(Feedback::id);
-    detail::store_le<std::uint16_t>(out.data() + 6, 0);
     std::size_t committed = 0;
     for (auto const& [id, e] : states_) committed += e.committed ? 1 : 0;
-    detail::store_le<std::uint32_t>(out.data() + 8, static_cast<std::uint32_t>(committed));
-    detail::store_le<std::uint32_t>(out.data() + 12, static_cast<std::uint32_t>(receiver_count()));
+    std::vector<std::byte> out =
+        detail::feedback_state_head(Feedback::id, committed, receiver_count());
     auto put = [&out](tensor_id id, std::span<float const> v) {
-      std::size_t const at = out.size();
-      out.resize(at + 12 + 4 * v.size());
-      detail::store_le<std::uint32_t>(out.data() + at, static_cast<std::uint32_t>(id));
-      detail::store_le<std::uint64_t>(out.data() + at + 4, v.size());
-      for (std::size_t i = 0; i < v.size(); ++i) detail::store_f32(out.data() + at + 12 + 4 * i, v[i]);
+      detail::put_feedback_record(out, id, v);
     };
     for (auto const& [id, e] : states_) {
       if (e.committed) put(id, e.state.values());

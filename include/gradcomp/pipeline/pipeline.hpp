@@ -48,6 +48,17 @@
 /// residual, controller state with its history, PowerSGD factors, the step counter) is saved by
 /// `save` and restored by `load` (pipeline/checkpoint.hpp has the format); a resumed run is
 /// bit-identical to one that never stopped.
+///
+/// **Device sources** (first slice, docs/cuda.md): constructed with a device packet source — a
+/// `cuda::device_compressor<C>` (feedback "residual") or a `cuda::stream_codec<C>` (feedback
+/// "none") of an element-wise CUDA codec — the pipeline takes float32 gradients in device memory
+/// through the same `step` (or `begin` / `submit` / `finish`). The step runs the same agreement
+/// round, then the bucketed collective of that source (`bucketed_all_reduce`, payloads in device
+/// memory, control messages on the host); outputs, residuals and `save` are byte for byte those
+/// of the CPU pipeline with the CPU codec of `pipeline_options::codec`. Not taken by a device
+/// source (`config_error` at construction, or at the step for 16-bit gradients): a controller,
+/// two-way, hierarchical or PowerSGD sends, EF21 and DGC, the divergence guard (set `guard` to
+/// "off"), `measure_gain`, `buckets.checksum` and a 16-bit `buckets.small_format`.
 
 #include <gradcomp/adapt/any_controller.hpp>
 #include <gradcomp/adapt/protocol.hpp>
@@ -61,10 +72,12 @@
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/hierarchical.hpp>
 #include <gradcomp/collective/low_rank.hpp>
+#include <gradcomp/collective/memory.hpp>
 #include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/collective/powersgd_session.hpp>
 #include <gradcomp/collective/sections.hpp>
 #include <gradcomp/collective/two_way.hpp>
+#include <gradcomp/comm/any_communicator.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
@@ -82,18 +95,22 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -230,7 +247,90 @@ inline double norm_sq(std::span<float const> v) noexcept {
   return (a[0] + a[1]) + (a[2] + a[3]);
 }
 
+/// The pipeline's view of a device source (type-erased; `device_source_model` is the one
+/// implementation). The communicator comes in erased as well (`any_communicator::borrow`).
+class device_source_base {
+ public:
+  device_source_base() = default;
+  device_source_base(device_source_base const&) = delete;
+  device_source_base& operator=(device_source_base const&) = delete;
+  virtual ~device_source_base() = default;
+  /// Whether the source keeps a residual per tensor (feedback "residual"; else "none").
+  [[nodiscard]] virtual bool keeps_residuals() const noexcept = 0;
+  /// The collectives' fingerprint of the source's codec for `n` elements.
+  [[nodiscard]] virtual std::uint64_t fingerprint(std::size_t n, reduction op) const = 0;
+  /// One step of the bucketed collective over `items` (device spans); commits the residuals
+  /// after the outcome round only, so a failure leaves them as they were.
+  virtual bucket_result exchange(any_communicator& comm, std::span<bucket_item const> items,
+                                 codec_context const& ctx) = 0;
+  /// The committed residual of `id` in device memory (empty: none, or feedback "none").
+  [[nodiscard]] virtual std::span<float const> residual(tensor_id id) const = 0;
+  /// A host copy of `residual(id)`.
+  [[nodiscard]] virtual std::vector<float> residual_on_host(tensor_id id) const = 0;
+  /// Replaces every residual by host values (empty: zero); on an error nothing changes.
+  virtual void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals) = 0;
+};
+
+/// `device_source_base` over a `Source` (its payloads in device memory, a `bucketed_all_reduce`
+/// of it doing the exchange).
+template <class Source>
+class device_source_model final : public device_source_base {
+ public:
+  device_source_model(Source src, bucket_options const& opt) : buckets_(std::move(src), opt) {}
+
+  [[nodiscard]] bool keeps_residuals() const noexcept override { return residuals; }
+  [[nodiscard]] std::uint64_t fingerprint(std::size_t n, reduction op) const override {
+    return codec_fingerprint(buckets_source(), n, op, codec_context{}, "gradient_pipeline source");
+  }
+  bucket_result exchange(any_communicator& comm, std::span<bucket_item const> items,
+                         codec_context const& ctx) override {
+    return buckets_.run(comm, items, ctx);
+  }
+  [[nodiscard]] std::span<float const> residual(tensor_id id) const override {
+    if constexpr (residuals) {
+      return buckets_source().residual(id);
+    } else {
+      (void)id;
+      return {};
+    }
+  }
+  [[nodiscard]] std::vector<float> residual_on_host(tensor_id id) const override {
+    std::span<float const> const d = residual(id);
+    std::vector<float> out(d.size());
+    if (!d.empty()) {
+      memory_of(buckets_source()).read(std::as_bytes(d), [&](std::span<std::byte const> h) {
+        std::memcpy(out.data(), h.data(), h.size());
+      });
+    }
+    return out;
+  }
+  void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals_in) override {
+    if constexpr (requires(Source & s) { s.assign_residuals(residuals_in); }) {
+      buckets_.source().assign_residuals(residuals_in);
+    } else if constexpr (residuals) {
+      throw config_error("gradcomp: gradient_pipeline: this device source cannot load residuals");
+    } else {
+      (void)residuals_in;  // no feedback: nothing to load
+    }
+  }
+
+ private:
+  static constexpr bool residuals = requires(Source const& s, tensor_id id) {
+    { s.residual(id) } -> std::convertible_to<std::span<float const>>;
+  };
+  [[nodiscard]] Source const& buckets_source() const noexcept { return buckets_.source(); }
+  mutable bucketed_all_reduce<Source> buckets_;  // `source()` is a non-const member
+};
+
 }  // namespace detail
+
+/// A packet source `gradient_pipeline` takes for device gradients: its payloads live in device
+/// memory (its codec's `memory()` is not host memory; `cuda::stream_codec<C>` for feedback
+/// "none", `cuda::device_compressor<C>` for "residual", cuda/collective.cuh), it compresses
+/// float32 tensors and is a source of `bucketed_all_reduce`.
+template <class S>
+concept pipeline_device_source =
+    std::move_constructible<S> && detail::packet_source<S, float> && !detail::host_payloads<S>;
 
 /// The training step of compressed data-parallel training (see file comment). One object per
 /// model (or per group of tensors that share a configuration); every rank makes one with the
@@ -291,6 +391,53 @@ class gradient_pipeline {
     guard_.emplace(opt_.guard);
   }
 
+  /// Builds a pipeline whose gradients are float32 tensors in device memory, compressed by
+  /// `src` (first slice, file comment): `cuda::device_compressor<C>` with feedback "residual",
+  /// `cuda::stream_codec<C>` with feedback "none", C an element-wise CUDA codec. `opt.codec` is
+  /// the spec of the CPU codec with the same wire format (e.g. "int8:bucket=100,rounding=
+  /// stochastic" for `cuda::int8_codec{100, int8_rounding::stochastic}`): the pipeline's
+  /// agreement round, statistics and checkpoints use it. `config_error` for what a device source
+  /// does not take (file comment), for a feedback spec that does not match `src`, and for a codec
+  /// spec whose codec differs from `src`'s in the collectives' fingerprint (codec, aggregation,
+  /// packet sizes, bits per element).
+  template <pipeline_device_source Source>
+  gradient_pipeline(pipeline_options opt, Source src) : gradient_pipeline(std::move(opt)) {
+    auto refuse = [](std::string const& what) {
+      throw config_error("gradcomp: gradient_pipeline with a device source: " + what);
+    };
+    if (low_rank_) refuse("PowerSGD is not taken (codec '" + opt_.codec + "')");
+    if (ctrl_) refuse("no controller is taken (controller '" + opt_.controller + "')");
+    if (opt_.two_way) refuse("two-way compression is not taken");
+    if (hier_) refuse("the hierarchical all-reduce is not taken");
+    if (opt_.guard != "off")
+      refuse("the divergence guard is not taken: set guard to \"off\", got '" + opt_.guard + "'");
+    if (opt_.measure_gain) refuse("measure_gain is not taken");
+    if (opt_.buckets.checksum)
+      refuse("buckets.checksum is not taken (it reads every payload on the host)");
+    if (opt_.buckets.small_format != dense_format::f32) {
+      refuse("a 16-bit buckets.small_format is not taken (dense buckets are float32)");
+    }
+    auto model =
+        std::make_unique<detail::device_source_model<Source>>(std::move(src), opt_.buckets);
+    std::string const want = model->keeps_residuals() ? "residual" : "none";
+    if (opt_.feedback != want) {
+      refuse("its source keeps " +
+             std::string(model->keeps_residuals() ? "a residual per tensor" : "no residuals") +
+             ": feedback must be '" + want + "', got '" + opt_.feedback + "'");
+    }
+    for (std::size_t const n : {std::size_t{1}, std::size_t{4099}, (std::size_t{1} << 20) + 3}) {
+      if (model->fingerprint(n, opt_.buckets.op) !=
+          detail::codec_fingerprint(base_, n, opt_.buckets.op, codec_context{},
+                                    "gradient_pipeline source")) {
+        refuse("codec spec '" + opt_.codec +
+               "' does not describe the device codec (another codec, packet size or "
+               "bits per element at " +
+               std::to_string(n) + " elements)");
+      }
+    }
+    device_ = std::move(model);
+  }
+
   [[nodiscard]] pipeline_options const& options() const noexcept { return opt_; }
   /// The next step's number (steps completed so far).
   [[nodiscard]] std::uint64_t step_count() const noexcept { return step_; }
@@ -316,7 +463,9 @@ class gradient_pipeline {
 
   /// The committed error-feedback state of tensor `id` (the residual for "residual", h for
   /// "ef21", [u | v] for "dgc"); empty before its first step or without feedback.
+  /// With a device source: the residual in device memory.
   [[nodiscard]] std::span<float const> feedback_state(tensor_id id) {
+    if (device_) return device_->residual(id);
     return std::visit([&](auto& c) -> std::span<float const> { return c.state(id).values(); }, comp_);
   }
 
@@ -408,7 +557,8 @@ class gradient_pipeline {
     w.put_f64(last_timing_.backprop);
     w.put_f64(last_timing_.compress);
     w.put_f64(last_timing_.sync);
-    w.put_bytes(std::visit([](auto const& c) { return c.save(); }, comp_));
+    w.put_bytes(device_ ? device_state()
+                        : std::visit([](auto const& c) { return c.save(); }, comp_));
     w.put_bytes(ctrl_ ? ctrl_->save() : std::vector<std::byte>{});
     w.put_u64(accumulators_.size());
     for (auto const& [id, acc] : accumulators_) {
@@ -430,7 +580,8 @@ class gradient_pipeline {
   /// Restores a state written by `save` of a pipeline with the same codec, feedback,
   /// controller, two-way and guard options (a version 1 checkpoint, from before the guard,
   /// loads with an empty guard history). A malformed or mismatched checkpoint is a
-  /// `format_error` and leaves the state unchanged.
+  /// `format_error` and leaves the state unchanged. With a device source the residuals are
+  /// copied to the device (on the source's stream).
   void load(std::span<std::byte const> bytes) {
     if (open_) throw config_error("gradcomp: gradient_pipeline::load during a step");
     bool const v1 = bytes.size() > 4 && bytes[4] == std::byte{1};
@@ -454,6 +605,19 @@ class gradient_pipeline {
     detail::pipeline_compressor comp = comp_;
     std::vector<std::byte> const cstate = r.get_bytes();
     std::visit([&](auto& c) { c.load(cstate); }, comp);
+    // A device source: the residuals validated by the host compressor above, then copied.
+    std::map<tensor_id, std::vector<float>> device_residuals;
+    std::set<tensor_id> device_tensors;
+    if (device_) {
+      std::visit(
+          [&](auto const& c) {
+            c.for_each_committed([&](tensor_id id, std::span<float const> v) {
+              device_residuals.emplace(id, std::vector<float>(v.begin(), v.end()));
+              device_tensors.insert(id);
+            });
+          },
+          comp);
+    }
     std::optional<any_controller> ctrl = ctrl_;
     std::vector<std::byte> const kstate = r.get_bytes();
     if (ctrl) {
@@ -495,7 +659,12 @@ class gradient_pipeline {
       }
     }
     r.expect_end();
-    comp_ = std::move(comp);
+    if (device_) {
+      device_->assign_residuals(device_residuals);  // the one step that may fail: first
+      device_tensors_ = std::move(device_tensors);
+    } else {
+      comp_ = std::move(comp);
+    }
     ctrl_ = std::move(ctrl);
     accumulators_ = std::move(acc);
     sessions_ = std::move(sessions);
@@ -568,6 +737,30 @@ class gradient_pipeline {
     entry e;
     e.id = g.id();
     e.n = g.size();
+    e.large = g.size() >= opt_.buckets.min_compress_elements;
+    if (device_) {  // device memory: nothing is read here, the exchange compresses
+      if constexpr (std::same_as<T, float>) {
+        e.out32 = g.span();
+        e.raw32 = g.span();
+      } else if (!local_) {
+        local_ = std::make_exception_ptr(config_error(
+            "gradcomp: gradient_pipeline with a device source takes float32 gradients; tensor id " +
+            std::to_string(static_cast<unsigned>(g.id())) + " is " +
+            std::string(dtype_name(dtype_of<T>))));
+      }
+      // The check the CPU pipeline's stage makes (residual_feedback), so that the step fails
+      // with the same error on the same ranks: here, before the agreement round.
+      std::size_t const held = e.large ? device_->residual(e.id).size() : 0;
+      if (held != 0 && held != e.n && !local_) {
+        local_ = std::make_exception_ptr(
+            config_error("gradcomp: residual_feedback state holds " + std::to_string(held) +
+                         " elements but the gradient has " + std::to_string(e.n) +
+                         " (one state per tensor id)"));
+      }
+      pending_.push_back(std::move(e));
+      compress_s_ += seconds(t0, clock::now());
+      return;
+    }
     buffers& b = buffers_[g.id()];
     if constexpr (std::same_as<T, float>) {
       e.out32 = g.span();
@@ -583,7 +776,6 @@ class gradient_pipeline {
       e.write_back = [dst, wide, ctx] { detail::round_from_f32(std::span<float const>(*wide), dst, *ctx); };
     }
     e.packets = &b.packets;
-    e.large = g.size() >= opt_.buckets.min_compress_elements;
     e.staged = e.large && !low_rank_ && !two_way_ && !hier_;
     if (guard_->enabled()) {
       // The guard's local norms; a non-finite one is not staged (the codec would throw): the
@@ -686,7 +878,7 @@ class gradient_pipeline {
   pipeline_stats finish_step(Comm& comm) {
     std::optional<any_controller> snapshot;
     try {
-      pipeline_stats st = run_step(comm, snapshot);
+      pipeline_stats st = device_ ? run_device_step(comm) : run_step(comm, snapshot);
       open_ = false;
       pending_.clear();
       return st;
@@ -894,6 +1086,66 @@ class gradient_pipeline {
     last_ = st;
     if (hook_) hook_(st);
     return st;
+  }
+
+  // A step of a device source: the agreement round of `run_step` (layout, configuration, local
+  // status), then the source's bucketed collective, which compresses, exchanges, decodes and,
+  // after its outcome round, commits the residuals.
+  template <communicator Comm>
+  pipeline_stats run_device_step(Comm& comm) {
+    pipeline_stats st;
+    st.step = step_;
+    st.tensors = pending_.size();
+    auto const t_agree = clock::now();
+    std::vector<bucket_item> items;
+    items.reserve(pending_.size());
+    for (auto const& e : pending_)
+      items.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
+    bucket_result br;
+    (void)agree_step(comm, items, br);
+    double const agree_s = seconds(t_agree, clock::now());
+    auto const t_send = clock::now();
+    bucket_result r;
+    if constexpr (std::same_as<Comm, any_communicator>) {
+      r = device_->exchange(comm, std::span<bucket_item const>(items), ctx_);
+    } else {
+      any_communicator erased = any_communicator::borrow(comm);
+      r = device_->exchange(erased, std::span<bucket_item const>(items), ctx_);
+    }
+    double const send_s = seconds(t_send, clock::now());
+    for (auto const& e : pending_) {
+      if (!e.large) continue;
+      ++st.compressed_tensors;
+      device_tensors_.insert(e.id);
+    }
+    st.factor = 32.0 / base_.bits_per_element();
+    st.bytes_sent = r.packet_bytes;
+    st.wire_bytes = br.wire_bytes + r.wire_bytes;
+    st.buckets = r.buckets;
+    st.compress_s = compress_s_;
+    st.communicate_s = agree_s + send_s;  // compression and decoding run inside the exchange
+    st.total_s = seconds(t_begin_, clock::now());
+    last_timing_ = opt_.measured_timing
+                       ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
+                       : step_timing{info_.backprop_s, 0.0, 0.0};
+    ++step_;
+    last_ = st;
+    if (hook_) hook_(st);
+    return st;
+  }
+
+  // The error-feedback state of a device source in `compressor::save`'s format, as the CPU
+  // pipeline's compressor writes it: one record per tensor that completed a step, ascending
+  // ids, the residual copied to the host (feedback "none": no values).
+  [[nodiscard]] std::vector<std::byte> device_state() const {
+    bool const res = device_->keeps_residuals();
+    std::vector<std::byte> out = detail::feedback_state_head(
+        res ? feedback_id::residual : feedback_id::none, device_tensors_.size(), 0);
+    for (tensor_id const id : device_tensors_) {
+      detail::put_feedback_record(out, id,
+                                  res ? device_->residual_on_host(id) : std::vector<float>{});
+    }
+    return out;
   }
 
   // A step the guard skips: nothing is sent and no state changes (stages discarded, the step
@@ -1143,6 +1395,8 @@ class gradient_pipeline {
   std::map<tensor_id, buffers> buffers_;
   std::map<tensor_id, std::vector<float>> accumulators_;
   detail::bucket_slot slots_[2];
+  std::unique_ptr<detail::device_source_base> device_;  // a device source (else null)
+  std::set<tensor_id> device_tensors_;  // its tensors with a completed step (saved state)
 
   // The step in progress.
   bool open_ = false;

@@ -175,6 +175,23 @@ TEST_CASE("in-process any_communicator forwards every operation", "[comm][in_pro
   }));
 }
 
+TEST_CASE("in-process any_communicator::borrow refers to the caller's communicator",
+          "[comm][in_process]") {
+  REQUIRE_NOTHROW(run_in_process(3, [](in_process_communicator& c) {
+    any_communicator a = any_communicator::borrow(c);
+    any_communicator const copy = a;  // copies refer to the same communicator
+    RANK_REQUIRE(a.rank() == c.rank());
+    RANK_REQUIRE(copy.size() == 3);
+    RANK_REQUIRE(a.target<in_process_communicator>() == &c);  // the caller's object, not a copy
+    std::vector<std::uint32_t> v{static_cast<std::uint32_t>(a.rank()) + 1u};
+    a.all_reduce(bytes_of(v), comm_type::u32, reduce_op::sum);
+    RANK_REQUIRE(v[0] == 6u);
+    v[0] = static_cast<std::uint32_t>(c.rank());
+    a.iall_reduce(bytes_of(v), comm_type::u32, reduce_op::max).wait();
+    RANK_REQUIRE(v[0] == 2u);
+  }));
+}
+
 TEST_CASE("in-process mismatched collectives are a comm_error on every rank", "[comm][in_process][errors]") {
   in_process_world world(2, 5s);
   std::atomic<int> errors{0};

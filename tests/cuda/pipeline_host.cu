@@ -1,0 +1,435 @@
+// SPDX-FileCopyrightText: 2026 The gradcomp authors
+// SPDX-License-Identifier: Apache-2.0
+//
+// `gradient_pipeline` with a device source (pipeline/pipeline.hpp, first slice: float32 device
+// gradients, a static element-wise device codec, feedback "residual" or "none", no controller,
+// flat buckets, the guard off), checked on a machine without a GPU against the CPU pipeline
+// with the CPU codec of the same format on the same inputs.
+//
+// What is real and what is emulated (as in bucket_host.cu): real are the pipeline, its
+// agreement round, the bucketed collective with the device memory space, the device codecs'
+// header code, checks and passes, `cuda::device_compressor`, and the CPU pipeline they are
+// compared with. Emulated: this file is built with Thrust's CPP device system, so "device"
+// memory is host memory that cuda/memory.cuh records as device allocations, kernels run on the
+// calling thread and streams are ignored; the communicator is `emulated_nccl`
+// (emulated_nccl.cuh), which records which operations carried device payloads and which host
+// control messages.
+//
+// Compared byte for byte over several steps on 2, 3 and 4 ranks: every rank's outputs, every
+// residual, `save()` and the step's payload statistics; with bad inputs, the exception type each
+// rank throws (the CPU pipeline's) and `save()` unchanged on every rank of both backends.
+
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include "device_buffers.cuh"
+#include "emulated_nccl.cuh"
+
+#include <gradcomp/comm/in_process.hpp>
+#include <gradcomp/core/dtype.hpp>
+#include <gradcomp/core/error.hpp>
+#include <gradcomp/core/tensor.hpp>
+#include <gradcomp/cuda/cast.cuh>
+#include <gradcomp/cuda/collective.cuh>
+#include <gradcomp/cuda/dithering.cuh>
+#include <gradcomp/cuda/int8.cuh>
+#include <gradcomp/cuda/memory.cuh>
+#include <gradcomp/cuda/onebit.cuh>
+#include <gradcomp/pipeline/pipeline.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+using gc::cuda::memory_kind;
+using gc::cuda::memory_kind_of;
+using namespace gct;  // NOLINT(google-build-using-namespace): the test support
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The layout (bucket_host.cu's): eleven tensors of odd sizes. With min_compress_elements = 100
+// and buckets of 3000 float32 elements, 3, 17, 0, 64 and 1 go dense (one bucket), and the
+// compressed ones make three buckets: {1000, 1200}, {4099} and {513, 1531, 700}.
+
+std::vector<std::size_t> const sizes = {3, 1000, 17, 1200, 0, 4099, 513, 64, 1531, 1, 700};
+constexpr std::size_t compressed_tensors = 6;
+
+gc::tensor_id id_of(std::size_t i) { return gc::tensor_id{static_cast<std::uint32_t>(10 + i)}; }
+
+gc::pipeline_options options(std::string codec, std::string feedback, bool pipelined = true) {
+  gc::pipeline_options o;
+  o.codec = std::move(codec);
+  o.feedback = std::move(feedback);
+  o.guard = "off";
+  o.measured_timing = false;  // so that save() holds no wall-clock times
+  o.seed = 0xb0c4e700u;
+  o.buckets.bucket_bytes = 4 * 3000;
+  o.buckets.min_compress_elements = 100;
+  o.buckets.pipeline = pipelined;
+  return o;
+}
+
+// Gradient of tensor i on rank r at a step.
+std::vector<float> gradient(std::size_t i, int r, std::uint32_t step) {
+  return gradient_of(sizes[i],
+                     1000u * static_cast<unsigned>(r) + 17u * step + 7919u * i + sizes[i]);
+}
+std::vector<std::vector<float>> gradients(int r, std::uint32_t step) {
+  std::vector<std::vector<float>> g;
+  for (std::size_t i = 0; i < sizes.size(); ++i) g.push_back(gradient(i, r, step));
+  return g;
+}
+
+// One rank after a step: every output, every residual (host copies), save() and the statistics.
+struct rank_state {
+  std::vector<std::vector<float>> out;
+  std::vector<std::vector<float>> residual;
+  std::vector<std::byte> saved;
+  gc::pipeline_stats stats;
+  bool residuals_on_device = true;
+};
+
+void expect_same(std::vector<rank_state> const& want, std::vector<rank_state> const& got) {
+  REQUIRE(want.size() == got.size());
+  for (std::size_t r = 0; r < want.size(); ++r) {
+    INFO("rank " << r);
+    REQUIRE(want[r].out.size() == got[r].out.size());
+    for (std::size_t t = 0; t < want[r].out.size(); ++t) {
+      INFO("tensor " << t << " of " << sizes[t] << " elements");
+      CHECK(same_bits(want[r].out[t], got[r].out[t]));
+      CHECK(same_bits(want[r].residual[t], got[r].residual[t]));
+    }
+    CHECK(want[r].saved == got[r].saved);
+    CHECK(got[r].residuals_on_device);
+    CHECK(want[r].stats.step == got[r].stats.step);
+    CHECK(want[r].stats.bytes_sent == got[r].stats.bytes_sent);
+    CHECK(want[r].stats.buckets == got[r].stats.buckets);
+    CHECK(want[r].stats.tensors == got[r].stats.tensors);
+    CHECK(want[r].stats.compressed_tensors == got[r].stats.compressed_tensors);
+    CHECK(got[r].stats.compressed_tensors == compressed_tensors);
+    CHECK(want[r].stats.factor == got[r].stats.factor);
+  }
+}
+
+// One CPU step of rank r: host gradients averaged in place.
+template <class Comm>
+rank_state cpu_step(Comm& comm, gc::gradient_pipeline& pipe,
+                    std::vector<std::vector<float>> grads) {
+  std::vector<gc::tensor_view<float>> views;
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    views.emplace_back(std::span<float>(grads[i]), id_of(i));
+  rank_state st;
+  st.stats = pipe.step(comm, views);
+  st.out = std::move(grads);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    auto const e = pipe.feedback_state(id_of(i));
+    st.residual.emplace_back(e.begin(), e.end());
+  }
+  st.saved = pipe.save();
+  return st;
+}
+
+// One device step of rank r: the gradients copied into device buffers, averaged there; with
+// `overlapped`, through begin / submit (two halves) / finish instead of step.
+template <class Comm>
+rank_state device_step(Comm& comm, gc::gradient_pipeline& pipe,
+                       std::vector<std::vector<float>> const& grads, bool overlapped = false) {
+  std::vector<gc::cuda::device_buffer> bufs;
+  std::vector<gc::tensor_view<float>> views;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    bufs.push_back(to_device(grads[i]));
+    views.emplace_back(floats(bufs.back(), grads[i].size()), id_of(i));
+  }
+  rank_state st;
+  if (overlapped) {
+    auto const half = static_cast<std::ptrdiff_t>(views.size() / 2);
+    pipe.begin(comm);
+    pipe.submit(std::vector<gc::tensor_view<float>>(views.begin(), views.begin() + half));
+    pipe.submit(std::vector<gc::tensor_view<float>>(views.begin() + half, views.end()));
+    st.stats = pipe.finish(comm);
+  } else {
+    st.stats = pipe.step(comm, views);
+  }
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    st.out.push_back(to_host(bufs[i], grads[i].size()));
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    auto const e = pipe.feedback_state(id_of(i));
+    if (!e.empty() && memory_kind_of(e.data()) != memory_kind::device)
+      st.residuals_on_device = false;
+    st.residual.push_back(to_host(e));
+  }
+  st.saved = pipe.save();
+  return st;
+}
+
+// The device source of a CUDA codec for a feedback spec.
+template <class D>
+gc::gradient_pipeline device_pipeline(gc::pipeline_options const& o, D const& dc) {
+  gc::cuda::stream_codec<D> sc(dc);
+  if (o.feedback == "residual")
+    return gc::gradient_pipeline(o, gc::cuda::device_compressor<D>(std::move(sc)));
+  return gc::gradient_pipeline(o, std::move(sc));
+}
+
+// w ranks, each with a CPU pipeline and a device pipeline of the same configuration.
+template <class D>
+void compare(char const* spec, D const& dc, std::string const& feedback, int w, int steps,
+             bool pipelined) {
+  INFO(spec << ", feedback " << feedback << ", " << w << " ranks"
+            << (pipelined ? "" : ", not pipelined"));
+  gc::pipeline_options const o = options(spec, feedback, pipelined);
+  std::deque<gc::gradient_pipeline> cpus, devs;
+  for (int r = 0; r < w; ++r) {
+    cpus.emplace_back(o);
+    devs.push_back(device_pipeline(o, dc));
+  }
+  compare_steps<rank_state>(
+      w, steps,
+      [&](auto& comm, int r, std::uint32_t s) {
+        return cpu_step(comm, cpus[static_cast<std::size_t>(r)], gradients(r, s));
+      },
+      [&](auto& comm, int r, std::uint32_t s) {
+        return device_step(comm, devs[static_cast<std::size_t>(r)], gradients(r, s));
+      },
+      [&](std::vector<rank_state> const& want, std::vector<rank_state> const& got, traffic& log) {
+        expect_same(want, got);
+        // Payloads on the device, control messages on the host, never mixed.
+        CHECK(log.mixed == 0);
+        CHECK(log.device_ops > 0);
+        CHECK(log.host_max <= 64);
+      });
+  // Resuming: the CPU pipelines' checkpoints loaded into fresh CPU and device pipelines, which
+  // then take the next step alike (and save alike).
+  std::deque<gc::gradient_pipeline> cpus2, devs2;
+  for (int r = 0; r < w; ++r) {
+    std::vector<std::byte> const saved = cpus[static_cast<std::size_t>(r)].save();
+    cpus2.emplace_back(o);
+    devs2.push_back(device_pipeline(o, dc));
+    cpus2.back().load(saved);
+    devs2.back().load(saved);
+    CHECK(devs2.back().save() == saved);
+    CHECK(devs2.back().step_count() == static_cast<std::uint64_t>(steps));
+  }
+  auto const next = static_cast<std::uint32_t>(steps);
+  compare_steps<rank_state>(
+      w, 1,
+      [&](auto& comm, int r, std::uint32_t) {
+        return cpu_step(comm, cpus2[static_cast<std::size_t>(r)], gradients(r, next));
+      },
+      [&](auto& comm, int r, std::uint32_t) {
+        return device_step(comm, devs2[static_cast<std::size_t>(r)], gradients(r, next));
+      },
+      [&](std::vector<rank_state> const& want, std::vector<rank_state> const& got, traffic&) {
+        INFO("resumed");
+        expect_same(want, got);
+      });
+}
+
+}  // namespace
+
+TEST_CASE("cuda pipeline: a device source gives the CPU pipeline's outputs, residuals and save()",
+          "[cuda][pipeline]") {
+  for_each_codec_pair([](char const* spec, auto const&, auto const& dc) {
+    for (int w : {2, 3, 4}) {
+      compare(spec, dc, "residual", w, 3, true);
+      compare(spec, dc, "none", w, 2, true);
+    }
+    compare(spec, dc, "residual", 2, 2, false);
+  });
+}
+
+TEST_CASE("cuda pipeline: begin / submit / finish with a device source equals the CPU step",
+          "[cuda][pipeline]") {
+  for (int w : {2, 3}) {
+    INFO(w << " ranks");
+    gc::pipeline_options const o = options("int8:bucket=100,rounding=stochastic", "residual");
+    std::deque<gc::gradient_pipeline> cpus, devs;
+    for (int r = 0; r < w; ++r) {
+      cpus.emplace_back(o);
+      devs.push_back(device_pipeline(o, gc::cuda::int8_codec{100, gc::int8_rounding::stochastic}));
+    }
+    compare_steps<rank_state>(
+        w, 3,
+        [&](auto& comm, int r, std::uint32_t s) {
+          return cpu_step(comm, cpus[static_cast<std::size_t>(r)], gradients(r, s));
+        },
+        [&](auto& comm, int r, std::uint32_t s) {
+          return device_step(comm, devs[static_cast<std::size_t>(r)], gradients(r, s), true);
+        },
+        [&](std::vector<rank_state> const& want, std::vector<rank_state> const& got, traffic& log) {
+          expect_same(want, got);
+          CHECK(log.mixed == 0);
+        });
+  }
+}
+
+TEST_CASE("cuda pipeline: bad inputs fail the device step as the CPU step, state unchanged",
+          "[cuda][pipeline][failure]") {
+  for (int w : {2, 3, 4}) {
+    INFO(w << " ranks");
+    gc::pipeline_options const o = options("int8", "residual");
+    std::deque<gc::gradient_pipeline> cpus, devs;
+    for (int r = 0; r < w; ++r) {
+      cpus.emplace_back(o);
+      devs.push_back(device_pipeline(o, gc::cuda::int8_codec{}));
+    }
+    auto cpu = [&](auto& comm, int r, std::vector<std::vector<float>> const& g) {
+      (void)cpu_step(comm, cpus[static_cast<std::size_t>(r)], g);
+    };
+    auto dev = [&](auto& comm, int r, std::vector<std::vector<float>> const& g) {
+      (void)device_step(comm, devs[static_cast<std::size_t>(r)], g);
+    };
+    auto saves = [&] {
+      std::vector<std::vector<std::byte>> s;
+      for (auto const& p : cpus) s.push_back(p.save());
+      for (auto const& p : devs) s.push_back(p.save());
+      return s;
+    };
+    // A first step that succeeds everywhere: residuals to keep.
+    for (thrown t : run_failing<false>(w, [&](auto&c, int r) { cpu(c, r, gradients(r, 0)); }))
+      CHECK(t == thrown::nothing);
+    for (thrown t : run_failing<true>(w, [&](auto&c, int r) { dev(c, r, gradients(r, 0)); }))
+      CHECK(t == thrown::nothing);
+    auto const before = saves();
+    auto const uw = static_cast<std::size_t>(w);
+    for (std::size_t r = 0; r < uw; ++r) CHECK(before[r] == before[uw + r]);
+
+    // Each bad input: the CPU pipeline's exception on every rank, then every save() as it was.
+    auto expect_failure = [&](char const* what, auto&& grads_of, auto&& skip) {
+      INFO(what);
+      auto const got_cpu = run_failing<false>(w, [&](auto& c, int r) {
+        if (skip(r)) throw std::runtime_error("rank lost");
+        cpu(c, r, grads_of(r));
+      });
+      auto const got_dev = run_failing<true>(w, [&](auto& c, int r) {
+        if (skip(r)) throw std::runtime_error("rank lost");
+        dev(c, r, grads_of(r));
+      });
+      for (thrown t : got_cpu) CHECK(t != thrown::nothing);
+      CHECK(got_dev == got_cpu);
+      CHECK(saves() == before);
+      return got_cpu;
+    };
+    auto none = [](int) { return false; };
+    auto rank1 = [&](auto edit) {
+      return [=](int r) {
+        auto g = gradients(r, 1);
+        if (r == 1) edit(g);
+        return g;
+      };
+    };
+    // Rank 1 passes 999 elements for tensor 3 (1200 elsewhere): the agreement round fails.
+    auto const mismatch =
+        expect_failure("mismatched sizes", rank1([](auto& g) { g[3].resize(999); }), none);
+    CHECK(mismatch[1] == thrown::config);
+    // A NaN on rank 1 in the last compressed bucket (tensor 8) and in the first (tensor 1):
+    // rank 1's numeric_error, comm_error on the others.
+    std::vector<thrown> nan_want(uw, thrown::comm);
+    nan_want[1] = thrown::numeric;
+    CHECK(expect_failure("NaN in the last bucket",
+                         rank1([](auto& g) { g[8][100] = std::nanf(""); }), none) == nan_want);
+    CHECK(expect_failure("NaN in the first bucket", rank1([](auto& g) { g[1][0] = std::nanf(""); }),
+                         none) == nan_want);
+    // The last rank disappears before the step: comm_error on every other rank.
+    std::vector<thrown> lost(uw, thrown::comm);
+    lost[uw - 1] = thrown::other;
+    CHECK(expect_failure(
+              "a vanished rank", [&](int r) { return gradients(r, 1); },
+              [&](int r) { return r == w - 1; }) == lost);
+
+    // A malformed checkpoint: format_error, every residual kept.
+    std::vector<std::byte> bad = before[uw];
+    bad.resize(bad.size() - 5);
+    for (auto& d : devs) CHECK_THROWS_AS(d.load(bad), gc::format_error);
+    CHECK(saves() == before);
+
+    // After the failures both backends take the next step alike.
+    compare_steps<rank_state>(
+        w, 1,
+        [&](auto& comm, int r, std::uint32_t) {
+          return cpu_step(comm, cpus[static_cast<std::size_t>(r)], gradients(r, 2));
+        },
+        [&](auto& comm, int r, std::uint32_t) {
+          return device_step(comm, devs[static_cast<std::size_t>(r)], gradients(r, 2));
+        },
+        [&](std::vector<rank_state> const& want, std::vector<rank_state> const& got, traffic&) {
+          expect_same(want, got);
+          for (auto const& s : got) CHECK(s.stats.step == 1);
+        });
+  }
+}
+
+TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
+          "[cuda][pipeline][failure]") {
+  using dev_codec = gc::cuda::int8_codec;
+  auto build = [](gc::pipeline_options const& o) { return device_pipeline(o, dev_codec{}); };
+  gc::pipeline_options const good = options("int8", "residual");
+  CHECK_NOTHROW(build(good));
+  std::vector<std::pair<char const*, gc::pipeline_options>> bad;
+  auto with = [&](char const* what, auto edit) {
+    gc::pipeline_options o = good;
+    edit(o);
+    bad.emplace_back(what, o);
+  };
+  with("the guard on (the default)", [](auto& o) { o.guard = "raise"; });
+  with("a controller", [](auto& o) {
+    o.codec = "topk:ratio=0.01";
+    o.controller = "static:factor=100";
+  });
+  with("two-way", [](auto& o) { o.two_way = true; });
+  with("hierarchical", [](auto& o) { o.hierarchical.nodes = gc::node_grouping::uniform(2); });
+  with("PowerSGD", [](auto& o) { o.codec = "powersgd:rank=2"; });
+  with("EF21", [](auto& o) { o.feedback = "ef21"; });
+  with("another codec", [](auto& o) { o.codec = "fp16"; });
+  with("another bucket size", [](auto& o) { o.codec = "int8:bucket=100"; });
+  with("measure_gain", [](auto& o) { o.measure_gain = true; });
+  with("checksum", [](auto& o) { o.buckets.checksum = true; });
+  with("a 16-bit small_format", [](auto& o) { o.buckets.small_format = gc::dense_format::f16; });
+  for (auto const& [what, o] : bad) {
+    INFO(what);
+    CHECK_THROWS_AS(build(o), gc::config_error);
+  }
+  // feedback "residual" with a source that keeps none, "none" with one that keeps residuals
+  CHECK_THROWS_AS(gc::gradient_pipeline(good, gc::cuda::stream_codec<dev_codec>{}),
+                  gc::config_error);
+  CHECK_THROWS_AS(gc::gradient_pipeline(
+                      options("int8", "none"),
+                      gc::cuda::device_compressor<dev_codec>(gc::cuda::stream_codec<dev_codec>{})),
+                  gc::config_error);
+
+  // load: a malformed checkpoint is a format_error, and changes nothing.
+  gc::gradient_pipeline p = build(good);
+  std::vector<std::byte> const saved = p.save();
+  CHECK_NOTHROW(p.load(saved));
+  std::vector<std::byte> truncated = saved;
+  truncated.pop_back();
+  CHECK_THROWS_AS(p.load(truncated), gc::format_error);
+  CHECK(p.save() == saved);
+
+  // 16-bit gradients: a config_error on every rank at the step, nothing changed.
+  std::deque<gc::gradient_pipeline> devs;
+  for (int r = 0; r < 3; ++r) devs.push_back(build(good));
+  for (thrown t : run_failing<true>(3, [&](emulated_nccl&comm, int r) {
+         std::vector<gc::cuda::device_buffer> bufs;
+         std::vector<gc::tensor_view<gc::half>> views;
+         for (std::size_t i = 0; i < 3; ++i) {
+           bufs.emplace_back();
+           bufs.back().resize(200 * sizeof(gc::half));
+           views.emplace_back(
+               std::span<gc::half>(reinterpret_cast<gc::half*>(bufs.back().data()), 200), id_of(i));
+         }
+         (void)devs[static_cast<std::size_t>(r)].step(comm, views);
+       }))
+    CHECK(t == thrown::config);
+  for (auto const& d : devs) {
+    CHECK(d.step_count() == 0);
+    CHECK(d.save() == saved);
+  }
+}
