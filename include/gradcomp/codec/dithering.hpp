@@ -20,6 +20,7 @@
 #include <gradcomp/cpu/kernels/dither.hpp>
 #include <gradcomp/cpu/kernels/stream.hpp>
 #include <gradcomp/cpu/parallel.hpp>
+#include <gradcomp/cpu/tuning.hpp>
 
 #include <atomic>
 #include <cmath>
@@ -83,7 +84,7 @@ inline void dither_encode(codec_id id, dither_config const& cfg, float const* x,
       if (blen <= cpu::kernels::norm_block) {
         // A bucket is one canonical block: all the chunk's scales in one kernel call.
         cpu::kernels::bucket_scales(x, cb, ce, blen, cfg.norm == dither_norm::l2, scales.data() + cb / blen,
-                                    level);
+                                    level, 4 * n <= cpu::interleaved_norms_max_bytes);
         for (std::size_t b = cb; b < ce; b += blen) set_bucket(b / blen, scales[b / blen]);
       } else {
         for (std::size_t b = cb; b < ce; b += blen) {

@@ -56,6 +56,15 @@ inline constexpr std::size_t default_parallel_threshold = std::size_t{1} << 18;
 /// kernel with the packet streamed.
 inline constexpr std::size_t streaming_store_min_bytes = std::size_t{8} << 20;
 
+/// Tensors of at most this many bytes compute their L2 bucket norms four buckets at a time
+/// (`kernels::bucket_scales` with `interleave`: eight chains of double FMAs instead of two,
+/// the same canonical sums), above it one bucket at a time. Measured on the AMD EPYC machine
+/// (docs/performance.md, "Update 2026-11-29"), QSGD s=7 and L2 dithering compression, one
+/// thread: +11 % at 2^16 and 2^20 elements (cache-resident: the FMA latency bounds a single
+/// bucket's two chains), -10 % at 2^24 (from DRAM: four streams 2 KiB apart prefetch worse
+/// than one). Set between the two: 8 MiB, like `streaming_store_min_bytes`.
+inline constexpr std::size_t interleaved_norms_max_bytes = std::size_t{8} << 20;
+
 // --- Bucket statistics kernels (cpu/kernels/bytecode.hpp, cpu/kernels/dither.hpp) ------------
 
 /// The CPU families whose measurements chose a tuning value of their own.

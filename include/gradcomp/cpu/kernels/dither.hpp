@@ -164,12 +164,14 @@ GRADCOMP_TARGET_AVX512 inline void block_sumsq4(isa_tag, float const* x, std::si
   __m512d lo2 = lo0, hi2 = lo0, lo3 = lo0, hi3 = lo0;
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    // one line of each block a window, `ahead` bytes on (the hardware prefetcher alone falls
-    // behind here, cpu/tuning.hpp)
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<char const*>(x1 + i) + ahead, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<char const*>(x2 + i) + ahead, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<char const*>(x3 + i) + ahead, _MM_HINT_T0);
+    // four lines a window, `ahead` bytes on, in address order: for adjacent blocks (stride
+    // == n, as bucket_scales calls it) one sequential stream, as the single-block kernel's
+    // (the hardware prefetcher alone falls behind here, cpu/tuning.hpp)
+    char const* pf = reinterpret_cast<char const*>(x) + ahead + 16 * i;
+    _mm_prefetch(pf, _MM_HINT_T0);
+    _mm_prefetch(pf + 64, _MM_HINT_T0);
+    _mm_prefetch(pf + 128, _MM_HINT_T0);
+    _mm_prefetch(pf + 192, _MM_HINT_T0);
     sumsq_window(_mm512_loadu_ps(x + i), lo0, hi0);
     sumsq_window(_mm512_loadu_ps(x1 + i), lo1, hi1);
     sumsq_window(_mm512_loadu_ps(x2 + i), lo2, hi2);
@@ -1013,11 +1015,14 @@ inline float block_absmax(float const* x, std::size_t n, isa level) noexcept {
 /// `norm_block`, so that each bucket is one canonical block): the L2 norm (`l2`) or max |x|,
 /// into out[0], out[1], ...; NaN for a bucket holding a NaN or infinity, or whose L2 norm is
 /// beyond the float range. One dispatch for all the buckets, instead of one per bucket.
+/// `interleave`: L2 norms of four buckets at a time (`block_sumsq4`, the same sums; faster for
+/// cache-resident input, slower from DRAM: `interleaved_norms_max_bytes`).
 inline void bucket_scales(float const* x, std::size_t begin, std::size_t end,
-                          std::size_t bucket_len, bool l2, float* out, isa level) noexcept {
+                          std::size_t bucket_len, bool l2, float* out, isa level,
+                          bool interleave = false) noexcept {
   dispatch(level, [&](auto t) {
     std::size_t b = begin;
-    if (l2) {
+    if (l2 && interleave) {
       // four whole buckets at a time (`block_sumsq4`: the same sums, more of them in flight)
       for (; b < end && end - b >= 4 * bucket_len; b += 4 * bucket_len) {
         double sum[4];
