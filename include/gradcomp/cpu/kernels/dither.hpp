@@ -112,30 +112,6 @@ inline void load_runs(std::byte const* src, std::uint64_t& a, std::uint64_t& b) 
 
 namespace avx512 {
 
-GRADCOMP_TARGET_AVX512 inline double block_sumsq(isa_tag, float const* x, std::size_t n) noexcept {
-  std::size_t const ahead = machine_tuning().stats_bytes;
-  __m512d lo = _mm512_setzero_pd();
-  __m512d hi = _mm512_setzero_pd();
-  std::size_t i = 0;
-  for (; i < n; i += 16) {
-    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
-    __m512 const v = load16(x + i, live16(n - i));
-    __m512d const a = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-    __m512d const b = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    lo = _mm512_fmadd_pd(a, a, lo);
-    hi = _mm512_fmadd_pd(b, b, hi);
-  }
-  alignas(64) double lane[16];
-  _mm512_store_pd(lane, lo);
-  _mm512_store_pd(lane + 8, hi);
-  double s = 0.0;
-  for (double l : lane) s += l;
-  return s;
-}
-
-// Four blocks at once: each block's two chains of double FMAs (lanes 0-7 and 8-15, the
-// canonical order) wait on the FMA's latency; eight independent chains keep both FMA pipes
-// busy. Each block's result is `block_sumsq`'s, bit for bit.
 // One window of a canonical sum of squares: lanes 0-7 into lo, 8-15 into hi.
 GRADCOMP_TARGET_AVX512 inline void sumsq_window(__m512 v, __m512d& lo, __m512d& hi) noexcept {
   __m512d const a = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
@@ -154,6 +130,20 @@ GRADCOMP_TARGET_AVX512 inline double sumsq_total(__m512d lo, __m512d hi) noexcep
   return s;
 }
 
+GRADCOMP_TARGET_AVX512 inline double block_sumsq(isa_tag, float const* x, std::size_t n) noexcept {
+  std::size_t const ahead = machine_tuning().stats_bytes;
+  __m512d lo = _mm512_setzero_pd();
+  __m512d hi = _mm512_setzero_pd();
+  for (std::size_t i = 0; i < n; i += 16) {
+    _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
+    sumsq_window(load16(x + i, live16(n - i)), lo, hi);
+  }
+  return sumsq_total(lo, hi);
+}
+
+// Four blocks at once: each block's two chains of double FMAs (lanes 0-7 and 8-15, the
+// canonical order) wait on the FMA's latency; eight independent chains keep both FMA pipes
+// busy. Each block's result is `block_sumsq`'s, bit for bit.
 GRADCOMP_TARGET_AVX512 inline void block_sumsq4(isa_tag, float const* x, std::size_t stride, std::size_t n,
                                                 double* out) noexcept {
   std::size_t const ahead = machine_tuning().stats_bytes;
