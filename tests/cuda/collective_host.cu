@@ -75,6 +75,13 @@ gc::codec_context rank_context(int r, std::uint32_t step) {
   return gct::rank_context_of(r, step, 0x5eed0000u);
 }
 
+// The context of rank r for codec C: shared-support codecs need one seed on every rank (the
+// collective checks it); the others get one seed per rank (independent rounding noise).
+template <class C>
+gc::codec_context context_for(int r, std::uint32_t step) {
+  return rank_context(C::aggregation == gc::aggregation_kind::shared_support ? 0 : r, step);
+}
+
 struct rank_outcome {
   std::vector<float> out;
   gc::collective_result res;
@@ -94,7 +101,7 @@ std::vector<rank_outcome> run_cpu(CpuCodec const& codec, int w, std::size_t n, g
     opt.op = op;
     auto res = gc::all_reduce_compressed(
         comm, codec, gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{4}),
-        std::span<float>(out), rank_context(r, 0), opt);
+        std::span<float>(out), context_for<CpuCodec>(r, 0), opt);
     got[static_cast<std::size_t>(r)] = {std::move(out), res};
   });
   return got;
@@ -118,7 +125,7 @@ std::vector<rank_outcome> run_device(CudaCodec const& codec, int w, std::size_t 
         comm, dc,
         gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())),
                                      gc::tensor_id{4}),
-        floats(out, n), rank_context(r, 0), opt);
+        floats(out, n), context_for<gc::cuda::stream_codec<CudaCodec>>(r, 0), opt);
     got[static_cast<std::size_t>(r)] = {to_host(out, n), res};
   });
   return got;
@@ -153,6 +160,41 @@ void for_each_collective_codec(Fn&& fn) {
      gc::cuda::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16});
 }
 
+// The sparsifiers through the collectives: gathered (top-k, approximate top-k, threshold) and
+// shared support (random-k, scaled random-k: the values all-reduced at coordinates every rank
+// draws from the shared seed and step).
+template <class Fn>
+void for_each_collective_sparsifier(Fn&& fn) {
+  using v = gc::sparse_values;
+  fn("topk:ratio=0.1", gc::topk_codec::ratio(0.1), gc::cuda::topk_codec::ratio(0.1));
+  fn("topk:k=37,values=f16", gc::topk_codec::count(37, v::f16), gc::cuda::topk_codec::count(37, v::f16));
+  fn("approx_topk:ratio=0.05", gc::approx_topk_codec::ratio(0.05), gc::cuda::approx_topk_codec::ratio(0.05));
+  fn("threshold:1,values=bf16", gc::threshold_codec{1.0f, v::bf16}, gc::cuda::threshold_codec{1.0f, v::bf16});
+  fn("random_k:ratio=0.2", gc::random_k_codec::ratio(0.2), gc::cuda::random_k_codec::ratio(0.2));
+  fn("scaled_random_k:k=300,values=bf16", gc::scaled_random_k_codec::count(300, v::bf16),
+     gc::cuda::scaled_random_k_codec::count(300, v::bf16));
+}
+
+// Every codec the collective cases run.
+template <class Fn>
+void for_each_collective_source(Fn&& fn) {
+  for_each_collective_codec(fn);
+  for_each_collective_sparsifier(fn);
+}
+
+// Payload bytes every rank sends at least: whole packets (gathered), n 16- or 32-bit values
+// (summable), or the selected values (shared support).
+template <class CpuCodec, class CudaCodec>
+std::size_t least_payload(CudaCodec const& dev, std::size_t n) {
+  if constexpr (CpuCodec::aggregation == gc::aggregation_kind::gather) {
+    return gc::header_bytes;
+  } else if constexpr (CpuCodec::aggregation == gc::aggregation_kind::shared_support) {
+    return 2 * dev.k_for(n);
+  } else {
+    return 2 * n;
+  }
+}
+
 // Control messages of one collective call: the agreement round (32 bytes per rank) and the
 // outcome round (12 bytes); nothing larger goes through the host.
 constexpr std::size_t control_bound = 64;
@@ -169,6 +211,17 @@ TEST_CASE("cuda collective: stream_codec is a codec with the CPU codec's traits"
     CHECK(S(dev).bits_per_element() == cpu.bits_per_element());
   });
   gct::for_each_quantizer([](char const* name, auto cpu, auto dev) {
+    INFO(name);
+    using S = gc::cuda::stream_codec<decltype(dev)>;
+    static_assert(gc::codec<S>);
+    static_assert(gc::detail::packet_source<S>);
+    static_assert(S::id == decltype(cpu)::id && S::aggregation == decltype(cpu)::aggregation &&
+                  S::unbiased == decltype(cpu)::unbiased);
+    S const s(dev);
+    CHECK(s.bits_per_element() == cpu.bits_per_element());
+    CHECK(s.max_compressed_bytes(1000) == cpu.max_compressed_bytes(1000));
+  });
+  for_each_collective_sparsifier([](char const* name, auto cpu, auto dev) {
     INFO(name);
     using S = gc::cuda::stream_codec<decltype(dev)>;
     static_assert(gc::codec<S>);
@@ -201,7 +254,7 @@ TEST_CASE("cuda collective: the emulated device memory is told from host memory"
 
 TEST_CASE("cuda collective: all_reduce_compressed on device memory equals the CPU collective",
           "[cuda][collective]") {
-  for_each_collective_codec([](char const* name, auto cpu, auto dev) {
+  for_each_collective_source([](char const* name, auto cpu, auto dev) {
     for (int w : {2, 3, 4}) {
       for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{4099}}) {
         for (gc::reduction op : {gc::reduction::sum, gc::reduction::average}) {
@@ -214,10 +267,7 @@ TEST_CASE("cuda collective: all_reduce_compressed on device memory equals the CP
           expect_same(want, got);
           // Payloads on the device, control messages small and on the host, never mixed.
           CHECK(log.device_ops == static_cast<std::size_t>(w));
-          // gathered: whole packets; summable: the values only (n 16- or 32-bit floats)
-          std::size_t const least =
-              decltype(cpu)::aggregation == gc::aggregation_kind::gather ? gc::header_bytes : 2 * n;
-          CHECK(log.device_bytes >= static_cast<std::size_t>(w) * least);
+          CHECK(log.device_bytes >= static_cast<std::size_t>(w) * least_payload<decltype(cpu)>(dev, n));
           CHECK(log.host_ops == 2 * static_cast<std::size_t>(w));
           CHECK(log.host_max <= control_bound);
           CHECK(log.mixed == 0);
@@ -229,7 +279,7 @@ TEST_CASE("cuda collective: all_reduce_compressed on device memory equals the CP
 
 TEST_CASE("cuda collective: a rank without a gradient, on device memory, as on the CPU",
           "[cuda][collective]") {
-  for_each_collective_codec([](char const* name, auto cpu, auto dev) {
+  for_each_collective_source([](char const* name, auto cpu, auto dev) {
     for (int w : {2, 4}) {
       INFO(name << ", " << w << " ranks");
       std::vector<bool> some(static_cast<std::size_t>(w), true);
@@ -266,7 +316,7 @@ TEST_CASE(
           gc::all_reduce_compressed(
               comm, cpus[static_cast<std::size_t>(r)],
               gc::tensor_view<float const>(std::span<float const>(g), gc::tensor_id{9}),
-              std::span<float>(out), rank_context(r, step), {.op = gc::reduction::average});
+              std::span<float>(out), context_for<decltype(cpu_codec)>(r, step), {.op = gc::reduction::average});
           auto const e = cpus[static_cast<std::size_t>(r)].state(gc::tensor_id{9}).values();
           res_cpu[static_cast<std::size_t>(r)].assign(e.begin(), e.end());
           want[static_cast<std::size_t>(r)] = std::move(out);
@@ -280,7 +330,7 @@ TEST_CASE(
           gc::all_reduce_compressed(
               comm, devs[static_cast<std::size_t>(r)],
               gc::tensor_view<float const>(std::span<float const>(floats(g, n)), gc::tensor_id{9}),
-              floats(out, n), rank_context(r, step), {.op = gc::reduction::average});
+              floats(out, n), context_for<gc::cuda::stream_codec<decltype(dev_codec)>>(r, step), {.op = gc::reduction::average});
           got[static_cast<std::size_t>(r)] = to_host(out, n);
           auto const e = devs[static_cast<std::size_t>(r)].residual(gc::tensor_id{9});
           RANK_REQUIRE(e.size() == n && memory_kind_of(e.data()) == memory_kind::device);
@@ -302,6 +352,11 @@ TEST_CASE(
   check("onebit", gc::onebit_codec{}, gc::cuda::onebit_codec{});
   check("qsgd", gc::qsgd_codec{}, gc::cuda::qsgd_codec{});
   check("natural", gc::natural_codec{}, gc::cuda::natural_codec{});
+  check("topk:ratio=0.05", gc::topk_codec::ratio(0.05), gc::cuda::topk_codec::ratio(0.05));
+  check("threshold:1.5", gc::threshold_codec{1.5f}, gc::cuda::threshold_codec{1.5f});
+  check("random_k:ratio=0.1", gc::random_k_codec::ratio(0.1), gc::cuda::random_k_codec::ratio(0.1));
+  check("scaled_random_k:k=99,values=f16", gc::scaled_random_k_codec::count(99, gc::sparse_values::f16),
+        gc::cuda::scaled_random_k_codec::count(99, gc::sparse_values::f16));
 }
 
 TEST_CASE("cuda collective: a failing rank fails the device step on every rank, residuals kept",

@@ -97,8 +97,7 @@ class approx_topk_codec : public detail::sparse_codec_base<approx_topk_codec> {
 
   /// Nominal wire bits per element at the target k (as `topk_codec::bits_per_element`).
   [[nodiscard]] double bits_per_element() const noexcept {
-    double const per = 32.0 + 8.0 * static_cast<double>(detail::sparse::value_bytes(values_));
-    return by_ratio_ ? ratio_ * per : per;
+    return detail::sparse::nominal_bits(by_ratio_, ratio_, values_, 32.0);
   }
 
   /// The selection request for a target of k elements.

@@ -183,8 +183,7 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
   /// Value bits per element for a ratio r (r × value bits; no indices on the wire); for a
   /// count, the value bits per *selected* element.
   [[nodiscard]] double bits_per_element() const noexcept {
-    double const per = 8.0 * static_cast<double>(detail::sparse::value_bytes(values_));
-    return by_ratio_ ? ratio_ * per : per;
+    return detail::sparse::nominal_bits(by_ratio_, ratio_, values_, 0.0);
   }
 
   /// The ascending coordinates this codec selects from tensor `t` of n elements under `ctx`
@@ -255,12 +254,7 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
   /// identical headers and check words on ranks sharing the seed and step, so collectives
   /// all-reduce only this section. Validates the packet.
   static gradcomp::value_section value_section(std::span<std::byte const> packet) {
-    packet_header const h = basic_random_k_codec::inspect(packet);
-    auto const v = static_cast<sparse_values>(h.variant & 3u);
-    dtype const t = v == sparse_values::f16    ? dtype::f16
-                    : v == sparse_values::bf16 ? dtype::bf16
-                                               : dtype::f32;
-    return {header_bytes + 4, static_cast<std::size_t>(h.payload_bytes) - 4, t};
+    return detail::randomk::values_of(basic_random_k_codec::inspect(packet));
   }
 
   /// `out = x̂` (zeros off the support) or `out[i] += alpha * x̂_i` at the coordinates only.

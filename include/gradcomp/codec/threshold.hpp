@@ -47,7 +47,7 @@ class threshold_codec : public detail::sparse_codec_base<threshold_codec> {
   /// The cost per *selected* element, 32 + value bits (the fraction selected depends on the
   /// data), assuming absolute u32 indices.
   [[nodiscard]] double bits_per_element() const noexcept {
-    return 32.0 + 8.0 * static_cast<double>(detail::sparse::value_bytes(values_));
+    return detail::sparse::nominal_bits(false, 1.0, values_, 32.0);
   }
 
   /// Ascending indices of the elements of `x` with |x| >= value().

@@ -90,8 +90,7 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
   /// r × (32 + value bits); for a count k, which means nothing without n, the cost per
   /// *selected* element, 32 + value bits.
   [[nodiscard]] double bits_per_element() const noexcept {
-    double const per = 32.0 + 8.0 * static_cast<double>(detail::sparse::value_bytes(values_));
-    return by_ratio_ ? ratio_ * per : per;
+    return detail::sparse::nominal_bits(by_ratio_, ratio_, values_, 32.0);
   }
 
   /// Ascending indices of the top k_for(n) elements of `x` by |x| (ties: lower index first).

@@ -59,8 +59,9 @@ GRADCOMP_CUDA_NAMESPACE_BEGIN
 namespace detail {
 
 /// The static traits of a device codec: its own members where it declares them (`C::aggregation`,
-/// `C::unbiased`, `c.bits_per_element()`), else those of the element-wise CPU codec of the same
-/// id (codec/cast.hpp, int8.hpp, ...; tests/cuda/collective_host.cu compares them).
+/// `C::unbiased`, `c.bits_per_element()`: the sparsifiers), else those of the element-wise CPU
+/// codec of the same id (codec/cast.hpp, int8.hpp, ...; tests/cuda/collective_host.cu compares
+/// them).
 constexpr aggregation_kind elementwise_aggregation(codec_id id) noexcept {
   return id == codec_id::identity || id == codec_id::fp16 || id == codec_id::bf16 ? aggregation_kind::summable
                                                                                 : aggregation_kind::gather;
@@ -182,35 +183,58 @@ class stream_codec {
     return codec_.compress_with_feedback(workspace_.data(), temp, g.data(), residual.empty() ? nullptr : residual.data(),
                                          next.data(), g.size(), out.data(), stream_, stream_for(ctx, g.id()));
   }
-  /// `out = x̂` (device memory); a malformed packet throws what the CPU codec throws.
+  /// `out = x̂` (device memory); a malformed packet throws what the CPU codec throws. Random-k
+  /// regenerates its coordinates from `ctx`'s seed and step (the sender's, as on the CPU).
   template <element T>
-  void decompress(std::span<std::byte const> packet, std::span<T> out, codec_context const& = {}) const {
+  void decompress(std::span<std::byte const> packet, std::span<T> out, codec_context const& ctx = {}) const {
     std::size_t temp = grow(out.size());
-    codec_.decompress(workspace_.data(), temp, packet.data(), packet.size(), out.data(), out.size(), stream_);
+    if constexpr (takes_random_stream) {
+      codec_.decompress(workspace_.data(), temp, packet.data(), packet.size(), out.data(), out.size(), stream_,
+                        stream_for(ctx, tensor_id{0}));
+    } else {
+      codec_.decompress(workspace_.data(), temp, packet.data(), packet.size(), out.data(), out.size(), stream_);
+    }
   }
   /// `out = fma(alpha, x̂, out)` (device memory), as the CPU codec's `decompress_add`.
   template <element T>
   void decompress_add(std::span<std::byte const> packet, std::span<T> out, float alpha,
-                      codec_context const& = {}) const {
+                      codec_context const& ctx = {}) const {
     std::size_t temp = grow(out.size());
-    codec_.decompress_add(workspace_.data(), temp, packet.data(), packet.size(), out.data(), out.size(), alpha,
-                          stream_);
+    if constexpr (takes_random_stream) {
+      codec_.decompress_add(workspace_.data(), temp, packet.data(), packet.size(), out.data(), out.size(), alpha,
+                            stream_, stream_for(ctx, tensor_id{0}));
+    } else {
+      codec_.decompress_add(workspace_.data(), temp, packet.data(), packet.size(), out.data(), out.size(), alpha,
+                            stream_);
+    }
   }
 
-  /// The summable values of a packet in device memory (identity, fp16, bf16): the whole
-  /// payload, in the packet's element type (identity) or the codec's 16-bit type. Copies the
-  /// header to the host and validates it as the CPU codec does.
+  /// The summed values of a packet in device memory: for identity, fp16 and bf16 (summable)
+  /// the whole payload, in the packet's element type (identity) or the codec's 16-bit type; for
+  /// random-k (shared support) the values after the check word (the codec's `values_of`).
+  /// Copies the header to the host and validates it as the CPU codec does.
   [[nodiscard]] gradcomp::value_section value_section(std::span<std::byte const> packet) const
-    requires(aggregation == aggregation_kind::summable)
+    requires(aggregation == aggregation_kind::summable || aggregation == aggregation_kind::shared_support)
   {
     detail::packet_probe const probe = detail::probe_packet(packet.data(), packet.size(), stream_);
     packet_header const head = detail::read_probed_header(probe, packet.size());
     packet_header const h = C::inspect(packet.data(), packet.size(), static_cast<std::size_t>(head.count), stream_);
-    dtype const values = id == codec_id::fp16 ? dtype::f16 : id == codec_id::bf16 ? dtype::bf16 : h.type;
-    return {header_bytes, static_cast<std::size_t>(h.payload_bytes), values};
+    if constexpr (aggregation == aggregation_kind::shared_support) {
+      return C::values_of(h);
+    } else {
+      dtype const values = id == codec_id::fp16 ? dtype::f16 : id == codec_id::bf16 ? dtype::bf16 : h.type;
+      return {header_bytes, static_cast<std::size_t>(h.payload_bytes), values};
+    }
   }
 
  private:
+  // The sparsifiers' decoders take the random stream (random-k's coordinates); the element
+  // codecs' do not.
+  static constexpr bool takes_random_stream =
+      requires(C const& c, void* w, std::size_t& t, std::byte const* p, float* o, cudaStream_t s, random_stream r) {
+        c.decompress(w, t, p, std::size_t{}, o, std::size_t{}, s, r);
+      };
+
   static random_stream stream_for(codec_context const& ctx, tensor_id t) noexcept {
     return random_stream{ctx.seed, ctx.step, static_cast<std::uint32_t>(t)};
   }

@@ -93,6 +93,10 @@ class basic_random_k_codec : public detail::sparse_device_codec<basic_random_k_c
   static constexpr codec_id id = codec_id::random_k;
   /// Whether values are sent multiplied by n/k.
   static constexpr bool scaled = Scaled;
+  /// As the CPU codec: ranks sharing the seed and step select the same coordinates, so the
+  /// collectives all-reduce the values (`values_of`); unbiased when scaled.
+  static constexpr aggregation_kind aggregation = aggregation_kind::shared_support;
+  static constexpr bool unbiased = Scaled;
   struct format {
     static constexpr codec_id id = codec_id::random_k;
     static void validate(packet_header const& h) { gradcomp::detail::randomk::validate(h); }
@@ -119,6 +123,15 @@ class basic_random_k_codec : public detail::sparse_device_codec<basic_random_k_c
   /// Exact packet size: header, check word, k_for(n) values.
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
     return header_bytes + 4 + k_for(n) * b_.value_bytes();
+  }
+
+  /// Value bits per element, as the CPU codec's (no indices on the wire).
+  [[nodiscard]] double bits_per_element() const noexcept { return b_.bits(0.0); }
+
+  /// Where the values of a packet with the validated header `h` are (after the check word;
+  /// codec/format/randomk.hpp): what `stream_codec::value_section` hands the collectives.
+  [[nodiscard]] static value_section values_of(packet_header const& h) noexcept {
+    return gradcomp::detail::randomk::values_of(h);
   }
 
  private:

@@ -55,6 +55,9 @@ class threshold_codec : public detail::sparse_device_codec<threshold_codec> {
  public:
   static constexpr codec_id id = codec_id::threshold;
   using format = detail::sparse_format<codec_id::threshold>;
+  /// As the CPU codec: packets are gathered, decoded and summed (`stream_codec`'s traits).
+  static constexpr aggregation_kind aggregation = aggregation_kind::gather;
+  static constexpr bool unbiased = false;
 
   /// Keeps |x| >= `value` (finite, >= 0, else `config_error`); values sent as `values`.
   explicit threshold_codec(float value = 0.0f, sparse_values values = sparse_values::f32)
@@ -73,6 +76,11 @@ class threshold_codec : public detail::sparse_device_codec<threshold_codec> {
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
     return header_bytes +
            n * static_cast<std::size_t>(4 + gradcomp::detail::sparse::value_bytes(values_));
+  }
+
+  /// The cost per *selected* element, as the CPU codec's (32 index bits and the value bits).
+  [[nodiscard]] double bits_per_element() const noexcept {
+    return gradcomp::detail::sparse::nominal_bits(false, 1.0, values_, 32.0);
   }
 
  private:

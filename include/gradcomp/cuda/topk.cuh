@@ -251,6 +251,9 @@ class topk_codec : public detail::sparse_device_codec<topk_codec>,
  public:
   static constexpr codec_id id = codec_id::topk;
   using format = packets::format;
+  /// As the CPU codec: packets are gathered, decoded and summed (`stream_codec`'s traits).
+  static constexpr aggregation_kind aggregation = aggregation_kind::gather;
+  static constexpr bool unbiased = false;
 
   /// Keeps 1% of the elements, values in f32.
   topk_codec() noexcept = default;
@@ -277,6 +280,9 @@ class topk_codec : public detail::sparse_device_codec<topk_codec>,
   [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
     return header_bytes + k_for(n) * (4 + b_.value_bytes());
   }
+
+  /// Nominal wire bits per element, as the CPU codec's (absolute u32 indices and the values).
+  [[nodiscard]] double bits_per_element() const noexcept { return b_.bits(32.0); }
 
  private:
   using packets::carve;
@@ -307,6 +313,9 @@ class approx_topk_codec : public detail::sparse_device_codec<approx_topk_codec>,
  public:
   static constexpr codec_id id = codec_id::approx_topk;
   using format = packets::format;
+  /// As the CPU codec: packets are gathered, decoded and summed (`stream_codec`'s traits).
+  static constexpr aggregation_kind aggregation = aggregation_kind::gather;
+  static constexpr bool unbiased = false;
 
   /// Aims at 1% of the elements within ±10%, sample fraction 0.001, values in f32.
   approx_topk_codec() noexcept = default;
@@ -338,6 +347,9 @@ class approx_topk_codec : public detail::sparse_device_codec<approx_topk_codec>,
     std::size_t const m = n < hi ? n : static_cast<std::size_t>(hi);
     return header_bytes + m * (4 + b_.value_bytes());
   }
+
+  /// Nominal wire bits per element at the target k, as the CPU codec's.
+  [[nodiscard]] double bits_per_element() const noexcept { return b_.bits(32.0); }
 
  private:
   using packets::carve;

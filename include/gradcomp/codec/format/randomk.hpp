@@ -13,12 +13,14 @@
 
 #include <gradcomp/codec/format/common.hpp>
 #include <gradcomp/codec/format/sparse.hpp>
+#include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/feistel.hpp>
 #include <gradcomp/core/philox.hpp>
 #include <gradcomp/core/wire.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -63,6 +65,15 @@ inline void validate(packet_header const& h) {
   }
   expect_payload(h, 4 + std::uint64_t{h.param0} *
                             sparse::value_bytes(static_cast<sparse_values>(h.variant & 3u)));
+}
+
+/// Where a validated packet's values are: after the 4-byte check word, in the value type of
+/// the header's variant (f32, f16, bf16). Ranks sharing the seed and step write identical
+/// headers and check words, so collectives all-reduce only this section.
+[[nodiscard]] inline value_section values_of(packet_header const& h) noexcept {
+  auto const v = static_cast<sparse_values>(h.variant & 3u);
+  dtype const t = v == sparse_values::f16 ? dtype::f16 : v == sparse_values::bf16 ? dtype::bf16 : dtype::f32;
+  return {header_bytes + 4, static_cast<std::size_t>(h.payload_bytes) - 4, t};
 }
 
 /// Throws `format_error` unless check word `got` of a packet is the one of the decoder's seed

@@ -51,6 +51,15 @@ GRADCOMP_HOST_DEVICE constexpr std::uint64_t value_bytes(sparse_values v) noexce
   return v == sparse_values::f32 ? 4 : 2;
 }
 
+/// Nominal wire bits per element of a sparsifier (`bits_per_element` of the CPU and device
+/// codecs): `index_bits` (32 with absolute u32 indices, 0 for random-k, whose coordinates are
+/// not sent) plus the value bits, per selected element; for a ratio r, times r (a count means
+/// nothing without n, so it gives the cost per selected element).
+[[nodiscard]] constexpr double nominal_bits(bool by_ratio, double ratio, sparse_values v, double index_bits) noexcept {
+  double const per = index_bits + 8.0 * static_cast<double>(value_bytes(v));
+  return by_ratio ? ratio * per : per;
+}
+
 /// The sparsifiers' selection size (top-k, approximate top-k, random-k): of n elements, keep
 /// min(k, n) for a count, max(1, floor(ratio n)) for a ratio; none of an empty tensor.
 [[nodiscard]] inline std::size_t kept_count(bool by_ratio, double ratio, std::uint64_t k, std::size_t n) noexcept {

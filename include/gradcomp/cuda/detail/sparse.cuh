@@ -25,6 +25,7 @@
 
 #include <gradcomp/codec/format/common.hpp>
 #include <gradcomp/codec/format/sparse.hpp>
+#include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
@@ -552,6 +553,11 @@ struct sparse_budget {
   /// Bytes of one selected element's value.
   [[nodiscard]] std::size_t value_bytes() const noexcept {
     return static_cast<std::size_t>(gradcomp::detail::sparse::value_bytes(values));
+  }
+  /// Nominal wire bits per element with `index_bits` per selected element (the CPU codecs'
+  /// rule, codec/format/sparse.hpp's `nominal_bits`).
+  [[nodiscard]] double bits(double index_bits) const noexcept {
+    return gradcomp::detail::sparse::nominal_bits(by_ratio, ratio, values, index_bits);
   }
 };
 
