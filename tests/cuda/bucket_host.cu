@@ -82,8 +82,8 @@ std::vector<float> gradient(std::size_t i, int r, std::uint32_t step) {
                      1000u * static_cast<unsigned>(r) + 17u * step + 7919u * i + sizes[i]);
 }
 
-gc::codec_context rank_context(int r, std::uint32_t step) {
-  return rank_context_of(r, step, 0xb0c4e700u);
+gc::codec_context rank_context(int r, std::uint32_t step, bool shared = false) {
+  return rank_context_of(r, step, 0xb0c4e700u, shared);
 }
 
 // One rank after a step: every output, every residual (empty where a tensor has none: dense
@@ -135,7 +135,8 @@ rank_state cpu_step(Comm& comm, gc::bucketed_all_reduce<Source>& b, int r, std::
                      std::span<float>(out[i])});
   }
   rank_state st;
-  st.res = b.run(comm, std::span<gc::bucket_item const>(items), rank_context(r, step));
+  st.res = b.run(comm, std::span<gc::bucket_item const>(items),
+                 rank_context(r, step, shared_support(b.source())));
   st.out = std::move(out);
   read_residuals(b.source(), st);
   return st;
@@ -157,7 +158,8 @@ rank_state device_step(Comm& comm, gc::bucketed_all_reduce<Source>& b, int r, st
                      floats(o[i], sizes[i])});
   }
   rank_state st;
-  st.res = b.run(comm, std::span<gc::bucket_item const>(items), rank_context(r, step));
+  st.res = b.run(comm, std::span<gc::bucket_item const>(items),
+                 rank_context(r, step, shared_support(b.source())));
   for (std::size_t i = 0; i < grads.size(); ++i) st.out.push_back(to_host(o[i], sizes[i]));
   read_residuals(b.source(), st);
   return st;

@@ -17,6 +17,9 @@
 #include <gradcomp/codec/dithering.hpp>
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/onebit.hpp>
+#include <gradcomp/codec/randomk.hpp>
+#include <gradcomp/codec/topk.hpp>
+#include <gradcomp/collective/common.hpp>
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/cuda/cast.cuh>
@@ -24,6 +27,8 @@
 #include <gradcomp/cuda/int8.cuh>
 #include <gradcomp/cuda/memory.cuh>
 #include <gradcomp/cuda/onebit.cuh>
+#include <gradcomp/cuda/randomk.cuh>
+#include <gradcomp/cuda/topk.cuh>
 
 #include <chrono>
 #include <cstddef>
@@ -53,10 +58,12 @@ inline std::vector<float> gradient_of(std::size_t n, std::uint64_t seed) {
   return g;
 }
 
-// The codec context of rank r at a step: seed `base + r` (each rank its own rounding noise).
-inline gc::codec_context rank_context_of(int r, std::uint32_t step, std::uint64_t base) {
+// The codec context of rank r at a step: seed `base + r` (each rank its own rounding noise), or
+// `base` on every rank when `shared` (shared-support codecs: the collectives check that the
+// ranks agree on it).
+inline gc::codec_context rank_context_of(int r, std::uint32_t step, std::uint64_t base, bool shared = false) {
   gc::codec_context ctx;
-  ctx.seed = base + static_cast<std::uint64_t>(r);
+  ctx.seed = base + (shared ? 0u : static_cast<std::uint64_t>(r));
   ctx.step = step;
   return ctx;
 }
@@ -69,8 +76,9 @@ inline gc::cuda::device_buffer to_device(std::vector<float> const& v) {
   return b;
 }
 
-// `fn(name, cpu codec, device codec)` for each CPU codec and its device twin of the two-way and
-// bucketed cases: summable and gathered, deterministic and stochastic, bucketed statistics.
+// `fn(name, cpu codec, device codec)` for each CPU codec and its device twin of the two-way,
+// bucketed and pipeline cases: summable, gathered and shared support, deterministic and
+// stochastic, bucketed statistics, and two sparsifiers (`name` is the codec's spec).
 template <class Fn>
 void for_each_codec_pair(Fn&& fn) {
   using r = gc::int8_rounding;
@@ -84,6 +92,15 @@ void for_each_codec_pair(Fn&& fn) {
   fn("dithering:levels=5,norm=l2,bucket=16",
      gc::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16},
      gc::cuda::dithering_codec{5, gc::dither_partition::linear, gc::dither_norm::l2, 16});
+  fn("topk:ratio=0.1", gc::topk_codec::ratio(0.1), gc::cuda::topk_codec::ratio(0.1));
+  fn("randomk:ratio=0.25,scale=true", gc::scaled_random_k_codec::ratio(0.25),
+     gc::cuda::scaled_random_k_codec::ratio(0.25));
+}
+
+// Whether codec (or packet source) `c` selects a support shared by every rank.
+template <class C>
+bool shared_support(C const& c) {
+  return gc::detail::aggregation_of(c) == gc::aggregation_kind::shared_support;
 }
 
 // A host copy of floats in emulated device memory.

@@ -66,8 +66,8 @@ std::vector<float> gradient(std::size_t n, int r, std::uint32_t step) {
   return gct::gradient_of(n, 1000u * static_cast<unsigned>(r) + 17u * step + n);
 }
 
-gc::codec_context rank_context(int r, std::uint32_t step) {
-  return gct::rank_context_of(r, step, 0x7a5e0000u);
+gc::codec_context rank_context(int r, std::uint32_t step, bool shared = false) {
+  return gct::rank_context_of(r, step, 0x7a5e0000u, shared);
 }
 
 gc::shard_key key(gc::tensor_id t, std::size_t s, int w) {
@@ -143,7 +143,8 @@ void compare_runs(CpuCodec const& codec, DevCodec const& dev, int w, std::size_t
     rank_state st;
     st.res = gc::all_reduce_two_way(comm, cpus[static_cast<std::size_t>(r)],
                                     gc::tensor_view<float const>(std::span<float const>(g), id),
-                                    std::span<float>(out), rank_context(r, s), {.op = op});
+                                    std::span<float>(out),
+                                    rank_context(r, s, gct::shared_support(cpus[0].worker_codec())), {.op = op});
     st.out = std::move(out);
     read_residuals(cpus[static_cast<std::size_t>(r)], id, r, w, st);
     return st;
@@ -157,7 +158,7 @@ void compare_runs(CpuCodec const& codec, DevCodec const& dev, int w, std::size_t
     st.res = gc::all_reduce_two_way(
         comm, devs[static_cast<std::size_t>(r)],
         gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())), id),
-        floats(out, n), rank_context(r, s), {.op = op});
+        floats(out, n), rank_context(r, s, gct::shared_support(devs[0].worker_codec())), {.op = op});
     st.out = to_host(floats(out, n));
     RANK_REQUIRE(residuals_on_device(devs[static_cast<std::size_t>(r)], id, r, w));
     read_residuals(devs[static_cast<std::size_t>(r)], id, r, w, st);
