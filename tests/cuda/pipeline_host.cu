@@ -37,6 +37,8 @@
 #include <gradcomp/cuda/onebit.cuh>
 #include <gradcomp/pipeline/pipeline.hpp>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -63,11 +65,17 @@ constexpr std::size_t compressed_tensors = 6;
 
 gc::tensor_id id_of(std::size_t i) { return gc::tensor_id{static_cast<std::uint32_t>(10 + i)}; }
 
-gc::pipeline_options options(std::string codec, std::string feedback, bool pipelined = true) {
+// Host messages of a step: the agreement, layout and outcome rounds (at most 64 bytes) and
+// the divergence guard's round, 2T + 2 doubles for the T = 11 tensors.
+constexpr std::size_t control_bound = 8 * (2 * 11 + 2);
+
+// The pipeline's options; the divergence guard on (its default policy) unless `guard` says.
+gc::pipeline_options options(std::string codec, std::string feedback, bool pipelined = true,
+                             std::string guard = "raise") {
   gc::pipeline_options o;
   o.codec = std::move(codec);
   o.feedback = std::move(feedback);
-  o.guard = "off";
+  o.guard = std::move(guard);
   o.measured_timing = false;  // so that save() holds no wall-clock times
   o.seed = 0xb0c4e700u;
   o.buckets.bucket_bytes = 4 * 3000;
@@ -113,8 +121,15 @@ void expect_same(std::vector<rank_state> const& want, std::vector<rank_state> co
     CHECK(want[r].stats.buckets == got[r].stats.buckets);
     CHECK(want[r].stats.tensors == got[r].stats.tensors);
     CHECK(want[r].stats.compressed_tensors == got[r].stats.compressed_tensors);
-    CHECK(got[r].stats.compressed_tensors == compressed_tensors);
+    if (got[r].stats.guard != gc::guard_action::skipped)
+      CHECK(got[r].stats.compressed_tensors == compressed_tensors);
     CHECK(want[r].stats.factor == got[r].stats.factor);
+    // The guard's norms: the same bits (the canonical sum of squares on both backends).
+    CHECK(want[r].stats.guard == got[r].stats.guard);
+    CHECK(std::bit_cast<std::uint64_t>(want[r].stats.gradient_norm) ==
+          std::bit_cast<std::uint64_t>(got[r].stats.gradient_norm));
+    CHECK(std::bit_cast<std::uint64_t>(want[r].stats.residual_norm) ==
+          std::bit_cast<std::uint64_t>(got[r].stats.residual_norm));
   }
 }
 
@@ -203,7 +218,7 @@ void compare(char const* spec, D const& dc, std::string const& feedback, int w, 
         // Payloads on the device, control messages on the host, never mixed.
         CHECK(log.mixed == 0);
         CHECK(log.device_ops > 0);
-        CHECK(log.host_max <= 64);
+        CHECK(log.host_max <= control_bound);
       });
   // Resuming: the CPU pipelines' checkpoints loaded into fresh CPU and device pipelines, which
   // then take the next step alike (and save alike).
@@ -274,7 +289,8 @@ TEST_CASE("cuda pipeline: bad inputs fail the device step as the CPU step, state
           "[cuda][pipeline][failure]") {
   for (int w : {2, 3, 4}) {
     INFO(w << " ranks");
-    gc::pipeline_options const o = options("int8", "residual");
+    // The guard off: the codecs' own checks (the guard's are the next test's).
+    gc::pipeline_options const o = options("int8", "residual", true, "off");
     std::deque<gc::gradient_pipeline> cpus, devs;
     for (int r = 0; r < w; ++r) {
       cpus.emplace_back(o);
@@ -366,6 +382,102 @@ TEST_CASE("cuda pipeline: bad inputs fail the device step as the CPU step, state
   }
 }
 
+TEST_CASE("cuda pipeline: the divergence guard decides on a device source as on the CPU",
+          "[cuda][pipeline][guard]") {
+  // Steps 0-2 normal (the history), step 3 with rank 1's tensor 5 blown up 1e4 times (a
+  // gradient norm far above 10 times the median), step 4 normal again.
+  auto grads = [](int r, std::uint32_t s) {
+    auto g = gradients(r, s);
+    if (s == 3 && r == 1) {
+      for (float& v : g[5]) v *= 1e4f;
+    }
+    return g;
+  };
+  for (int w : {2, 3}) {
+    INFO(w << " ranks");
+    // skip: the step is skipped on every rank of both backends alike (outputs zero, residuals,
+    // history and step counter kept), and the next step goes through alike.
+    {
+      gc::pipeline_options const o = options("int8", "residual", true, "skip:warmup=2,window=4");
+      std::deque<gc::gradient_pipeline> cpus, devs;
+      for (int r = 0; r < w; ++r) {
+        cpus.emplace_back(o);
+        devs.push_back(device_pipeline(o, gc::cuda::int8_codec{}));
+      }
+      std::vector<gc::guard_action> actions;
+      compare_steps<rank_state>(
+          w, 5,
+          [&](auto& comm, int r, std::uint32_t s) {
+            return cpu_step(comm, cpus[static_cast<std::size_t>(r)], grads(r, s));
+          },
+          [&](auto& comm, int r, std::uint32_t s) {
+            return device_step(comm, devs[static_cast<std::size_t>(r)], grads(r, s));
+          },
+          [&](std::vector<rank_state> const& want, std::vector<rank_state> const& got, traffic& log) {
+            expect_same(want, got);
+            CHECK(log.mixed == 0);
+            actions.push_back(got[0].stats.guard);
+            if (got[0].stats.guard == gc::guard_action::skipped) {
+              for (auto const& st : got) {
+                for (auto const& o : st.out) CHECK(std::all_of(o.begin(), o.end(), [](float v) { return v == 0.0f; }));
+              }
+            }
+          });
+      std::vector<gc::guard_action> const want_actions = {gc::guard_action::none, gc::guard_action::none,
+                                                          gc::guard_action::none, gc::guard_action::skipped,
+                                                          gc::guard_action::none};
+      CHECK(actions == want_actions);
+      for (auto const& d : devs) CHECK(d.guard().counters().skipped == 1);
+    }
+    // raise: numeric_error on every rank of both backends, every save() as before; a NaN on one
+    // rank too (the guard's sum makes it every rank's).
+    {
+      gc::pipeline_options const o = options("int8", "residual", true, "raise:warmup=2,window=4");
+      std::deque<gc::gradient_pipeline> cpus, devs;
+      for (int r = 0; r < w; ++r) {
+        cpus.emplace_back(o);
+        devs.push_back(device_pipeline(o, gc::cuda::int8_codec{}));
+      }
+      for (std::uint32_t s = 0; s < 3; ++s) {
+        for (thrown t : run_failing<false>(w, [&](auto& c, int r) {
+               (void)cpu_step(c, cpus[static_cast<std::size_t>(r)], grads(r, s));
+             }))
+          CHECK(t == thrown::nothing);
+        for (thrown t : run_failing<true>(w, [&](auto& c, int r) {
+               (void)device_step(c, devs[static_cast<std::size_t>(r)], grads(r, s));
+             }))
+          CHECK(t == thrown::nothing);
+      }
+      auto saves = [&] {
+        std::vector<std::vector<std::byte>> v;
+        for (auto const& p : cpus) v.push_back(p.save());
+        for (auto const& p : devs) v.push_back(p.save());
+        return v;
+      };
+      auto const before = saves();
+      for (std::size_t r = 0; r < static_cast<std::size_t>(w); ++r)
+        CHECK(before[r] == before[static_cast<std::size_t>(w) + r]);
+      auto fail_both = [&](auto&& grads_of) {
+        auto const c = run_failing<false>(w, [&](auto& comm, int r) {
+          (void)cpu_step(comm, cpus[static_cast<std::size_t>(r)], grads_of(r));
+        });
+        auto const d = run_failing<true>(w, [&](auto& comm, int r) {
+          (void)device_step(comm, devs[static_cast<std::size_t>(r)], grads_of(r));
+        });
+        for (thrown t : c) CHECK(t == thrown::numeric);
+        CHECK(d == c);
+        CHECK(saves() == before);
+      };
+      fail_both([&](int r) { return grads(r, 3); });
+      fail_both([&](int r) {
+        auto g = gradients(r, 3);
+        if (r == 1) g[1][7] = std::nanf("");
+        return g;
+      });
+    }
+  }
+}
+
 TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
           "[cuda][pipeline][failure]") {
   using dev_codec = gc::cuda::int8_codec;
@@ -378,7 +490,7 @@ TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
     edit(o);
     bad.emplace_back(what, o);
   };
-  with("the guard on (the default)", [](auto& o) { o.guard = "raise"; });
+  with("the guard's dense action", [](auto& o) { o.guard = "dense"; });
   with("a controller", [](auto& o) {
     o.codec = "topk:ratio=0.01";
     o.controller = "static:factor=100";

@@ -44,11 +44,7 @@ inline float dither_bucket_scale(float const* x, std::size_t b, std::size_t e, d
     }
     return m;
   }
-  double sum = 0.0;
-  for (std::size_t s = b; s < e; s += cpu::kernels::norm_block) {
-    std::size_t const len = e - s < cpu::kernels::norm_block ? e - s : cpu::kernels::norm_block;
-    sum += cpu::kernels::block_sumsq(x + s, len, level);
-  }
+  double const sum = cpu::kernels::canonical_sumsq(x + b, e - b, level);
   if (!std::isfinite(sum)) return NAN;
   return static_cast<float>(std::sqrt(sum));
 }

@@ -27,7 +27,10 @@
 ///   product, the same bits in every space);
 /// - `m.read(std::span<std::byte const> bytes, f)`: calls `f` with a host span holding the same
 ///   bytes (the span itself on the host; a host copy, made when every write to `bytes` the
-///   caller issued has finished, elsewhere) and returns what `f` returns.
+///   caller issued has finished, elsewhere) and returns what `f` returns;
+/// - `m.sum_of_squares(std::span<float const> x)`: Σ x², in double, in the canonical order of
+///   core/quant/dither.hpp (the same bits in every space; the training pipeline's guard norms),
+///   returned to the host.
 ///
 /// `host_memory` is the default. A source (codec, `any_codec`, compressor) opts into another
 /// space by a member `memory()` on its codec, which returns the space object; `memory_of`
@@ -36,6 +39,8 @@
 
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/kernels/dither.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -72,6 +77,10 @@ struct host_memory {
   decltype(auto) read(std::span<std::byte const> bytes, F&& f) const {
     return std::forward<F>(f)(bytes);
   }
+  /// Σ x² in the canonical order (`cpu::kernels::canonical_sumsq`, at the machine's level).
+  [[nodiscard]] double sum_of_squares(std::span<float const> x) const noexcept {
+    return cpu::kernels::canonical_sumsq(x.data(), x.size(), cpu::isa::best);
+  }
 };
 
 /// A memory space (see the file comment).
@@ -89,6 +98,7 @@ concept memory_space = requires(M const& m, typename M::buffer& b, typename M::b
   m.zero(s);
   m.copy(s, cs);
   m.scale(f, 1.0f);
+  { m.sum_of_squares(std::span<float const>(f)) } -> std::same_as<double>;
 };
 
 static_assert(memory_space<host_memory>);

@@ -18,7 +18,10 @@
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/cuda/detail/elements.cuh>
 #include <gradcomp/cuda/detail/runtime.cuh>
+#include <gradcomp/cuda/detail/stats.cuh>
+#include <gradcomp/cuda/detail/workspace.cuh>
 
 #include <cstddef>
 #include <cstdint>
@@ -169,6 +172,14 @@ class device_buffer {
   std::size_t cap_ = 0;
 };
 
+namespace detail {
+/// `bucket_stats`' finish of a one-bucket sum: stores it.
+struct store_sum {
+  double* out;
+  GRADCOMP_HOST_DEVICE void operator()(std::uint64_t, double s) const noexcept { *out = s; }
+};
+}  // namespace detail
+
 /// The memory space (collective/memory.hpp) of payloads on the device: `device_buffer`s on
 /// `stream`, zeroed with `cudaMemsetAsync`, read by the host through a copy after which the
 /// host waits for `stream`.
@@ -208,6 +219,31 @@ struct device_memory {
     detail::copy_to_host(host.get(), bytes.data(), bytes.size(), stream);
     detail::synchronize(stream);
     return std::forward<F>(f)(std::span<std::byte const>(host.get(), bytes.size()));
+  }
+  /// Σ x² of `x` (device memory), in double, in the canonical order: the bits of
+  /// `host_memory::sum_of_squares`. The statistics passes of cuda/detail/stats.cuh over one
+  /// bucket of the whole tensor (16 lanes per 4096-element block, blocks in order), then one
+  /// 8-byte copy to the host and a wait for `stream`. Its partials (about 2 % of x's bytes) are
+  /// allocated stream-ordered for the call.
+  [[nodiscard]] double sum_of_squares(std::span<float const> x) const {
+    if (x.empty()) return 0.0;
+    detail::bucket_geometry const geo = detail::bucket_geometry::of(0, x.size());
+    detail::arena count(nullptr);
+    (void)detail::stats_workspace<detail::sumsq_stat>::carve(count, geo);
+    (void)count.take<double>(1);
+    device_buffer work(stream);
+    work.resize(count.used() + detail::arena::slack);
+    detail::arena a(work.data());
+    auto const ws = detail::stats_workspace<detail::sumsq_stat>::carve(a, geo);
+    double* const sum = a.take<double>(1);
+    detail::translate_thrust_errors([&] {
+      detail::bucket_stats<detail::sumsq_stat>(detail::policy(stream), geo, detail::plain_input<float>{x.data()},
+                                               ws, detail::store_sum{sum});
+    });
+    double host = 0.0;
+    detail::copy_to_host(&host, sum, sizeof host, stream);
+    detail::synchronize(stream);
+    return host;
   }
 };
 

@@ -236,16 +236,10 @@ inline pipeline_compressor make_pipeline_compressor(std::string_view spec, any_c
                      "' (expected none, residual, ef21 or dgc[:momentum=M,clip_norm=C])");
 }
 
-/// Sum of squares of a float span, in double, in a fixed order.
-inline double norm_sq(std::span<float const> v) noexcept {
-  double a[4] = {0.0, 0.0, 0.0, 0.0};
-  std::size_t i = 0;
-  for (; i + 4 <= v.size(); i += 4) {
-    for (std::size_t j = 0; j < 4; ++j) a[j] += static_cast<double>(v[i + j]) * v[i + j];
-  }
-  for (; i < v.size(); ++i) a[0] += static_cast<double>(v[i]) * v[i];
-  return (a[0] + a[1]) + (a[2] + a[3]);
-}
+/// Sum of squares of a host float span, in double, in the canonical order of
+/// core/quant/dither.hpp (`host_memory::sum_of_squares`): the guard's norms of a device source
+/// (`device_memory::sum_of_squares`) have the same bits.
+inline double norm_sq(std::span<float const> v) noexcept { return host_memory{}.sum_of_squares(v); }
 
 /// The pipeline's view of a device source (type-erased; `device_source_model` is the one
 /// implementation). The communicator comes in erased as well (`any_communicator::borrow`).
@@ -269,6 +263,10 @@ class device_source_base {
   [[nodiscard]] virtual std::vector<float> residual_on_host(tensor_id id) const = 0;
   /// Replaces every residual by host values (empty: zero); on an error nothing changes.
   virtual void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals) = 0;
+  /// Σ x² of device floats, the bits of `norm_sq` (the memory space's `sum_of_squares`).
+  [[nodiscard]] virtual double sum_of_squares(std::span<float const> x) const = 0;
+  /// Sets device floats to zero (the outputs of a step the guard skips).
+  virtual void zero(std::span<float> x) const = 0;
 };
 
 /// `device_source_base` over a `Source` (its payloads in device memory, a `bucketed_all_reduce`
@@ -313,6 +311,10 @@ class device_source_model final : public device_source_base {
       (void)residuals_in;  // no feedback: nothing to load
     }
   }
+  [[nodiscard]] double sum_of_squares(std::span<float const> x) const override {
+    return memory_of(buckets_source()).sum_of_squares(x);
+  }
+  void zero(std::span<float> x) const override { memory_of(buckets_source()).zero(std::as_writable_bytes(x)); }
 
  private:
   static constexpr bool residuals = requires(Source const& s, tensor_id id) {
@@ -409,8 +411,10 @@ class gradient_pipeline {
     if (ctrl_) refuse("no controller is taken (controller '" + opt_.controller + "')");
     if (opt_.two_way) refuse("two-way compression is not taken");
     if (hier_) refuse("the hierarchical all-reduce is not taken");
-    if (opt_.guard != "off")
-      refuse("the divergence guard is not taken: set guard to \"off\", got '" + opt_.guard + "'");
+    if (guard_->options().policy == guard_policy::dense) {
+      refuse("the divergence guard's dense action is not taken (use raise, skip or off), got '" + opt_.guard +
+             "'");
+    }
     if (opt_.measure_gain) refuse("measure_gain is not taken");
     if (opt_.buckets.checksum)
       refuse("buckets.checksum is not taken (it reads every payload on the host)");
@@ -756,6 +760,14 @@ class gradient_pipeline {
             config_error("gradcomp: residual_feedback state holds " + std::to_string(held) +
                          " elements but the gradient has " + std::to_string(e.n) +
                          " (one state per tensor id)"));
+      }
+      // The guard's local norms, as `stage` below computes them for host tensors (the residual
+      // of a compressed tensor only), in the same canonical order on the device.
+      if (guard_->enabled() && std::same_as<T, float>) {
+        guard_tensor gt{e.id, device_->sum_of_squares(e.raw32), 0.0};
+        if (e.large) gt.residual_sq = device_->sum_of_squares(device_->residual(e.id));
+        guard_tensors_.push_back(gt);
+        if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) guard_nonfinite_ = true;
       }
       pending_.push_back(std::move(e));
       compress_s_ += seconds(t0, clock::now());
@@ -1103,7 +1115,21 @@ class gradient_pipeline {
       items.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
     bucket_result br;
     (void)agree_step(comm, items, br);
-    double const agree_s = seconds(t_agree, clock::now());
+    double agree_s = seconds(t_agree, clock::now());
+    // The divergence guard, as in `run_step` (its dense action is refused at construction).
+    guard_verdict gv;
+    if (guard_->enabled()) {
+      auto const t0 = clock::now();
+      gv = guard_->check_with([&](std::span<double> v) { sum_stats(comm, v); }, comm.size(), step_,
+                              std::span<guard_tensor const>(guard_tensors_), opt_.feedback != "none", info_.loss,
+                              br.wire_bytes);
+      agree_s += seconds(t0, clock::now());
+      st.gradient_norm = gv.gradient;
+      st.residual_norm = gv.residual;
+      st.loss = gv.loss;
+      if (gv.raise_it) throw numeric_error(gv.message);
+      if (gv.action == guard_action::skipped) return skip_step(st, gv, agree_s);
+    }
     auto const t_send = clock::now();
     bucket_result r;
     if constexpr (std::same_as<Comm, any_communicator>) {
@@ -1129,6 +1155,11 @@ class gradient_pipeline {
                        ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
                        : step_timing{info_.backprop_s, 0.0, 0.0};
     ++step_;
+    if (guard_->enabled()) {
+      guard_->commit(gv);
+      st.guard = gv.action;
+      if (gv.tripped) report_guard(gv);
+    }
     last_ = st;
     if (hook_) hook_(st);
     return st;
@@ -1153,7 +1184,11 @@ class gradient_pipeline {
   pipeline_stats skip_step(pipeline_stats st, guard_verdict const& gv, double communicate) {
     for (auto const& e : pending_) {
       if (e.staged) std::visit([&](auto& c) { c.discard(e.id); }, comp_);
-      std::fill(e.out32.begin(), e.out32.end(), 0.0f);
+      if (device_) {
+        device_->zero(e.out32);
+      } else {
+        std::fill(e.out32.begin(), e.out32.end(), 0.0f);
+      }
       if (e.write_back) e.write_back();
     }
     for (auto& e : pending_) e.staged = false;

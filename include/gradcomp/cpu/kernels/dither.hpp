@@ -990,6 +990,19 @@ inline double block_sumsq(float const* x, std::size_t n, isa level) noexcept {
   return dispatch(level, [&](auto t) { return block_sumsq(t, x, n); });
 }
 
+/// Canonical sum of squares of x[0, n), any n, in double (core/quant/dither.hpp): the blocks of
+/// `norm_block` elements from x, each by `block_sumsq`, added to 0 in block order. What the
+/// L2 bucket norm sums over one bucket, the CUDA backend's `sumsq_stat` over one bucket of n,
+/// and the pipeline's guard norms (`host_memory::sum_of_squares`): the same bits everywhere.
+inline double canonical_sumsq(float const* x, std::size_t n, isa level) noexcept {
+  double sum = 0.0;
+  for (std::size_t s = 0; s < n; s += norm_block) {
+    std::size_t const len = n - s < norm_block ? n - s : norm_block;
+    sum += block_sumsq(x + s, len, level);
+  }
+  return sum;
+}
+
 /// Canonical sums of squares of four blocks of `n` elements, `stride` apart (see
 /// `scalar::block_sumsq4`).
 inline void block_sumsq4(float const* x, std::size_t stride, std::size_t n, double* out, isa level) noexcept {
