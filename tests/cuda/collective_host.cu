@@ -29,15 +29,19 @@
 #include "emulated_nccl.cuh"
 
 #include <gradcomp/collective/all_reduce.hpp>
+#include <gradcomp/collective/low_rank.hpp>
+#include <gradcomp/collective/powersgd_session.hpp>
 #include <gradcomp/collective/memory.hpp>
 #include <gradcomp/comm/blocking.hpp>
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/cuda/collective.cuh>
 #include <gradcomp/cuda/memory.cuh>
+#include <gradcomp/cuda/powersgd.cuh>
 #include <gradcomp/feedback/compressor.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -426,4 +430,137 @@ TEST_CASE("cuda collective: options a device source does not take are errors on 
   CHECK_THROWS_AS(dc.compress(gc::tensor_view<float const>(std::span<float const>(floats(g, 64))),
                               small.span()),
                   gc::config_error);
+}
+
+namespace {
+
+// One rank's outcome of a low-rank step: its output and its residual afterwards.
+struct low_rank_outcome {
+  std::vector<float> out, residual;
+  gc::collective_result res;
+};
+
+std::vector<float> device_residual(gc::cuda::powersgd_session const& s) {
+  gc::cuda::device_buffer e;
+  e.resize(4 * s.state().size());
+  s.state().residual(reinterpret_cast<float*>(e.data()));
+  return to_host(e, s.state().size());
+}
+
+}  // namespace
+
+TEST_CASE(
+    "cuda collective: cuda::powersgd_session through all_reduce_low_rank equals the CPU session",
+    "[cuda][collective][powersgd]") {
+  struct shape {
+    std::size_t rows, cols;
+    std::uint32_t rank;
+    std::uint64_t min_elements;
+  };
+  // low rank (48 x 33, rank 3), a column (rank 2 of 40 x 1: dense by the ratio rule) and a small
+  // matrix sent dense (below min_elements)
+  for (shape const sh : {shape{48, 33, 3, 0}, shape{40, 1, 2, 0}, shape{5, 4, 4, 4096}}) {
+    std::size_t const n = sh.rows * sh.cols;
+    gc::powersgd_options co;
+    co.rank = sh.rank;
+    co.min_elements = sh.min_elements;
+    co.backend = gc::cpu::gemm_backend::builtin;
+    gc::cuda::powersgd_options go;
+    go.rank = sh.rank;
+    go.min_elements = sh.min_elements;
+    gc::tensor_id const id{6};
+    for (int w : {2, 3, 4}) {
+      INFO(sh.rows << " x " << sh.cols << ", rank " << sh.rank << ", " << w << " ranks");
+      std::deque<gc::powersgd_session> cpus;
+      std::deque<gc::cuda::powersgd_session> devs;
+      for (int r = 0; r < w; ++r) {
+        cpus.emplace_back(sh.rows, sh.cols, co, id);
+        devs.emplace_back(sh.rows, sh.cols, go, id);
+      }
+      CHECK(devs[0].shape_fingerprint(n) == cpus[0].shape_fingerprint(n));
+      CHECK(devs[0].state().mode() == cpus[0].state().mode());
+      for (std::uint32_t step = 0; step < 3; ++step) {
+        // rank 1 sits out step 1 (its factors are zero, its residual still flows)
+        auto contributes = [&](int r) { return !(step == 1 && r == 1); };
+        std::vector<low_rank_outcome> want(static_cast<std::size_t>(w)), got(want.size());
+        gc::run_in_process(w, [&](gc::in_process_communicator& comm) {
+          int const r = comm.rank();
+          std::vector<float> const g = contributes(r) ? gradient(n, r, step) : std::vector<float>{};
+          std::vector<float> out(n, -7.0f);
+          auto& s = cpus[static_cast<std::size_t>(r)];
+          auto res = gc::all_reduce_low_rank(comm, s, gc::tensor_view<float const>(std::span<float const>(g), id),
+                                             std::span<float>(out), rank_context(0, step),
+                                             {.op = gc::reduction::average});
+          want[static_cast<std::size_t>(r)] = {std::move(out), s.state().residual(), res};
+        });
+        traffic log;
+        gc::run_in_process(w, [&](gc::in_process_communicator& inner) {
+          emulated_nccl comm(inner, log);
+          int const r = comm.rank();
+          std::vector<float> const hg = contributes(r) ? gradient(n, r, step) : std::vector<float>{};
+          gc::cuda::device_buffer g = to_device(hg);
+          gc::cuda::device_buffer out = to_device(std::vector<float>(n, -7.0f));
+          auto& s = devs[static_cast<std::size_t>(r)];
+          auto res = gc::all_reduce_low_rank(
+              comm, s, gc::tensor_view<float const>(std::span<float const>(floats(g, hg.size())), id),
+              floats(out, n), rank_context(0, step), {.op = gc::reduction::average});
+          got[static_cast<std::size_t>(r)] = {to_host(out, n), device_residual(s), res};
+        });
+        for (std::size_t r = 0; r < want.size(); ++r) {
+          INFO("step " << step << ", rank " << r);
+          CHECK(same_bits(want[r].out, got[r].out));
+          CHECK(same_bits(want[r].residual, got[r].residual));
+          CHECK(want[r].res.path == got[r].res.path);
+          CHECK(want[r].res.packet_bytes == got[r].res.packet_bytes);
+          CHECK(want[r].res.wire_bytes == got[r].res.wire_bytes);
+        }
+        // The factors go on the device (one all-reduce each), the control rounds on the host.
+        CHECK(log.device_ops == static_cast<std::size_t>(w) * cpus[0].factor_count());
+        CHECK(log.host_max <= control_bound);
+        CHECK(log.mixed == 0);
+      }
+      // A NaN on rank 1: its numeric_error there, comm_error on the others, on both backends;
+      // every residual as before, and the next step alike again.
+      std::vector<std::vector<float>> before_cpu, before_dev;
+      for (auto const& s : cpus) before_cpu.push_back(s.state().residual());
+      for (auto const& s : devs) before_dev.push_back(device_residual(s));
+      auto nan_step = [&](auto& comm, int r, auto& s, auto&& to_view) {
+        std::vector<float> g = gradient(n, r, 3);
+        if (r == 1) g[n / 2] = std::nanf("");
+        to_view(comm, s, g);
+      };
+      auto const c = run_failing<false>(w, [&](auto& comm, int r) {
+        nan_step(comm, r, cpus[static_cast<std::size_t>(r)], [&](auto& cm, auto& s, std::vector<float> const& g) {
+          std::vector<float> out(n);
+          gc::all_reduce_low_rank(cm, s, gc::tensor_view<float const>(std::span<float const>(g), id),
+                                  std::span<float>(out), rank_context(0, 3));
+        });
+      });
+      auto const d = run_failing<true>(w, [&](auto& comm, int r) {
+        nan_step(comm, r, devs[static_cast<std::size_t>(r)], [&](auto& cm, auto& s, std::vector<float> const& g) {
+          gc::cuda::device_buffer dg = to_device(g);
+          gc::cuda::device_buffer out = to_device(std::vector<float>(n));
+          gc::all_reduce_low_rank(cm, s, gc::tensor_view<float const>(std::span<float const>(floats(dg, n)), id),
+                                  floats(out, n), rank_context(0, 3));
+        });
+      });
+      for (int r = 0; r < w; ++r)
+        CHECK(c[static_cast<std::size_t>(r)] == (r == 1 ? thrown::numeric : thrown::comm));
+      CHECK(d == c);
+      for (std::size_t r = 0; r < cpus.size(); ++r) {
+        CHECK(same_bits(before_cpu[r], cpus[r].state().residual()));
+        CHECK(same_bits(before_dev[r], device_residual(devs[r])));
+      }
+      // The checksum option reads payloads on the host: every rank's config_error.
+      auto const sum = run_failing<true>(w, [&](auto& comm, int r) {
+        gc::cuda::device_buffer g = to_device(gradient(n, r, 3));
+        gc::cuda::device_buffer out = to_device(std::vector<float>(n));
+        gc::all_reduce_low_rank(comm, devs[static_cast<std::size_t>(r)],
+                                gc::tensor_view<float const>(std::span<float const>(floats(g, n)), id),
+                                floats(out, n), rank_context(0, 3), {.checksum = true});
+      });
+      for (thrown t : sum) CHECK(t == thrown::config);
+      for (std::size_t r = 0; r < cpus.size(); ++r) CHECK(same_bits(before_dev[r], device_residual(devs[r])));
+    }
+  }
 }

@@ -24,6 +24,7 @@
 #include <gradcomp/concepts/request.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/fingerprint.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cpu/kernels/crc32c.hpp>
 
@@ -39,40 +40,6 @@
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
-
-/// Incremental 64-bit fingerprint of configuration fields (FNV-1a over their little-endian
-/// bytes). Equal inputs give equal fingerprints on every platform.
-class fingerprint {
- public:
-  /// Adds an integer (as 8 little-endian bytes).
-  fingerprint& add(std::uint64_t v) noexcept {
-    for (int i = 0; i < 8; ++i) mix(static_cast<unsigned char>(v >> (8 * i)));
-    return *this;
-  }
-  /// Adds a double by its bit pattern.
-  fingerprint& add_double(double v) noexcept { return add(std::bit_cast<std::uint64_t>(v)); }
-  /// Adds a string (its length, then its bytes).
-  fingerprint& add(std::string_view s) noexcept {
-    add(static_cast<std::uint64_t>(s.size()));
-    for (char c : s) mix(static_cast<unsigned char>(c));
-    return *this;
-  }
-  /// Adds raw bytes (their length, then the bytes).
-  fingerprint& add_bytes(std::span<std::byte const> b) noexcept {
-    add(static_cast<std::uint64_t>(b.size()));
-    for (std::byte c : b) mix(static_cast<unsigned char>(c));
-    return *this;
-  }
-  /// The fingerprint so far.
-  [[nodiscard]] std::uint64_t value() const noexcept { return h_; }
-
- private:
-  void mix(unsigned char c) noexcept {
-    h_ ^= c;
-    h_ *= 0x100000001b3ull;
-  }
-  std::uint64_t h_ = 0xcbf29ce484222325ull;
-};
 
 /// What a rank reports in the agreement round of a collective.
 struct rank_report {

@@ -10,6 +10,7 @@
 
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/common.hpp>
+#include <gradcomp/collective/memory.hpp>
 #include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/low_rank_session.hpp>
@@ -19,6 +20,7 @@
 #include <cstddef>
 #include <exception>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -41,6 +43,13 @@ collective_result low_rank_exchange(Comm& comm, Session& session, tensor_view<fl
     fp.add("low_rank").add(n).add(static_cast<std::uint64_t>(opt.op)).add(session.shape_fingerprint(n));
     if (opt.checksum) fp.add("checksum");
     mine.fingerprint = fp.value();
+    if constexpr (requires { { session.memory() } -> memory_space; }) {
+      // a device session (cuda/powersgd.cuh): its factors are device memory
+      if (!std::remove_cvref_t<decltype(session.memory())>::on_host && opt.checksum) {
+        throw config_error("gradcomp: all_reduce_low_rank: the session keeps its factors in device memory; the "
+                           "checksum option reads every payload on the host and is available for host sessions only");
+      }
+    }
     session.begin(grad, n, ctx);
   } catch (...) {
     local = std::current_exception();

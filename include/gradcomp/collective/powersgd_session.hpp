@@ -55,13 +55,7 @@ class powersgd_session {
   /// Shape, rank and mode; throws `config_error` unless n = rows · cols.
   [[nodiscard]] std::uint64_t shape_fingerprint(std::size_t n) const {
     check_size(n);
-    return fingerprint{}
-        .add("powersgd")
-        .add(static_cast<std::uint64_t>(state_.rows()))
-        .add(static_cast<std::uint64_t>(state_.cols()))
-        .add(static_cast<std::uint64_t>(state_.rank()))
-        .add(static_cast<std::uint64_t>(state_.mode()))
-        .value();
+    return detail::psgd::session_fingerprint(state_.rows(), state_.cols(), state_.rank(), state_.mode());
   }
 
   /// Phase 1 (local): error feedback and P = M Q; `g` empty contributes zeros.

@@ -23,6 +23,8 @@
 /// of the gradient (`check_finite`), for P, and for the finiteness of Q.
 
 #include <gradcomp/codec/format/powersgd.hpp>
+#include <gradcomp/concepts/context.hpp>
+#include <gradcomp/concepts/low_rank_session.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/gemm_order.hpp>
@@ -35,16 +37,19 @@
 #include <gradcomp/cuda/detail/packet.cuh>
 #include <gradcomp/cuda/detail/runtime.cuh>
 #include <gradcomp/cuda/detail/workspace.cuh>
+#include <gradcomp/cuda/memory.cuh>
 
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform.h>
 
 GRADCOMP_CUDA_NAMESPACE_BEGIN
 
@@ -191,26 +196,50 @@ struct copy_fn {
 
 }  // namespace algo::powersgd_detail
 
-/// PowerSGD of one matrix on a CUDA stream (see the file comment). Not thread-safe.
+/// PowerSGD of one matrix on a CUDA stream (see the file comment). Not thread-safe. The
+/// single-process step is `compress`; the multi-rank step is its three phases, `begin`,
+/// `after_p_reduced` and `finish`, with the factors all-reduced in between (as
+/// `gradcomp::powersgd_state`'s, which `cuda::powersgd_session` drives through
+/// `all_reduce_low_rank`), then `reconstruct`.
 class powersgd_state {
  public:
-  /// A state for a rows × cols matrix (tensor `id`); allocates its device buffers. Throws
-  /// `config_error` for rank 0 or a shape whose element count overflows.
+  /// A state for a rows × cols matrix (tensor `id`); allocates its device buffers on `stream`.
+  /// Throws `config_error` for rank 0 or a shape whose element count overflows.
   powersgd_state(std::size_t rows, std::size_t cols, powersgd_options const& opt = {},
-                 tensor_id id = tensor_id{0})
-      : rows_(rows), cols_(cols), opt_(opt), id_(id) {
+                 tensor_id id = tensor_id{0}, cudaStream_t stream = nullptr)
+      : rows_(rows), cols_(cols), opt_(opt), id_(id), mem_(stream) {
     if (opt.rank == 0) throw config_error("gradcomp: powersgd rank must be at least 1, got 0");
     if (cols != 0 && rows > SIZE_MAX / 4 / cols) {
       throw config_error("gradcomp: powersgd matrix shape " + gradcomp::detail::psgd::shape_text(rows, cols) +
                          " has too many elements");
     }
     mode_ = powersgd_mode_for(rows, cols, opt.rank, opt.min_elements);
-    detail::arena a(nullptr);
-    (void)carve(a);
-    mem_ = std::make_unique<detail::scratch>(a.used() + detail::arena::slack, nullptr);
-    detail::arena b(mem_->get());
-    buf_ = carve(b);
+    allocate();
   }
+  /// A deep copy (device copies on the source's stream): what a multi-rank step keeps to
+  /// restore when it fails on any rank.
+  powersgd_state(powersgd_state const& o)
+      : rows_(o.rows_), cols_(o.cols_), opt_(o.opt_), id_(o.id_), mode_(o.mode_), mem_(o.mem_.stream()),
+        q_started_(o.q_started_), m_valid_(o.m_valid_), pending_(o.pending_), has_result_(o.has_result_),
+        phase_(o.phase_) {
+    allocate();
+    cudaStream_t const st = mem_.stream();
+    std::size_t const r = opt_.rank;
+    bool const low = mode_ == powersgd_mode::low_rank;
+    detail::copy_on_device(buf_.m, o.buf_.m, 4 * size(), st);
+    if (low) {
+      detail::copy_on_device(buf_.p, o.buf_.p, 4 * r * rows_, st);
+      detail::copy_on_device(buf_.q, o.buf_.q, 4 * r * cols_, st);
+      detail::copy_on_device(buf_.q_prev, o.buf_.q_prev, 4 * r * cols_, st);
+    }
+  }
+  powersgd_state& operator=(powersgd_state const& o) {
+    if (this != &o) *this = powersgd_state(o);
+    return *this;
+  }
+  powersgd_state(powersgd_state&&) noexcept = default;
+  powersgd_state& operator=(powersgd_state&&) noexcept = default;
+  ~powersgd_state() = default;
 
   [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
   [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
@@ -219,6 +248,8 @@ class powersgd_state {
   [[nodiscard]] powersgd_mode mode() const noexcept { return mode_; }
   [[nodiscard]] tensor_id id() const noexcept { return id_; }
   [[nodiscard]] bool has_result() const noexcept { return has_result_; }
+  /// The stream the state's buffers were allocated on.
+  [[nodiscard]] cudaStream_t stream() const noexcept { return mem_.stream(); }
 
   /// Size of this matrix's packet (header included), as the CPU's.
   [[nodiscard]] std::size_t packet_bytes() const noexcept { return header_bytes + 4 * wire_floats(); }
@@ -232,7 +263,155 @@ class powersgd_state {
   template <element T>
   std::size_t compress(T const* d_g, std::byte* d_out, cudaStream_t stream = nullptr,
                        random_stream const& rs = {}) {
-    return detail::translate_thrust_errors([&] { return step(d_g, d_out, stream, rs); });
+    return detail::translate_thrust_errors([&] {
+      (void)begin(d_g, stream, rs);
+      (void)after_p_reduced(stream, rs);
+      finish(1.0f, stream);
+      write_packet(d_out, dtype_of<T>, stream);
+      return packet_bytes();
+    });
+  }
+
+  /// Phase 1 of a multi-rank step, `gradcomp::powersgd_state::begin` on the device: M ← g + e,
+  /// P ← M Q (Q started from the seed of `rs`, which every rank shares). Returns the device
+  /// buffer to all-reduce in place: P (r × rows, column by column) or, dense, M. Throws
+  /// `config_error` while a step is in progress, the CPU's `numeric_error` (state unchanged)
+  /// for a non-finite gradient (unless `check_finite` is off).
+  template <element T>
+  std::span<float> begin(T const* d_g, cudaStream_t stream, random_stream const& rs) {
+    namespace ps = algo::powersgd_detail;
+    if (phase_ != phase::idle) {
+      throw config_error("gradcomp: powersgd begin() called while a step is in progress (phase " +
+                         std::to_string(static_cast<unsigned>(phase_)) + "); call finish() or abort() first");
+    }
+    auto exec = detail::policy(stream);
+    thrust::counting_iterator<std::uint64_t> const first(0);
+    std::size_t const n = size(), r = opt_.rank;
+    if (opt_.check_finite && n > 0) {
+      detail::fill_bytes(buf_.status, 0xff, sizeof(detail::status_words), stream);
+      thrust::for_each_n(exec, first, n, ps::nonfinite_fn<T>{d_g, buf_.status});
+      std::uint64_t const bad = detail::read_status(buf_.status, stream).element;
+      if (bad != detail::no_index) {
+        gradcomp::detail::psgd::throw_nonfinite_gradient(detail::value_at(d_g, bad, stream), bad, cols_, id_);
+      }
+    }
+    has_result_ = false;
+    if (mode_ == powersgd_mode::dense) {
+      if (n > 0) thrust::for_each_n(exec, first, n, ps::update_fn<T>{d_g, buf_.m, nullptr, nullptr, rows_, cols_, 0, true, false});
+      phase_ = phase::p_ready;
+      return {buf_.m, n};
+    }
+    if (!q_started_) {  // the CPU's Gaussian start, on the host (see the file comment)
+      std::vector<float> q(r * cols_);
+      gradcomp::detail::psgd::fill_gaussian(q.data(), q.size(),
+                                            random_stream{rs.seed, 0xffffffffu, static_cast<std::uint32_t>(id_)}, 0);
+      detail::copy_from_host(buf_.q, q.data(), 4 * q.size(), stream);
+      detail::synchronize(stream);
+      q_started_ = true;
+    }
+    // M ← g + e (e = M − P Qᵀ while a reconstruction is pending), P ← M Q.
+    bool const fresh = !m_valid_ || !opt_.error_feedback;
+    thrust::for_each_n(exec, first, n,
+                       ps::update_fn<T>{d_g, buf_.m, buf_.p, buf_.q, rows_, cols_, opt_.rank, fresh, pending_ && !fresh});
+    thrust::for_each_n(exec, first, r * rows_, ps::project_fn{buf_.m, buf_.q, buf_.p, rows_, cols_});
+    m_valid_ = true;
+    pending_ = false;
+    phase_ = phase::p_ready;
+    return {buf_.p, r * rows_};
+  }
+
+  /// Phase 2, after P was all-reduced in place: P is orthonormalized on the host (the CPU's
+  /// code, keyed by `rs`'s seed and step) and Q ← Mᵀ P. Returns Q (r × cols) to all-reduce;
+  /// empty for a dense matrix. A non-finite P abandons the step (its gradient stays in the
+  /// residual) and throws the CPU's `numeric_error`.
+  std::span<float> after_p_reduced(cudaStream_t stream, random_stream const& rs) {
+    expect_phase(phase::p_ready, "after_p_reduced");
+    if (mode_ == powersgd_mode::dense) {
+      phase_ = phase::q_ready;
+      return {};
+    }
+    namespace ps = algo::powersgd_detail;
+    auto exec = detail::policy(stream);
+    thrust::counting_iterator<std::uint64_t> const first(0);
+    std::size_t const r = opt_.rank;
+    std::vector<float> p(r * rows_);
+    detail::copy_to_host(p.data(), buf_.p, 4 * p.size(), stream);
+    detail::synchronize(stream);
+    for (float v : p) {
+      if (!detail::finite(v)) {
+        abandon_overflow(stream);
+        gradcomp::detail::psgd::throw_nonfinite_p(id_);
+      }
+    }
+    gradcomp::detail::psgd::orthonormalize(p.data(), rows_, r,
+                                           random_stream{rs.seed, rs.step, static_cast<std::uint32_t>(id_)});
+    detail::copy_from_host(buf_.p, p.data(), 4 * p.size(), stream);
+    thrust::for_each_n(exec, first, r * cols_, ps::copy_fn{buf_.q, buf_.q_prev});
+    thrust::for_each_n(exec, first, r * cols_, ps::back_project_fn{buf_.m, buf_.p, buf_.q, rows_, cols_});
+    phase_ = phase::q_ready;
+    return {buf_.q, r * cols_};
+  }
+
+  /// Phase 3, after Q was all-reduced in place: Q ← scale · Q (dense: M), one rounded product
+  /// as on the host. A non-finite result abandons the step (the previous Q is restored) and
+  /// throws the CPU's `numeric_error`.
+  void finish(float scale, cudaStream_t stream) {
+    expect_phase(phase::q_ready, "finish");
+    bool const dense = mode_ == powersgd_mode::dense;
+    float* const v = dense ? buf_.m : buf_.q;
+    std::size_t const len = dense ? size() : std::size_t{opt_.rank} * cols_;
+    if (scale != 1.0f && len > 0) {
+      thrust::transform(detail::policy(stream), v, v + len, v, detail::scale_by{scale});
+    }
+    if (first_nonfinite_float(v, len, stream) != len) {
+      if (dense) {
+        m_valid_ = false;
+        phase_ = phase::idle;
+      } else {
+        thrust::for_each_n(detail::policy(stream), thrust::counting_iterator<std::uint64_t>(0), len,
+                           algo::powersgd_detail::copy_fn{buf_.q_prev, buf_.q});
+        abandon_overflow(stream);
+      }
+      gradcomp::detail::psgd::throw_nonfinite_q(id_);
+    }
+    if (!dense) pending_ = true;
+    has_result_ = true;
+    phase_ = phase::idle;
+  }
+
+  /// Abandons a step in progress (a failed collective): the warm-start Q is restored and the
+  /// step's gradient stays in the residual, as `gradcomp::powersgd_state::abort`. No effect
+  /// when idle.
+  void abort(cudaStream_t stream) {
+    if (phase_ == phase::idle) return;
+    if (mode_ == powersgd_mode::dense) {
+      m_valid_ = false;
+    } else if (phase_ == phase::q_ready) {
+      thrust::for_each_n(detail::policy(stream), thrust::counting_iterator<std::uint64_t>(0),
+                         std::size_t{opt_.rank} * cols_, algo::powersgd_detail::copy_fn{buf_.q_prev, buf_.q});
+    }
+    pending_ = false;
+    has_result_ = false;
+    phase_ = phase::idle;
+  }
+
+  /// `d_out` = M̂ (P Qᵀ, or the reduced dense matrix) of the last finished step, rows · cols
+  /// floats of device memory, the bits of `gradcomp::powersgd_state::reconstruct`.
+  void reconstruct(float* d_out, cudaStream_t stream) const {
+    if (!has_result_ || phase_ != phase::idle) {
+      throw config_error("gradcomp: powersgd reconstruct() needs a finished step");
+    }
+    if (size() == 0) return;
+    detail::translate_thrust_errors([&] {
+      auto exec = detail::policy(stream);
+      thrust::counting_iterator<std::uint64_t> const first(0);
+      if (mode_ == powersgd_mode::dense) {
+        thrust::for_each_n(exec, first, size(), algo::powersgd_detail::copy_fn{buf_.m, d_out});
+      } else {
+        thrust::for_each_n(exec, first, size(),
+                           algo::powersgd_detail::product_fn{buf_.p, buf_.q, nullptr, d_out, rows_, cols_, opt_.rank});
+      }
+    });
   }
 
   /// The residual e = M − M̂ carried into the next step (zeros when dense, before the first
@@ -274,6 +453,8 @@ class powersgd_state {
   }
 
  private:
+  enum class phase : std::uint8_t { idle, p_ready, q_ready };
+
   struct buffers {
     float* m;
     float* p;
@@ -292,6 +473,23 @@ class powersgd_state {
     s.q_prev = a.take<float>(low ? r * cols_ : 0);
     s.status = a.take<detail::status_words>(1);
     return s;
+  }
+  // The buffers, in one device allocation made once (a `device_buffer`: device memory to the
+  // collectives, also in the host emulation).
+  void allocate() {
+    detail::arena a(nullptr);
+    (void)carve(a);
+    mem_.resize(a.used() + detail::arena::slack);
+    detail::arena b(mem_.data());
+    buf_ = carve(b);
+  }
+
+  void expect_phase(phase want, char const* op) const {
+    if (phase_ != want) {
+      throw config_error(std::string("gradcomp: powersgd ") + op + "() called in phase " +
+                         std::to_string(static_cast<unsigned>(phase_)) + ", expected " +
+                         std::to_string(static_cast<unsigned>(want)));
+    }
   }
 
   [[nodiscard]] std::size_t wire_floats() const noexcept {
@@ -313,10 +511,12 @@ class powersgd_state {
   void abandon_overflow(cudaStream_t stream) {
     pending_ = false;
     has_result_ = false;
+    phase_ = phase::idle;
     if (first_nonfinite_float(buf_.m, size(), stream) != size()) m_valid_ = false;
   }
 
-  void write_header(std::byte* d_out, dtype t, cudaStream_t stream) const {
+  // The packet of the finished step: header, then P and Q (or the dense matrix), f32.
+  void write_packet(std::byte* d_out, dtype t, cudaStream_t stream) const {
     packet_header h;
     h.codec = codec_id::powersgd;
     h.type = t;
@@ -326,78 +526,17 @@ class powersgd_state {
     h.payload_bytes = 4 * wire_floats();
     h.param0 = static_cast<std::uint32_t>(cols_);
     h.param1 = dense ? 0 : opt_.rank;
-    thrust::for_each_n(detail::policy(stream), thrust::counting_iterator<std::uint64_t>(0), 1,
-                       detail::header_store_fn{detail::make_header_image(h), d_out});
-  }
-
-  template <element T>
-  std::size_t step(T const* d_g, std::byte* d_out, cudaStream_t stream, random_stream const& rs) {
-    namespace ps = algo::powersgd_detail;
     auto exec = detail::policy(stream);
     thrust::counting_iterator<std::uint64_t> const first(0);
-    std::size_t const n = size(), r = opt_.rank;
-    if (opt_.check_finite && n > 0) {
-      detail::fill_bytes(buf_.status, 0xff, sizeof(detail::status_words), stream);
-      thrust::for_each_n(exec, first, n, ps::nonfinite_fn<T>{d_g, buf_.status});
-      std::uint64_t const bad = detail::read_status(buf_.status, stream).element;
-      if (bad != detail::no_index) {
-        gradcomp::detail::psgd::throw_nonfinite_gradient(detail::value_at(d_g, bad, stream), bad,
-                                                         cols_, id_);
-      }
-    }
+    thrust::for_each_n(exec, first, 1, detail::header_store_fn{detail::make_header_image(h), d_out});
     std::byte* const payload = d_out + header_bytes;
-    if (mode_ == powersgd_mode::dense) {
-      has_result_ = false;
-      if (n > 0) thrust::for_each_n(exec, first, n, ps::update_fn<T>{d_g, buf_.m, nullptr, nullptr, rows_, cols_, 0, true, false});
-      if (first_nonfinite_float(buf_.m, n, stream) != n) gradcomp::detail::psgd::throw_nonfinite_q(id_);
-      write_header(d_out, dtype_of<T>, stream);
-      if (n > 0) thrust::for_each_n(exec, first, n, ps::store_fn{buf_.m, payload});
-      has_result_ = true;
-      return packet_bytes();
+    std::size_t const r = opt_.rank;
+    if (dense) {
+      if (size() > 0) thrust::for_each_n(exec, first, size(), algo::powersgd_detail::store_fn{buf_.m, payload});
+      return;
     }
-    if (!q_started_) {  // the CPU's Gaussian start, on the host (see the file comment)
-      std::vector<float> q(r * cols_);
-      gradcomp::detail::psgd::fill_gaussian(q.data(), q.size(), random_stream{rs.seed, 0xffffffffu, static_cast<std::uint32_t>(id_)}, 0);
-      detail::copy_from_host(buf_.q, q.data(), 4 * q.size(), stream);
-      detail::synchronize(stream);
-      q_started_ = true;
-    }
-    // Phase 1: M ← g + e (e = M − P Qᵀ while a reconstruction is pending), P ← M Q.
-    bool const fresh = !m_valid_ || !opt_.error_feedback;
-    thrust::for_each_n(exec, first, n,
-                       ps::update_fn<T>{d_g, buf_.m, buf_.p, buf_.q, rows_, cols_, opt_.rank, fresh,
-                                        pending_ && !fresh});
-    thrust::for_each_n(exec, first, r * rows_, ps::project_fn{buf_.m, buf_.q, buf_.p, rows_, cols_});
-    m_valid_ = true;
-    pending_ = false;
-    has_result_ = false;
-    // Phase 2: orthonormalize P on the host, Q ← Mᵀ P.
-    std::vector<float> p(r * rows_);
-    detail::copy_to_host(p.data(), buf_.p, 4 * p.size(), stream);
-    detail::synchronize(stream);
-    for (float v : p) {
-      if (!detail::finite(v)) {
-        abandon_overflow(stream);
-        gradcomp::detail::psgd::throw_nonfinite_p(id_);
-      }
-    }
-    gradcomp::detail::psgd::orthonormalize(p.data(), rows_, r,
-                                           random_stream{rs.seed, rs.step, static_cast<std::uint32_t>(id_)});
-    detail::copy_from_host(buf_.p, p.data(), 4 * p.size(), stream);
-    thrust::for_each_n(exec, first, r * cols_, ps::copy_fn{buf_.q, buf_.q_prev});
-    thrust::for_each_n(exec, first, r * cols_, ps::back_project_fn{buf_.m, buf_.p, buf_.q, rows_, cols_});
-    // Phase 3 (one rank: scale 1): a non-finite Q restores the previous one.
-    if (first_nonfinite_float(buf_.q, r * cols_, stream) != r * cols_) {
-      thrust::for_each_n(exec, first, r * cols_, ps::copy_fn{buf_.q_prev, buf_.q});
-      abandon_overflow(stream);
-      gradcomp::detail::psgd::throw_nonfinite_q(id_);
-    }
-    pending_ = true;
-    has_result_ = true;
-    write_header(d_out, dtype_of<T>, stream);
-    thrust::for_each_n(exec, first, r * rows_, ps::store_fn{buf_.p, payload});
-    thrust::for_each_n(exec, first, r * cols_, ps::store_fn{buf_.q, payload + 4 * r * rows_});
-    return packet_bytes();
+    thrust::for_each_n(exec, first, r * rows_, algo::powersgd_detail::store_fn{buf_.p, payload});
+    thrust::for_each_n(exec, first, r * cols_, algo::powersgd_detail::store_fn{buf_.q, payload + 4 * r * rows_});
   }
 
   template <element T>
@@ -438,12 +577,114 @@ class powersgd_state {
   powersgd_options opt_;
   tensor_id id_;
   powersgd_mode mode_ = powersgd_mode::low_rank;
-  std::unique_ptr<detail::scratch> mem_;
+  device_buffer mem_;
   buffers buf_{};
   bool q_started_ = false;
   bool m_valid_ = false;   // M holds the last step's matrix (the residual once corrected)
   bool pending_ = false;   // M̂ = P Qᵀ of the last step is still to be subtracted from M
   bool has_result_ = false;
+  phase phase_ = phase::idle;
 };
+
+/// PowerSGD of one rows × cols device tensor as a `low_rank_session` (concepts/
+/// low_rank_session.hpp), the device counterpart of `gradcomp::powersgd_session`: the library's
+/// low-rank collective (`all_reduce_low_rank`, collective/low_rank.hpp) all-reduces its
+/// factors P and Q in device memory over a communicator for device memory (the NCCL adapter,
+/// comm/nccl.cuh), and `out` receives the result there. Outputs, factors and residuals are the
+/// CPU session's bit for bit; the agreement round's fingerprint is the CPU session's
+/// (`detail::psgd::session_fingerprint`), so ranks of both kinds agree. A step that fails on any
+/// rank restores the state taken before it (`snapshot`, a device copy of the residual).
+class powersgd_session {
+ public:
+  using low_rank_session_concept = low_rank_session_tag;
+
+  /// A session for a rows × cols matrix (row-major) with the given options, for tensor `id`,
+  /// its work enqueued on `stream` (use the communicator's).
+  powersgd_session(std::size_t rows, std::size_t cols, powersgd_options const& opt = {},
+                   tensor_id id = tensor_id{0}, cudaStream_t stream = nullptr)
+      : state_(rows, cols, opt, id, stream), zeros_(stream) {}
+
+  /// The device state (factors, residual).
+  [[nodiscard]] powersgd_state& state() noexcept { return state_; }
+  [[nodiscard]] powersgd_state const& state() const noexcept { return state_; }
+  /// The memory space of the factors (collective/memory.hpp): device memory on the stream.
+  [[nodiscard]] device_memory memory() const noexcept { return device_memory{state_.stream()}; }
+
+  /// Shape, rank and mode (the CPU session's fingerprint); `config_error` unless n = rows · cols.
+  [[nodiscard]] std::uint64_t shape_fingerprint(std::size_t n) const {
+    check_size(n);
+    return gradcomp::detail::psgd::session_fingerprint(state_.rows(), state_.cols(), state_.rank(), state_.mode());
+  }
+
+  /// Phase 1 on the device: error feedback and P = M Q; `g` (device memory) empty
+  /// contributes zeros. The seed of `ctx` starts Q (every rank passes the same).
+  void begin(tensor_view<float const> g, std::size_t n, codec_context const& ctx) {
+    check_size(n);
+    cudaStream_t const st = state_.stream();
+    state_.abort(st);  // a step left half-way by a failed collective
+    float const* d = g.data();
+    if (g.empty() && n != 0) {
+      zeros_.resize(4 * n);
+      detail::fill_bytes(zeros_.data(), 0, 4 * n, st);
+      d = reinterpret_cast<float const*>(zeros_.data());
+    }
+    first_ = detail::translate_thrust_errors([&] { return state_.begin(d, st, stream_of(ctx)); });
+  }
+
+  /// 2 (P, Q) for a low-rank matrix, 1 (the matrix) for a dense one.
+  [[nodiscard]] std::size_t factor_count() const noexcept {
+    return state_.mode() == powersgd_mode::dense ? 1 : 2;
+  }
+  /// Floats of factor `i`: P (rank × rows) or the dense matrix, then Q (rank × cols).
+  [[nodiscard]] std::size_t factor_size(std::size_t i) const noexcept {
+    if (state_.mode() == powersgd_mode::dense) return i == 0 ? state_.size() : 0;
+    return std::size_t{state_.rank()} * (i == 0 ? state_.rows() : state_.cols());
+  }
+  /// Factor 0 is what `begin` computed; factor 1 (Q) is computed from the summed P. Device
+  /// memory, summed in place by the collective.
+  std::span<float> factor(std::size_t i, codec_context const& ctx) {
+    if (i == 0) return first_;
+    if (i == 1 && state_.mode() == powersgd_mode::low_rank) {
+      return detail::translate_thrust_errors([&] { return state_.after_p_reduced(state_.stream(), stream_of(ctx)); });
+    }
+    throw config_error("gradcomp: cuda powersgd_session has no factor " + std::to_string(i) + " (it has " +
+                       std::to_string(factor_count()) + ")");
+  }
+
+  /// A device copy of the whole state, taken by `all_reduce_low_rank` before a step.
+  [[nodiscard]] powersgd_state snapshot() const { return state_; }
+  /// Puts back a `snapshot`.
+  void restore(powersgd_state s) {
+    state_ = std::move(s);
+    first_ = {};
+  }
+
+  /// out (device memory) = alpha · P Qᵀ (or alpha · the summed dense matrix); Q becomes the
+  /// next warm start.
+  void finish(std::span<float> out, float alpha, codec_context const& ctx) {
+    cudaStream_t const st = state_.stream();
+    detail::translate_thrust_errors([&] {
+      if (state_.mode() == powersgd_mode::dense) (void)state_.after_p_reduced(st, stream_of(ctx));
+      state_.finish(alpha, st);
+    });
+    state_.reconstruct(out.data(), st);
+  }
+
+ private:
+  static random_stream stream_of(codec_context const& ctx) noexcept { return random_stream{ctx.seed, ctx.step, 0}; }
+  void check_size(std::size_t n) const {
+    if (n != state_.size()) {
+      throw config_error("gradcomp: cuda powersgd_session is for a " + std::to_string(state_.rows()) + " × " +
+                         std::to_string(state_.cols()) + " matrix (" + std::to_string(state_.size()) +
+                         " elements), the tensor has " + std::to_string(n));
+    }
+  }
+
+  powersgd_state state_;
+  device_buffer zeros_;
+  std::span<float> first_;
+};
+
+static_assert(low_rank_session<powersgd_session>);
 
 GRADCOMP_CUDA_NAMESPACE_END

@@ -14,6 +14,7 @@
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/fingerprint.hpp>
 #include <gradcomp/core/philox.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/core/wire.hpp>
@@ -191,6 +192,20 @@ inline void validate(packet_header const& h) {
     if (per > UINT64_MAX / 4 / h.param1) fail("factor sizes overflow");
     expect(h, 4 * std::uint64_t{h.param1} * per);
   }
+}
+
+/// The shape fingerprint of a PowerSGD session of a rows × cols matrix (rank, mode): what the
+/// low-rank collective's agreement round compares, the same for `powersgd_session` and
+/// `cuda::powersgd_session`, so ranks of both kinds agree.
+inline std::uint64_t session_fingerprint(std::size_t rows, std::size_t cols, std::uint32_t rank,
+                                         powersgd_mode mode) noexcept {
+  return fingerprint{}
+      .add("powersgd")
+      .add(static_cast<std::uint64_t>(rows))
+      .add(static_cast<std::uint64_t>(cols))
+      .add(static_cast<std::uint64_t>(rank))
+      .add(static_cast<std::uint64_t>(mode))
+      .value();
 }
 
 }  // namespace detail::psgd
