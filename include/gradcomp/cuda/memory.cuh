@@ -17,6 +17,7 @@
 #include <gradcomp/cuda/config.cuh>
 
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/cuda/detail/elements.cuh>
 #include <gradcomp/cuda/detail/runtime.cuh>
@@ -78,6 +79,18 @@ struct emulated_allocations {
 struct scale_by {
   float alpha;
   GRADCOMP_HOST_DEVICE float operator()(float x) const noexcept { return x * alpha; }
+};
+
+/// An element widened to float32 (exact): the host's `widen_to_f32`.
+template <class T>
+struct widen_fn {
+  GRADCOMP_HOST_DEVICE float operator()(T v) const noexcept { return to_float(v); }
+};
+
+/// A float32 rounded once to `T` (nearest even): the host's `round_from_f32`.
+template <class T>
+struct narrow_fn {
+  GRADCOMP_HOST_DEVICE T operator()(float v) const noexcept { return from_float<T>(v); }
 };
 
 }  // namespace detail
@@ -219,6 +232,24 @@ struct device_memory {
     detail::copy_to_host(host.get(), bytes.data(), bytes.size(), stream);
     detail::synchronize(stream);
     return std::forward<F>(f)(std::span<std::byte const>(host.get(), bytes.size()));
+  }
+  /// `dst` = `src` widened to float32 (exact), both device memory of the same size, enqueued on
+  /// `stream`: the bits of the host's `widen_to_f32` (collective/common.hpp).
+  template <element T>
+  void widen(std::span<T const> src, std::span<float> dst) const {
+    if (src.empty()) return;
+    detail::translate_thrust_errors([&] {
+      thrust::transform(detail::policy(stream), src.data(), src.data() + src.size(), dst.data(), detail::widen_fn<T>{});
+    });
+  }
+  /// `dst` = `src` rounded once to `T` (nearest even), device memory, enqueued on `stream`: the
+  /// bits of the host's `round_from_f32`.
+  template <element T>
+  void narrow(std::span<float const> src, std::span<T> dst) const {
+    if (src.empty()) return;
+    detail::translate_thrust_errors([&] {
+      thrust::transform(detail::policy(stream), src.data(), src.data() + src.size(), dst.data(), detail::narrow_fn<T>{});
+    });
   }
   /// Σ x² of `x` (device memory), in double, in the canonical order: the bits of
   /// `host_memory::sum_of_squares`. The statistics passes of cuda/detail/stats.cuh over one

@@ -49,16 +49,18 @@
 /// `save` and restored by `load` (pipeline/checkpoint.hpp has the format); a resumed run is
 /// bit-identical to one that never stopped.
 ///
-/// **Device sources** (first slice, docs/cuda.md): constructed with a device packet source — a
+/// **Device sources** (docs/cuda.md): constructed with a device packet source — a
 /// `cuda::device_compressor<C>` (feedback "residual") or a `cuda::stream_codec<C>` (feedback
-/// "none") of an element-wise CUDA codec — the pipeline takes float32 gradients in device memory
-/// through the same `step` (or `begin` / `submit` / `finish`). The step runs the same agreement
-/// round, then the bucketed collective of that source (`bucketed_all_reduce`, payloads in device
-/// memory, control messages on the host); outputs, residuals and `save` are byte for byte those
-/// of the CPU pipeline with the CPU codec of `pipeline_options::codec`. Not taken by a device
-/// source (`config_error` at construction, or at the step for 16-bit gradients): a controller,
-/// two-way, hierarchical or PowerSGD sends, EF21 and DGC, the divergence guard (set `guard` to
-/// "off"), `measure_gain`, `buckets.checksum` and a 16-bit `buckets.small_format`.
+/// "none") of a CUDA codec, element-wise or sparsifier — the pipeline takes float32, float16 and
+/// bfloat16 gradients in device memory through the same `step` (or `begin` / `submit` /
+/// `finish`). The step runs the same agreement round and divergence guard (its norms computed on
+/// the device, in the same canonical order), then the bucketed collective of that source
+/// (`bucketed_all_reduce`, payloads in device memory, control messages on the host); outputs,
+/// residuals, statistics and `save` are byte for byte those of the CPU pipeline with the CPU
+/// codec of `pipeline_options::codec`. Not taken by a device source (`config_error` at
+/// construction): a controller, two-way, hierarchical or PowerSGD sends, EF21 and DGC, the
+/// guard's dense action, `measure_gain`, `buckets.checksum` and a 16-bit
+/// `buckets.small_format`.
 
 #include <gradcomp/adapt/any_controller.hpp>
 #include <gradcomp/adapt/protocol.hpp>
@@ -267,6 +269,15 @@ class device_source_base {
   [[nodiscard]] virtual double sum_of_squares(std::span<float const> x) const = 0;
   /// Sets device floats to zero (the outputs of a step the guard skips).
   virtual void zero(std::span<float> x) const = 0;
+  /// A device float32 buffer of `n` floats kept for tensor `id` across steps (a 16-bit
+  /// gradient is widened into it and its result rounded back from it).
+  virtual std::span<float> wide(tensor_id id, std::size_t n) = 0;
+  /// Device casts with the bits of `widen_to_f32` and `round_from_f32` (the memory space's
+  /// `widen` and `narrow`); `config_error` for a source whose memory space has none.
+  virtual void widen(std::span<half const> src, std::span<float> dst) const = 0;
+  virtual void widen(std::span<bfloat16 const> src, std::span<float> dst) const = 0;
+  virtual void narrow(std::span<float const> src, std::span<half> dst) const = 0;
+  virtual void narrow(std::span<float const> src, std::span<bfloat16> dst) const = 0;
 };
 
 /// `device_source_base` over a `Source` (its payloads in device memory, a `bucketed_all_reduce`
@@ -315,13 +326,37 @@ class device_source_model final : public device_source_base {
     return memory_of(buckets_source()).sum_of_squares(x);
   }
   void zero(std::span<float> x) const override { memory_of(buckets_source()).zero(std::as_writable_bytes(x)); }
+  std::span<float> wide(tensor_id id, std::size_t n) override {
+    auto it = wides_.find(id);
+    if (it == wides_.end()) it = wides_.emplace(id, memory_of(buckets_source()).make_buffer()).first;
+    it->second.resize(n * sizeof(float));
+    return {reinterpret_cast<float*>(it->second.data()), n};
+  }
+  void widen(std::span<half const> src, std::span<float> dst) const override { cast(src, dst); }
+  void widen(std::span<bfloat16 const> src, std::span<float> dst) const override { cast(src, dst); }
+  void narrow(std::span<float const> src, std::span<half> dst) const override { cast(src, dst); }
+  void narrow(std::span<float const> src, std::span<bfloat16> dst) const override { cast(src, dst); }
 
  private:
   static constexpr bool residuals = requires(Source const& s, tensor_id id) {
     { s.residual(id) } -> std::convertible_to<std::span<float const>>;
   };
   [[nodiscard]] Source const& buckets_source() const noexcept { return buckets_.source(); }
+  // A widening (16-bit source) or a rounding (16-bit destination) in the source's memory space.
+  template <class A, class B>
+  void cast(std::span<A const> src, std::span<B> dst) const {
+    auto const mem = memory_of(buckets_source());
+    if constexpr (std::same_as<B, float> && requires { mem.widen(src, dst); }) {
+      mem.widen(src, dst);
+    } else if constexpr (!std::same_as<B, float> && requires { mem.narrow(src, dst); }) {
+      mem.narrow(src, dst);
+    } else {
+      throw config_error("gradcomp: gradient_pipeline: this device source's memory space has no 16-bit casts; "
+                         "pass float32 gradients");
+    }
+  }
   mutable bucketed_all_reduce<Source> buckets_;  // `source()` is a non-const member
+  std::map<tensor_id, typename memory_of_t<Source>::buffer> wides_;  // 16-bit gradients, widened
 };
 
 }  // namespace detail
@@ -393,9 +428,9 @@ class gradient_pipeline {
     guard_.emplace(opt_.guard);
   }
 
-  /// Builds a pipeline whose gradients are float32 tensors in device memory, compressed by
-  /// `src` (first slice, file comment): `cuda::device_compressor<C>` with feedback "residual",
-  /// `cuda::stream_codec<C>` with feedback "none", C an element-wise CUDA codec. `opt.codec` is
+  /// Builds a pipeline whose gradients are tensors in device memory, compressed by `src` (file
+  /// comment): `cuda::device_compressor<C>` with feedback "residual", `cuda::stream_codec<C>`
+  /// with feedback "none", C a CUDA codec. `opt.codec` is
   /// the spec of the CPU codec with the same wire format (e.g. "int8:bucket=100,rounding=
   /// stochastic" for `cuda::int8_codec{100, int8_rounding::stochastic}`): the pipeline's
   /// agreement round, statistics and checkpoints use it. `config_error` for what a device source
@@ -746,11 +781,20 @@ class gradient_pipeline {
       if constexpr (std::same_as<T, float>) {
         e.out32 = g.span();
         e.raw32 = g.span();
-      } else if (!local_) {
-        local_ = std::make_exception_ptr(config_error(
-            "gradcomp: gradient_pipeline with a device source takes float32 gradients; tensor id " +
-            std::to_string(static_cast<unsigned>(g.id())) + " is " +
-            std::string(dtype_name(dtype_of<T>))));
+      } else {
+        // As `buffers::wide` on the host: widened (exact) into a float32 device buffer kept for
+        // the tensor, the step's result rounded back once after the exchange.
+        try {
+          std::span<float> const w = device_->wide(g.id(), g.size());
+          device_->widen(std::span<T const>(g.span()), w);
+          e.out32 = w;
+          e.raw32 = w;
+          std::span<T> const dst = g.span();
+          detail::device_source_base const* dev = device_.get();
+          e.write_back = [dev, w, dst] { dev->narrow(std::span<float const>(w), dst); };
+        } catch (...) {
+          if (!local_) local_ = std::current_exception();
+        }
       }
       // The check the CPU pipeline's stage makes (residual_feedback), so that the step fails
       // with the same error on the same ranks: here, before the agreement round.
@@ -763,7 +807,7 @@ class gradient_pipeline {
       }
       // The guard's local norms, as `stage` below computes them for host tensors (the residual
       // of a compressed tensor only), in the same canonical order on the device.
-      if (guard_->enabled() && std::same_as<T, float>) {
+      if (guard_->enabled()) {
         guard_tensor gt{e.id, device_->sum_of_squares(e.raw32), 0.0};
         if (e.large) gt.residual_sq = device_->sum_of_squares(device_->residual(e.id));
         guard_tensors_.push_back(gt);
@@ -1137,6 +1181,9 @@ class gradient_pipeline {
     } else {
       any_communicator erased = any_communicator::borrow(comm);
       r = device_->exchange(erased, std::span<bucket_item const>(items), ctx_);
+    }
+    for (auto const& e : pending_) {
+      if (e.write_back) e.write_back();  // 16-bit gradients: the result rounded once
     }
     double const send_s = seconds(t_send, clock::now());
     for (auto const& e : pending_) {
