@@ -98,6 +98,7 @@ struct outcome {
       "  --sync-first N [4]  --sync-every K [8]  --variance factored, calibadam: the v schedule\n"
       "  --sketch K             calibadam: count-sketch buckets per layer that calibrate v to\n"
       "                         the mean gradient (0: none)                   [64]\n"
+      "  --sketch-first K       calibadam: buckets at steps 1..--sync-first (0: --sketch) [1024]\n"
       "  --global-average-every K  decentralized: exact average every K steps (0 never) [0]\n"
       "  --blocking             decentralized: mix, then step (default: overlapped)\n"
       "  --beta1 X [0.9]  --beta2 X [0.999]  --eps X [1e-8]  --adamw-decay X [0] (Adam family)\n"
@@ -555,6 +556,8 @@ int run(int argc, char** argv) {
       o.sync_every = whole(true);
     } else if (a == "--sketch") {
       o.sketch = whole(true);
+    } else if (a == "--sketch-first") {
+      o.sketch_first = whole(true);
     } else if (a == "--per-layer") {
       o.per_layer = true;
     } else if (a == "--compress") {

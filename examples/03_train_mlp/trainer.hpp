@@ -32,7 +32,8 @@
 ///              rank's exact momentum through `all_reduce_two_way` with error feedback on both
 ///              sides, the factored v of `--variance factored` (same schedule) scaled by the
 ///              ratio of the mean gradient's energy to the ranks' (a count sketch of 64
-///              floats per layer, all-reduced every step), per layer;
+///              floats per layer, 1024 at steps 1..sync_first, all-reduced every step), per
+///              layer;
 ///   dadam      decentralized Adam: no gradient exchange; `decentralized_optimizer<adam,
 ///              comm_mixer>` gossips the parameters over `topology`, overlapped with the next
 ///              forward and backward pass (the gradient is taken at the rank's own un-mixed x);
@@ -237,6 +238,8 @@ struct train_options {
   std::size_t sync_first = 4;  ///< factored, calibadam: the ranks average v at steps 1..sync_first
   std::size_t sync_every = 8;  ///< factored, calibadam: ... then every sync_every steps (0: never)
   std::size_t sketch = 64;     ///< calibadam: count-sketch buckets per layer (0: no calibration)
+  /// calibadam: count-sketch buckets per layer at steps 1..sync_first (0: `sketch` there too)
+  std::size_t sketch_first = 1024;
   /// cadam: one optimizer per layer tensor (tensor id = its index), so that every tensor gets
   /// its own codec scale; false: one over the flat parameter vector (tensor id 0). onebitadam
   /// always runs per layer.
@@ -543,6 +546,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       co.sync_first = o.sync_first;
       co.sync_every = o.sync_every;
       co.sketch = o.sketch;
+      co.sketch_first = o.sketch_first;
       co.seed = o.exchange.seed;
       calibrated.emplace_back(gradcomp::make_codec(two_way_codec), co);
     } else if (kind == optimizer_kind::onebitadam && o.factored_variance) {
@@ -592,9 +596,14 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
                std::to_string(o.sync_first) +
                (o.sync_every != 0 ? " and every " + std::to_string(o.sync_every)
                                   : std::string(" only")) +
-               (o.sketch != 0 ? ", calibrated by a " + std::to_string(o.sketch) +
-                                    "-bucket sketch of the mean gradient every step"
-                              : std::string(", uncalibrated")) +
+               (o.sketch != 0
+                    ? ", calibrated by a " + std::to_string(o.sketch) +
+                          "-bucket sketch of the mean gradient every step" +
+                          (o.sketch_first != 0 ? " (" + std::to_string(o.sketch_first) +
+                                                     " buckets at steps 1.." +
+                                                     std::to_string(o.sync_first) + ")"
+                                               : std::string())
+                    : std::string(", uncalibrated")) +
                ", per layer";
   } else if (kind == optimizer_kind::onebitadam && o.factored_variance) {
     pipeline =

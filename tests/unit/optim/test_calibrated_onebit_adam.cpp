@@ -2,9 +2,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Calibrated 1-bit Adam (optim/calibrated_onebit_adam.hpp): bit-identical to Adam on one rank
 // with the identity codec, each rank's exact momentum, the sketch energies against their
-// definition and the estimator's two limits (identical and independent gradients), identical
-// ranks, error feedback that conserves the momenta's mass, bit-identical resumption, and bad
-// input rejected with the state untouched.
+// definition and the estimator's two limits (identical and independent gradients), the
+// sketch's schedule and buckets, an unbiased estimate of a fixed mean gradient over many
+// Philox draws whose spread does not follow the columns' energies, identical ranks, error
+// feedback that conserves the momenta's mass, bit-identical resumption, and bad input
+// rejected with the state untouched.
 
 #include <catch2/catch.hpp>
 
@@ -104,12 +106,14 @@ TEST_CASE("calibrated_onebit_adam: each rank keeps its exact momentum; the sketc
   double a = 0.0, b = 0.0;
   std::size_t flips = 0;
   for (std::size_t t = 0; t < 12; ++t) {
-    std::vector<double> z(k, 0.0);
+    // steps 1..4 (sync_first): min(sketch_first, n) = n buckets, one per element; then k
+    std::size_t const kt = t < 4 ? p.d : k;
+    std::vector<double> z(kt, 0.0);
     double q = 0.0;
     for (std::size_t r = 0; r < world; ++r) {
       for (std::size_t i = 0; i < p.d; ++i) {
         double const g = grads[r][t][i];
-        z[i % k] += signs[t][i] * g / world;
+        z[cadam1::sketch_bucket(i, kt, p.d)] += signs[t][i] * g / world;
         q += g * g / world;
       }
     }
@@ -164,6 +168,111 @@ TEST_CASE("calibrated_onebit_adam: rho is 1 for identical gradients and about 1/
       CHECK(rho[0] == Approx(0.25).epsilon(0.1));
     }
   }
+}
+
+TEST_CASE("calibrated_onebit_adam: the sketch's size per step and its buckets",
+          "[optim][calibrated_onebit_adam]") {
+  cadam1 const opt(gc::make_codec("onebit"), {.rows = 8, .sync_first = 3, .sketch = 64,
+                                              .sketch_first = 1024});
+  for (std::uint64_t t : {1u, 2u, 3u}) {
+    CHECK(opt.sketch_buckets(t, 4096) == 1024);
+    CHECK(opt.sketch_buckets(t, 100) == 100);  // at most one bucket per element
+  }
+  CHECK(opt.sketch_buckets(4, 4096) == 64);
+  CHECK(opt.sketch_buckets(400, 10) == 10);
+  cadam1 const flat(gc::make_codec("onebit"), {.sketch = 64, .sketch_first = 0});
+  CHECK(flat.sketch_buckets(1, 4096) == 64);
+  cadam1 const none(gc::make_codec("onebit"), {.sketch = 0});
+  CHECK(none.sketch_buckets(1, 4096) == 0);
+  CHECK(none.calibration(4) == 1.0);
+  // k = n: one element per bucket; else every bucket in range, and each column of a
+  // row-major matrix spread over the buckets (i mod k would put a 512-wide matrix's column
+  // into one bucket of 64, or, with 1024 buckets, give a bucket one column's elements alone)
+  for (std::size_t i = 0; i < 10; ++i) CHECK(cadam1::sketch_bucket(i, 10, 10) == i);
+  constexpr std::size_t rows = 256, cols = 512;
+  for (std::size_t k : {std::size_t{64}, std::size_t{1024}}) {
+    INFO(k << " buckets");
+    std::vector<std::size_t> per_bucket(k, 0);
+    std::size_t worst_column = 0;  // the most elements of one column in one bucket
+    for (std::size_t c = 0; c < cols; ++c) {
+      std::vector<std::size_t> hits(k, 0);
+      for (std::size_t r = 0; r < rows; ++r) {
+        std::size_t const b = cadam1::sketch_bucket(r * cols + c, k, rows * cols);
+        REQUIRE(b < k);
+        ++hits[b];
+        ++per_bucket[b];
+      }
+      worst_column = std::max(worst_column, *std::max_element(hits.begin(), hits.end()));
+    }
+    // rows / k (4) or rows / k rounded up (1) elements of a column per bucket on average
+    CHECK(worst_column <= (k == 64 ? 12u : 3u));
+    auto const [lo, hi] = std::minmax_element(per_bucket.begin(), per_bucket.end());
+    double const mean = static_cast<double>(rows * cols) / static_cast<double>(k);
+    CHECK(static_cast<double>(*lo) > 0.9 * mean);
+    CHECK(static_cast<double>(*hi) < 1.1 * mean);
+  }
+}
+
+TEST_CASE("calibrated_onebit_adam: the sketched energy of a fixed mean gradient is unbiased over "
+          "many Philox draws, with a spread set by the buckets, not the columns",
+          "[optim][calibrated_onebit_adam]") {
+  // Two ranks pass the same fixed gradients at every step (lr 0), so each step's sketch
+  // estimate z2_t = (A_t - b2 A_(t-1)) / (1 - b2) is a fresh draw of signs on the same mean
+  // gbar. Its mean over the draws is ||gbar||^2 (the cross terms have random signs), and its
+  // relative spread is about sqrt(2 / k) when the buckets' energies are even, which the
+  // Fibonacci buckets make them here although 8 of the 512 columns carry 60 % of the energy
+  // (with i mod 64 each of those 8 columns would share a bucket with 7 light ones only, and
+  // the spread be about twice as large).
+  constexpr int world = 2;
+  constexpr std::size_t rows = 64, cols = 512, n = rows * cols, k = 64, draws = 400;
+  std::vector<std::vector<float>> grads(world, std::vector<float>(n));
+  for (int r = 0; r < world; ++r) {
+    gradcomp_test::test_rng rng(41 + static_cast<std::uint64_t>(r));
+    for (std::size_t i = 0; i < n; ++i) {
+      double const scale = i % cols < 8 ? 10.0 : 1.0;  // 8 heavy columns
+      grads[static_cast<std::size_t>(r)][i] = static_cast<float>(scale * rng.gaussian());
+    }
+  }
+  double mean2 = 0.0, own2 = 0.0;  // ||gbar||^2 and mean_w ||g_w||^2
+  for (std::size_t i = 0; i < n; ++i) {
+    double const a = grads[0][i], b = grads[1][i], m = 0.5 * (a + b);
+    mean2 += m * m;
+    own2 += 0.5 * (a * a + b * b);
+  }
+  std::mutex mu;
+  std::vector<double> z2;  // rank 0's per-step estimates
+  double ratio = 0.0;
+  REQUIRE_NOTHROW(gc::run_in_process(world, [&](gc::in_process_communicator& comm) {
+    auto const r = static_cast<std::size_t>(comm.rank());
+    cadam1 opt(gc::make_codec("onebit"),
+               {.adam = {.lr = 0.0}, .rows = rows, .sketch = k, .sketch_first = 0, .seed = 7});
+    std::vector<float> x(n, 0.0f);
+    std::vector<double> est;
+    double prev = 0.0;
+    for (std::uint64_t s = 0; s < draws; ++s) {
+      opt.step(comm, x, view(grads[r]), context(s));
+      double const a = opt.energies().first;
+      est.push_back((a - 0.999 * prev) / 0.001);
+      prev = a;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (r == 0) {
+      z2 = std::move(est);
+      ratio = opt.energies().first / opt.energies().second;
+    }
+  }));
+  double sum = 0.0, sq = 0.0;
+  for (double v : z2) {
+    sum += v / mean2;
+    sq += (v / mean2) * (v / mean2);
+  }
+  double const avg = sum / draws, sd = std::sqrt(sq / draws - avg * avg);
+  INFO("mean " << avg << ", relative spread " << sd << " (sqrt(2/k) = " << std::sqrt(2.0 / k)
+                << ")");
+  CHECK(avg == Approx(1.0).epsilon(0.05));                 // about 5 standard errors
+  CHECK(ratio == Approx(mean2 / own2).epsilon(0.05));
+  CHECK(sd > 0.5 * std::sqrt(2.0 / k));  // control: the signs do change between draws
+  CHECK(sd < 1.4 * std::sqrt(2.0 / k));
 }
 
 TEST_CASE("calibrated_onebit_adam: every rank holds the same parameters, decoded momentum and v",
@@ -239,11 +348,13 @@ TEST_CASE("calibrated_onebit_adam: a checkpoint resumes bit-identically; bad inp
       }
       RANK_REQUIRE(a.save() == b.save());
       // other options or a truncated buffer: format_error, nothing changed
-      gc::calibrated_onebit_adam_options other_seed = o, other_sketch = o, other_rows = o;
+      gc::calibrated_onebit_adam_options other_seed = o, other_sketch = o, other_first = o,
+                                         other_rows = o;
       other_seed.seed = 5;
       other_sketch.sketch = 16;
+      other_first.sketch_first = 32;
       other_rows.rows = 4;
-      for (auto const& other : {other_seed, other_sketch, other_rows}) {
+      for (auto const& other : {other_seed, other_sketch, other_first, other_rows}) {
         cadam1 c(gc::make_codec("onebit"), other);
         std::vector<std::byte> const before = c.save();
         bool threw = false;
