@@ -214,7 +214,7 @@ TEST_CASE("cuda collective: stream_codec is a codec with the CPU codec's traits"
                   S::unbiased == decltype(cpu)::unbiased);
     CHECK(S(dev).bits_per_element() == cpu.bits_per_element());
   });
-  gct::for_each_quantizer([](char const* name, auto cpu, auto dev) {
+  auto same_traits = [](char const* name, auto cpu, auto dev) {
     INFO(name);
     using S = gc::cuda::stream_codec<decltype(dev)>;
     static_assert(gc::codec<S>);
@@ -224,18 +224,9 @@ TEST_CASE("cuda collective: stream_codec is a codec with the CPU codec's traits"
     S const s(dev);
     CHECK(s.bits_per_element() == cpu.bits_per_element());
     CHECK(s.max_compressed_bytes(1000) == cpu.max_compressed_bytes(1000));
-  });
-  for_each_collective_sparsifier([](char const* name, auto cpu, auto dev) {
-    INFO(name);
-    using S = gc::cuda::stream_codec<decltype(dev)>;
-    static_assert(gc::codec<S>);
-    static_assert(gc::detail::packet_source<S>);
-    static_assert(S::id == decltype(cpu)::id && S::aggregation == decltype(cpu)::aggregation &&
-                  S::unbiased == decltype(cpu)::unbiased);
-    S const s(dev);
-    CHECK(s.bits_per_element() == cpu.bits_per_element());
-    CHECK(s.max_compressed_bytes(1000) == cpu.max_compressed_bytes(1000));
-  });
+  };
+  gct::for_each_quantizer(same_traits);
+  for_each_collective_sparsifier(same_traits);
   static_assert(gc::memory_space<gc::cuda::device_memory>);
   static_assert(!gc::detail::host_payloads<gc::cuda::stream_codec<gc::cuda::int8_codec>>);
   static_assert(!gc::detail::host_payloads<gc::cuda::device_compressor<gc::cuda::int8_codec>>);

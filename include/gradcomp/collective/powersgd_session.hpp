@@ -72,15 +72,14 @@ class powersgd_session {
 
   /// 2 (P, Q) for a low-rank matrix, 1 (the matrix) for a dense one.
   [[nodiscard]] std::size_t factor_count() const noexcept {
-    return state_.mode() == powersgd_mode::dense ? 1 : 2;
+    return detail::psgd::session_factor_count(state_.mode());
   }
 
   /// Floats of factor `i` (known before it is computed): P (rank × rows) or the dense matrix,
   /// then Q (rank × cols). `all_reduce_low_rank` uses it to keep taking part in the step with
   /// zeros when computing a factor failed on this rank (the outcome round then fails the step).
   [[nodiscard]] std::size_t factor_size(std::size_t i) const noexcept {
-    if (state_.mode() == powersgd_mode::dense) return i == 0 ? state_.size() : 0;
-    return std::size_t{state_.rank()} * (i == 0 ? state_.rows() : state_.cols());
+    return detail::psgd::session_factor_size(state_.mode(), state_.rows(), state_.cols(), state_.rank(), i);
   }
 
   /// Factor 0 is what `begin` computed; factor 1 (Q) is computed from the summed P.

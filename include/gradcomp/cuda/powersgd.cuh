@@ -633,12 +633,11 @@ class powersgd_session {
 
   /// 2 (P, Q) for a low-rank matrix, 1 (the matrix) for a dense one.
   [[nodiscard]] std::size_t factor_count() const noexcept {
-    return state_.mode() == powersgd_mode::dense ? 1 : 2;
+    return gradcomp::detail::psgd::session_factor_count(state_.mode());
   }
   /// Floats of factor `i`: P (rank × rows) or the dense matrix, then Q (rank × cols).
   [[nodiscard]] std::size_t factor_size(std::size_t i) const noexcept {
-    if (state_.mode() == powersgd_mode::dense) return i == 0 ? state_.size() : 0;
-    return std::size_t{state_.rank()} * (i == 0 ? state_.rows() : state_.cols());
+    return gradcomp::detail::psgd::session_factor_size(state_.mode(), state_.rows(), state_.cols(), state_.rank(), i);
   }
   /// Factor 0 is what `begin` computed; factor 1 (Q) is computed from the summed P. Device
   /// memory, summed in place by the collective.

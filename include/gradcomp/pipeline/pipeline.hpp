@@ -988,15 +988,7 @@ class gradient_pipeline {
     // The divergence guard (guard.hpp): every rank gets the same verdict.
     guard_verdict gv;
     if (guard_->enabled()) {
-      auto const t0 = clock::now();
-      bool const watch = !low_rank_ && !two_way_ && !hier_ && opt_.feedback != "none";
-      gv = guard_->check_with([&](std::span<double> v) { sum_stats(comm, v); }, comm.size(), step_,
-                              std::span<guard_tensor const>(guard_tensors_), watch, info_.loss, br.wire_bytes);
-      communicate += seconds(t0, clock::now());
-      st.gradient_norm = gv.gradient;
-      st.residual_norm = gv.residual;
-      st.loss = gv.loss;
-      if (gv.raise_it) throw numeric_error(gv.message);
+      gv = check_guard(comm, br, st, communicate);
       if (gv.action == guard_action::skipped) return skip_step(st, gv, communicate);
     }
     bool const guard_dense = gv.action == guard_action::dense;
@@ -1163,15 +1155,7 @@ class gradient_pipeline {
     // The divergence guard, as in `run_step` (its dense action is refused at construction).
     guard_verdict gv;
     if (guard_->enabled()) {
-      auto const t0 = clock::now();
-      gv = guard_->check_with([&](std::span<double> v) { sum_stats(comm, v); }, comm.size(), step_,
-                              std::span<guard_tensor const>(guard_tensors_), opt_.feedback != "none", info_.loss,
-                              br.wire_bytes);
-      agree_s += seconds(t0, clock::now());
-      st.gradient_norm = gv.gradient;
-      st.residual_norm = gv.residual;
-      st.loss = gv.loss;
-      if (gv.raise_it) throw numeric_error(gv.message);
+      gv = check_guard(comm, br, st, agree_s);
       if (gv.action == guard_action::skipped) return skip_step(st, gv, agree_s);
     }
     auto const t_send = clock::now();
@@ -1224,6 +1208,23 @@ class gradient_pipeline {
                                   res ? device_->residual_on_host(id) : std::vector<float>{});
     }
     return out;
+  }
+
+  // The divergence guard's round (guard.hpp): every rank gets the same verdict, recorded in
+  // `st`; a verdict that raises throws here. Its time is added to `communicate`.
+  template <communicator Comm>
+  guard_verdict check_guard(Comm& comm, bucket_result& br, pipeline_stats& st, double& communicate) {
+    auto const t0 = clock::now();
+    bool const watch = !low_rank_ && !two_way_ && !hier_ && opt_.feedback != "none";
+    guard_verdict gv = guard_->check_with([&](std::span<double> v) { sum_stats(comm, v); }, comm.size(), step_,
+                                          std::span<guard_tensor const>(guard_tensors_), watch, info_.loss,
+                                          br.wire_bytes);
+    communicate += seconds(t0, clock::now());
+    st.gradient_norm = gv.gradient;
+    st.residual_norm = gv.residual;
+    st.loss = gv.loss;
+    if (gv.raise_it) throw numeric_error(gv.message);
+    return gv;
   }
 
   // A step the guard skips: nothing is sent and no state changes (stages discarded, the step

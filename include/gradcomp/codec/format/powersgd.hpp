@@ -208,5 +208,19 @@ inline std::uint64_t session_fingerprint(std::size_t rows, std::size_t cols, std
       .value();
 }
 
+/// Factors a PowerSGD session exchanges per step: 2 (P, then Q) for a low-rank matrix, 1 (the
+/// matrix itself) for a dense one.
+constexpr std::size_t session_factor_count(powersgd_mode mode) noexcept {
+  return mode == powersgd_mode::dense ? 1 : 2;
+}
+
+/// Floats of factor `i` of a session (known before it is computed): P (rank × rows) or the
+/// dense matrix, then Q (rank × cols); 0 past the last.
+constexpr std::size_t session_factor_size(powersgd_mode mode, std::size_t rows, std::size_t cols, std::uint32_t rank,
+                                          std::size_t i) noexcept {
+  if (mode == powersgd_mode::dense) return i == 0 ? rows * cols : 0;
+  return i > 1 ? 0 : std::size_t{rank} * (i == 0 ? rows : cols);
+}
+
 }  // namespace detail::psgd
 GRADCOMP_NAMESPACE_END
