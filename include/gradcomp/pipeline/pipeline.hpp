@@ -1215,6 +1215,11 @@ class gradient_pipeline {
   template <communicator Comm>
   guard_verdict check_guard(Comm& comm, bucket_result& br, pipeline_stats& st, double& communicate) {
     auto const t0 = clock::now();
+    // In tensor id order, so that the sums over the tensors do not depend on the order in which
+    // they were submitted (whole step, bucket by bucket).
+    std::sort(guard_tensors_.begin(), guard_tensors_.end(), [](guard_tensor const& a, guard_tensor const& b) {
+      return static_cast<std::uint32_t>(a.id) < static_cast<std::uint32_t>(b.id);
+    });
     bool const watch = !low_rank_ && !two_way_ && !hier_ && opt_.feedback != "none";
     guard_verdict gv = guard_->check_with([&](std::span<double> v) { sum_stats(comm, v); }, comm.size(), step_,
                                           std::span<guard_tensor const>(guard_tensors_), watch, info_.loss,
