@@ -1,9 +1,9 @@
 // SPDX-FileCopyrightText: 2026 The gradcomp authors
 // SPDX-License-Identifier: Apache-2.0
 //
-// `gradient_pipeline` with a device source (pipeline/pipeline.hpp, first slice: float32 device
-// gradients, a static element-wise device codec, feedback "residual" or "none", no controller,
-// flat buckets, the guard off), checked on a machine without a GPU against the CPU pipeline
+// `gradient_pipeline` with a device source (pipeline/pipeline.hpp: float32 and 16-bit device
+// gradients, every device codec with feedback "residual" or "none", flat buckets or two-way
+// compression, the divergence guard's raise and skip), checked on a machine without a GPU against the CPU pipeline
 // with the CPU codec of the same format on the same inputs.
 //
 // What is real and what is emulated (as in bucket_host.cu): real are the pipeline, its
@@ -197,10 +197,11 @@ gc::gradient_pipeline device_pipeline(gc::pipeline_options const& o, D const& dc
 // w ranks, each with a CPU pipeline and a device pipeline of the same configuration.
 template <class D>
 void compare(char const* spec, D const& dc, std::string const& feedback, int w, int steps,
-             bool pipelined) {
+             bool pipelined, bool two_way = false) {
   INFO(spec << ", feedback " << feedback << ", " << w << " ranks"
-            << (pipelined ? "" : ", not pipelined"));
-  gc::pipeline_options const o = options(spec, feedback, pipelined);
+            << (pipelined ? "" : ", not pipelined") << (two_way ? ", two-way" : ""));
+  gc::pipeline_options o = options(spec, feedback, pipelined);
+  o.two_way = two_way;
   std::deque<gc::gradient_pipeline> cpus, devs;
   for (int r = 0; r < w; ++r) {
     cpus.emplace_back(o);
@@ -261,6 +262,19 @@ TEST_CASE("cuda pipeline: a device source gives the CPU pipeline's outputs, resi
   });
 }
 
+TEST_CASE("cuda pipeline: two-way compression with a device source equals the CPU pipeline's",
+          "[cuda][pipeline][two_way]") {
+  // The worker and server residuals live in the device source's two-way compressor; save()
+  // carries them (host copies) in the CPU pipeline's format, and a CPU checkpoint resumes on
+  // the device (compare's second half).
+  for_each_codec_pair([](char const* spec, auto const&, auto const& dc) {
+    for (int w : {2, 3}) {
+      compare(spec, dc, "residual", w, 3, true, true);
+      compare(spec, dc, "none", w, 2, true, true);
+    }
+  });
+}
+
 TEST_CASE("cuda pipeline: begin / submit / finish with a device source equals the CPU step",
           "[cuda][pipeline]") {
   for (int w : {2, 3}) {
@@ -288,10 +302,13 @@ TEST_CASE("cuda pipeline: begin / submit / finish with a device source equals th
 
 TEST_CASE("cuda pipeline: bad inputs fail the device step as the CPU step, state unchanged",
           "[cuda][pipeline][failure]") {
-  for (int w : {2, 3, 4}) {
-    INFO(w << " ranks");
-    // The guard off: the codecs' own checks (the guard's are the next test's).
-    gc::pipeline_options const o = options("int8", "residual", true, "off");
+  for (auto const [w, two_way] : {std::pair{2, false}, std::pair{3, false}, std::pair{4, false},
+                                  std::pair{2, true}, std::pair{3, true}}) {
+    INFO(w << " ranks" << (two_way ? ", two-way" : ""));
+    // The guard off: the codecs' own checks (the guard's are the next test's). Two-way: the
+    // worker and server residuals are rolled back (save() compares them).
+    gc::pipeline_options o = options("int8", "residual", true, "off");
+    o.two_way = two_way;
     std::deque<gc::gradient_pipeline> cpus, devs;
     for (int r = 0; r < w; ++r) {
       cpus.emplace_back(o);
@@ -496,7 +513,6 @@ TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
     o.codec = "topk:ratio=0.01";
     o.controller = "static:factor=100";
   });
-  with("two-way", [](auto& o) { o.two_way = true; });
   with("hierarchical", [](auto& o) { o.hierarchical.nodes = gc::node_grouping::uniform(2); });
   with("PowerSGD", [](auto& o) { o.codec = "powersgd:rank=2"; });
   with("EF21", [](auto& o) { o.feedback = "ef21"; });
@@ -525,6 +541,20 @@ TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
   truncated.pop_back();
   CHECK_THROWS_AS(p.load(truncated), gc::format_error);
   CHECK(p.save() == saved);
+
+  // Two-way: a checkpoint of another two-way setting, or a truncated one, is a format_error
+  // that changes nothing.
+  gc::pipeline_options tw = good;
+  tw.two_way = true;
+  gc::gradient_pipeline q = build(tw);
+  std::vector<std::byte> const qsaved = q.save();
+  CHECK_NOTHROW(q.load(qsaved));
+  CHECK_THROWS_AS(q.load(saved), gc::format_error);
+  CHECK_THROWS_AS(p.load(qsaved), gc::format_error);
+  std::vector<std::byte> qtrunc = qsaved;
+  qtrunc.pop_back();
+  CHECK_THROWS_AS(q.load(qtrunc), gc::format_error);
+  CHECK(q.save() == qsaved);
 }
 
 namespace {

@@ -289,6 +289,17 @@ struct device_residual_feedback {
     [[nodiscard]] std::span<float const> values() const noexcept {
       return {reinterpret_cast<float const*>(data_.data()), n_};
     }
+    /// Replaces the residual by host `values` (empty: zero), copied into device memory on
+    /// `mem`'s stream (a checkpoint loaded, `two_way_compressor::load`). On an error the
+    /// residual is as before.
+    void assign(std::span<float const> values, device_memory const& mem) {
+      device_buffer fresh(mem.stream);
+      fresh.resize(values.size() * sizeof(float));
+      mem.write(fresh.span(), std::as_bytes(values));
+      data_ = std::move(fresh);
+      next_ = device_buffer(mem.stream);
+      n_ = values.size();
+    }
 
    private:
     friend struct device_residual_feedback;

@@ -55,12 +55,13 @@
 /// bfloat16 gradients in device memory through the same `step` (or `begin` / `submit` /
 /// `finish`). The step runs the same agreement round and divergence guard (its norms computed on
 /// the device, in the same canonical order), then the bucketed collective of that source
-/// (`bucketed_all_reduce`, payloads in device memory, control messages on the host); outputs,
-/// residuals, statistics and `save` are byte for byte those of the CPU pipeline with the CPU
-/// codec of `pipeline_options::codec`. Not taken by a device source (`config_error` at
-/// construction): a controller, two-way, hierarchical or PowerSGD sends, EF21 and DGC, the
-/// guard's dense action, `measure_gain`, `buckets.checksum` and a 16-bit
-/// `buckets.small_format`.
+/// (`bucketed_all_reduce`, payloads in device memory, control messages on the host), or with
+/// `two_way` the two-way collective of the source's codec and feedback per compressed tensor
+/// (worker and server residuals in device memory); outputs, residuals, statistics and `save`
+/// are byte for byte those of the CPU pipeline with the CPU codec of `pipeline_options::codec`.
+/// Not taken by a device source (`config_error` at construction): a controller, hierarchical
+/// or PowerSGD sends, EF21 and DGC, the guard's dense action, `measure_gain`,
+/// `buckets.checksum` and a 16-bit `buckets.small_format`.
 
 #include <gradcomp/adapt/any_controller.hpp>
 #include <gradcomp/adapt/protocol.hpp>
@@ -278,6 +279,24 @@ class device_source_base {
   virtual void widen(std::span<bfloat16 const> src, std::span<float> dst) const = 0;
   virtual void narrow(std::span<float const> src, std::span<half> dst) const = 0;
   virtual void narrow(std::span<float const> src, std::span<bfloat16> dst) const = 0;
+
+  /// Two-way compression (`pipeline_options::two_way`): the source's codec on the worker and
+  /// the server side, with its feedback on both (device residuals for a source that keeps
+  /// residuals, none else), a `two_way_compressor` kept in device memory. `two_way_begin`
+  /// opens a step, `two_way_exchange` runs `all_reduce_two_way`'s exchange of one tensor
+  /// (the outcome round is the caller's), `two_way_commit` keeps the step's changes and
+  /// `two_way_rollback` puts every state back.
+  virtual void two_way_begin() = 0;
+  virtual collective_result two_way_exchange(any_communicator& comm, tensor_view<float const> g, std::span<float> out,
+                                             codec_context const& ctx, collective_options const& copt,
+                                             step_check& check) = 0;
+  virtual void two_way_commit() noexcept = 0;
+  virtual void two_way_rollback() noexcept = 0;
+  /// The two-way state in `two_way_compressor::save`'s format (host copies of the residuals).
+  [[nodiscard]] virtual std::vector<std::byte> two_way_save() const = 0;
+  /// Restores a state written by `two_way_save` (or by the CPU pipeline's two-way compressor
+  /// with the same feedback); `format_error` and nothing changed on a malformed one.
+  virtual void two_way_load(std::span<std::byte const> bytes) = 0;
 };
 
 /// `device_source_base` over a `Source` (its payloads in device memory, a `bucketed_all_reduce`
@@ -337,10 +356,39 @@ class device_source_model final : public device_source_base {
   void narrow(std::span<float const> src, std::span<half> dst) const override { cast(src, dst); }
   void narrow(std::span<float const> src, std::span<bfloat16> dst) const override { cast(src, dst); }
 
+  void two_way_begin() override { two_way().begin_step(); }
+  collective_result two_way_exchange(any_communicator& comm, tensor_view<float const> g, std::span<float> out,
+                                     codec_context const& ctx, collective_options const& copt,
+                                     step_check& check) override {
+    return detail::two_way_exchange(comm, two_way(), g, out, ctx, copt, check);
+  }
+  void two_way_commit() noexcept override {
+    if (two_way_) two_way_->commit_step();
+  }
+  void two_way_rollback() noexcept override {
+    try {
+      if (two_way_) two_way_->rollback_step();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while restoring
+    }
+  }
+  [[nodiscard]] std::vector<std::byte> two_way_save() const override {
+    return two_way_ ? two_way_->save() : two_way_type(codec_of(buckets_source())).save();
+  }
+  void two_way_load(std::span<std::byte const> bytes) override { two_way().load(bytes); }
+
  private:
   static constexpr bool residuals = requires(Source const& s, tensor_id id) {
     { s.residual(id) } -> std::convertible_to<std::span<float const>>;
   };
+  // Two-way compression with the source's codec and feedback (made at its first use).
+  using codec_type = std::remove_cvref_t<decltype(codec_of(std::declval<Source const&>()))>;
+  using two_way_feedback = std::conditional_t<residuals, residual_feedback_for<codec_type>, no_feedback>;
+  using two_way_type = two_way_compressor<codec_type, two_way_feedback, two_way_feedback>;
+  two_way_type& two_way() {
+    if (!two_way_) two_way_.emplace(codec_of(buckets_source()));
+    return *two_way_;
+  }
+  std::optional<two_way_type> two_way_;
   [[nodiscard]] Source const& buckets_source() const noexcept { return buckets_.source(); }
   // A widening (16-bit source) or a rounding (16-bit destination) in the source's memory space.
   template <class A, class B>
@@ -444,7 +492,6 @@ class gradient_pipeline {
     };
     if (low_rank_) refuse("PowerSGD is not taken (codec '" + opt_.codec + "')");
     if (ctrl_) refuse("no controller is taken (controller '" + opt_.controller + "')");
-    if (opt_.two_way) refuse("two-way compression is not taken");
     if (hier_) refuse("the hierarchical all-reduce is not taken");
     if (guard_->options().policy == guard_policy::dense) {
       refuse("the divergence guard's dense action is not taken (use raise, skip or off), got '" + opt_.guard +
@@ -475,6 +522,7 @@ class gradient_pipeline {
       }
     }
     device_ = std::move(model);
+    two_way_.reset();  // two-way compression, if asked for, runs in the device source
   }
 
   [[nodiscard]] pipeline_options const& options() const noexcept { return opt_; }
@@ -611,7 +659,11 @@ class gradient_pipeline {
       w.put_u64(s.state().cols());
       s.state().save_exact(w);
     }
-    w.put_bytes(two_way_ ? std::visit([](auto const& t) { return t.save(); }, *two_way_) : std::vector<std::byte>{});
+    if (device_ && opt_.two_way) {
+      w.put_bytes(device_->two_way_save());
+    } else {
+      w.put_bytes(two_way_ ? std::visit([](auto const& t) { return t.save(); }, *two_way_) : std::vector<std::byte>{});
+    }
     w.put_bytes(guard_->save());
     return w.finish();
   }
@@ -683,7 +735,11 @@ class gradient_pipeline {
     }
     std::optional<two_way_variant> tw = two_way_;
     std::vector<std::byte> const tstate = r.get_bytes();
-    if (tw) {
+    if (device_ && opt_.two_way) {
+      // validated by a host two-way compressor of the same feedback, loaded at the end
+      two_way_variant check = make_two_way(opt_.feedback, base_);
+      std::visit([&](auto& t) { t.load(tstate); }, check);
+    } else if (tw) {
       std::visit([&](auto& t) { t.load(tstate); }, *tw);
     } else if (!tstate.empty()) {
       r.fail("holds two-way state, this pipeline is not two-way");
@@ -699,7 +755,10 @@ class gradient_pipeline {
     }
     r.expect_end();
     if (device_) {
-      device_->assign_residuals(device_residuals);  // the one step that may fail: first
+      // the steps that may fail come first (a failed two-way load changes nothing; the
+      // residuals of a two-way pipeline are empty, so their assignment allocates nothing)
+      if (opt_.two_way) device_->two_way_load(tstate);
+      device_->assign_residuals(device_residuals);
       device_tensors_ = std::move(device_tensors);
     } else {
       comp_ = std::move(comp);
@@ -809,7 +868,7 @@ class gradient_pipeline {
       // of a compressed tensor only), in the same canonical order on the device.
       if (guard_->enabled()) {
         guard_tensor gt{e.id, device_->sum_of_squares(e.raw32), 0.0};
-        if (e.large) gt.residual_sq = device_->sum_of_squares(device_->residual(e.id));
+        if (e.large && !opt_.two_way) gt.residual_sq = device_->sum_of_squares(device_->residual(e.id));
         guard_tensors_.push_back(gt);
         if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) guard_nonfinite_ = true;
       }
@@ -955,6 +1014,7 @@ class gradient_pipeline {
         else sessions_.erase(id);
       }
       if (two_way_) std::visit([](auto& tw) { tw.rollback_step(); }, *two_way_);
+      if (device_ && opt_.two_way) device_->two_way_rollback();
       std::visit([&](auto& c) {
         for (tensor_id id : hier_staged_) c.discard(id);
       }, comp_);
@@ -1160,11 +1220,18 @@ class gradient_pipeline {
     }
     auto const t_send = clock::now();
     bucket_result r;
+    auto run = [&](any_communicator& c) {
+      if (opt_.two_way) {
+        r = exchange_two_way_on_device(c);
+      } else {
+        r = device_->exchange(c, std::span<bucket_item const>(items), ctx_);
+      }
+    };
     if constexpr (std::same_as<Comm, any_communicator>) {
-      r = device_->exchange(comm, std::span<bucket_item const>(items), ctx_);
+      run(comm);
     } else {
       any_communicator erased = any_communicator::borrow(comm);
-      r = device_->exchange(erased, std::span<bucket_item const>(items), ctx_);
+      run(erased);
     }
     for (auto const& e : pending_) {
       if (e.write_back) e.write_back();  // 16-bit gradients: the result rounded once
@@ -1173,7 +1240,7 @@ class gradient_pipeline {
     for (auto const& e : pending_) {
       if (!e.large) continue;
       ++st.compressed_tensors;
-      device_tensors_.insert(e.id);
+      if (!opt_.two_way) device_tensors_.insert(e.id);  // two-way keeps its own state
     }
     st.factor = 32.0 / base_.bits_per_element();
     st.bytes_sent = r.packet_bytes;
@@ -1194,6 +1261,38 @@ class gradient_pipeline {
     last_ = st;
     if (hook_) hook_(st);
     return st;
+  }
+
+  // Two-way compression with a device source, as `send_per_tensor` does it for host tensors:
+  // `all_reduce_two_way`'s exchange per compressed tensor, the small tensors dense in the
+  // source's bucketed collective, then the step-outcome round; the two-way state becomes
+  // current only after it (a failure rolls it back, `rollback`).
+  bucket_result exchange_two_way_on_device(any_communicator& comm) {
+    bucket_result br;
+    collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
+    device_->two_way_begin();
+    std::vector<bucket_item> dense;
+    for (auto const& e : pending_) {
+      if (!e.large) {
+        dense.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
+        continue;
+      }
+      collective_result const cr =
+          device_->two_way_exchange(comm, tensor_view<float const>(e.raw32, e.id), e.out32, ctx_, copt, step_check_);
+      br.packet_bytes += cr.packet_bytes;
+      br.wire_bytes += cr.wire_bytes;
+      ++br.buckets;
+    }
+    if (!dense.empty()) {
+      bucket_result const d = device_->exchange(comm, std::span<bucket_item const>(dense), ctx_);
+      br.packet_bytes += d.packet_bytes;
+      br.wire_bytes += d.wire_bytes;
+      br.buckets += d.buckets;
+    }
+    detail::agree_outcome(comm, step_check_, "gradient_pipeline", step_);
+    br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
+    device_->two_way_commit();
+    return br;
   }
 
   // The error-feedback state of a device source in `compressor::save`'s format, as the CPU
@@ -1220,7 +1319,7 @@ class gradient_pipeline {
     std::sort(guard_tensors_.begin(), guard_tensors_.end(), [](guard_tensor const& a, guard_tensor const& b) {
       return static_cast<std::uint32_t>(a.id) < static_cast<std::uint32_t>(b.id);
     });
-    bool const watch = !low_rank_ && !two_way_ && !hier_ && opt_.feedback != "none";
+    bool const watch = !low_rank_ && !opt_.two_way && !hier_ && opt_.feedback != "none";
     guard_verdict gv = guard_->check_with([&](std::span<double> v) { sum_stats(comm, v); }, comm.size(), step_,
                                           std::span<guard_tensor const>(guard_tensors_), watch, info_.loss,
                                           br.wire_bytes);
