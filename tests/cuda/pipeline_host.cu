@@ -122,7 +122,7 @@ void expect_same(std::vector<rank_state> const& want, std::vector<rank_state> co
     CHECK(want[r].stats.buckets == got[r].stats.buckets);
     CHECK(want[r].stats.tensors == got[r].stats.tensors);
     CHECK(want[r].stats.compressed_tensors == got[r].stats.compressed_tensors);
-    if (got[r].stats.guard != gc::guard_action::skipped)
+    if (got[r].stats.guard == gc::guard_action::none)
       CHECK(got[r].stats.compressed_tensors == compressed_tensors);
     CHECK(want[r].stats.factor == got[r].stats.factor);
     // The guard's norms: the same bits (the canonical sum of squares on both backends).
@@ -414,9 +414,14 @@ TEST_CASE("cuda pipeline: the divergence guard decides on a device source as on 
   for (int w : {2, 3}) {
     INFO(w << " ranks");
     // skip: the step is skipped on every rank of both backends alike (outputs zero, residuals,
-    // history and step counter kept), and the next step goes through alike.
-    {
-      gc::pipeline_options const o = options("int8", "residual", true, "skip:warmup=2,window=4");
+    // history and step counter kept), and the next step goes through alike. dense: the step
+    // sends every g dense (residuals kept), flat or two-way; with a residual that trips
+    // (residual_factor 2, the gradient's limit out of reach) every residual is reset.
+    auto run_policy = [&](std::string const& guard, bool two_way, int steps,
+                          std::vector<gc::guard_action> const& want_actions, bool reset) {
+      INFO(guard << (two_way ? ", two-way" : ""));
+      gc::pipeline_options o = options("int8", "residual", true, guard);
+      o.two_way = two_way;
       std::deque<gc::gradient_pipeline> cpus, devs;
       for (int r = 0; r < w; ++r) {
         cpus.emplace_back(o);
@@ -424,7 +429,7 @@ TEST_CASE("cuda pipeline: the divergence guard decides on a device source as on 
       }
       std::vector<gc::guard_action> actions;
       compare_steps<rank_state>(
-          w, 5,
+          w, steps,
           [&](auto& comm, int r, std::uint32_t s) {
             return cpu_step(comm, cpus[static_cast<std::size_t>(r)], grads(r, s));
           },
@@ -440,13 +445,39 @@ TEST_CASE("cuda pipeline: the divergence guard decides on a device source as on 
                 for (auto const& o : st.out) CHECK(std::all_of(o.begin(), o.end(), [](float v) { return v == 0.0f; }));
               }
             }
+            if (got[0].stats.guard == gc::guard_action::dense) {
+              for (auto const& st : got) {
+                CHECK(st.stats.sent == gc::send_kind::dense);
+                CHECK(st.stats.compressed_tensors == 0);
+                // reset: no residual left; kept: the compressed tensors' residuals stay
+                std::size_t held = 0;
+                for (auto const& e : st.residual) held += e.empty() ? 0 : 1;
+                CHECK(held == (reset || two_way ? 0 : compressed_tensors));
+              }
+            }
           });
-      std::vector<gc::guard_action> const want_actions = {gc::guard_action::none, gc::guard_action::none,
-                                                          gc::guard_action::none, gc::guard_action::skipped,
-                                                          gc::guard_action::none};
       CHECK(actions == want_actions);
-      for (auto const& d : devs) CHECK(d.guard().counters().skipped == 1);
+      for (auto const& d : devs) {
+        auto const& c = d.guard().counters();
+        CHECK(c.skipped + c.dense == 1);
+        CHECK(c.resets == (reset ? 1u : 0u));
+      }
+    };
+    using gc::guard_action;
+    run_policy("skip:warmup=2,window=4", false, 5,
+               {guard_action::none, guard_action::none, guard_action::none, guard_action::skipped,
+                guard_action::none},
+               false);
+    for (bool two_way : {false, true}) {
+      run_policy("dense:warmup=2,window=4", two_way, 5,
+                 {guard_action::none, guard_action::none, guard_action::none, guard_action::dense,
+                  guard_action::none},
+                 false);
     }
+    run_policy("dense:warmup=2,window=4,factor=1e9,residual_factor=2", false, 6,
+               {guard_action::none, guard_action::none, guard_action::none, guard_action::none,
+                guard_action::dense, guard_action::none},
+               true);
     // raise: numeric_error on every rank of both backends, every save() as before; a NaN on one
     // rank too (the guard's sum makes it every rank's).
     {
@@ -508,7 +539,6 @@ TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
     edit(o);
     bad.emplace_back(what, o);
   };
-  with("the guard's dense action", [](auto& o) { o.guard = "dense"; });
   with("a controller", [](auto& o) {
     o.codec = "topk:ratio=0.01";
     o.controller = "static:factor=100";

@@ -59,9 +59,10 @@
 /// `two_way` the two-way collective of the source's codec and feedback per compressed tensor
 /// (worker and server residuals in device memory); outputs, residuals, statistics and `save`
 /// are byte for byte those of the CPU pipeline with the CPU codec of `pipeline_options::codec`.
-/// Not taken by a device source (`config_error` at construction): a controller, hierarchical
-/// or PowerSGD sends, EF21 and DGC, the guard's dense action, `measure_gain`,
-/// `buckets.checksum` and a 16-bit `buckets.small_format`.
+/// The divergence guard's raise, skip and dense actions work as on the CPU. Not taken by a
+/// device source (`config_error` at construction): a controller, hierarchical or PowerSGD
+/// sends, EF21 and DGC, `measure_gain`, `buckets.checksum` and a 16-bit
+/// `buckets.small_format`.
 
 #include <gradcomp/adapt/any_controller.hpp>
 #include <gradcomp/adapt/protocol.hpp>
@@ -260,6 +261,13 @@ class device_source_base {
   /// after the outcome round only, so a failure leaves them as they were.
   virtual bucket_result exchange(any_communicator& comm, std::span<bucket_item const> items,
                                  codec_context const& ctx) = 0;
+  /// The guard's dense action: one step of `items` sent as they are, every tensor in float32
+  /// buckets (the bucketed collective of the source's codec without feedback, options of the
+  /// pipeline with no tensor compressed); the residuals are not touched.
+  virtual bucket_result exchange_dense(any_communicator& comm, std::span<bucket_item const> items,
+                                       codec_context const& ctx) = 0;
+  /// Forgets every residual (the guard's reset after a non-finite residual).
+  virtual void reset_residuals() = 0;
   /// The committed residual of `id` in device memory (empty: none, or feedback "none").
   [[nodiscard]] virtual std::span<float const> residual(tensor_id id) const = 0;
   /// A host copy of `residual(id)`.
@@ -304,7 +312,7 @@ class device_source_base {
 template <class Source>
 class device_source_model final : public device_source_base {
  public:
-  device_source_model(Source src, bucket_options const& opt) : buckets_(std::move(src), opt) {}
+  device_source_model(Source src, bucket_options const& opt) : opt_(opt), buckets_(std::move(src), opt) {}
 
   [[nodiscard]] bool keeps_residuals() const noexcept override { return residuals; }
   [[nodiscard]] std::uint64_t fingerprint(std::size_t n, reduction op) const override {
@@ -313,6 +321,19 @@ class device_source_model final : public device_source_base {
   bucket_result exchange(any_communicator& comm, std::span<bucket_item const> items,
                          codec_context const& ctx) override {
     return buckets_.run(comm, items, ctx);
+  }
+  bucket_result exchange_dense(any_communicator& comm, std::span<bucket_item const> items,
+                               codec_context const& ctx) override {
+    if (!dense_) {
+      bucket_options o = opt_;
+      o.min_compress_elements = std::numeric_limits<std::size_t>::max();
+      o.small_format = dense_format::f32;
+      dense_.emplace(codec_of(buckets_source()), o);
+    }
+    return dense_->run(comm, items, ctx);
+  }
+  void reset_residuals() override {
+    if constexpr (requires(Source& s) { s.reset(); }) buckets_.source().reset();
   }
   [[nodiscard]] std::span<float const> residual(tensor_id id) const override {
     if constexpr (residuals) {
@@ -389,6 +410,8 @@ class device_source_model final : public device_source_base {
     return *two_way_;
   }
   std::optional<two_way_type> two_way_;
+  bucket_options opt_;
+  std::optional<bucketed_all_reduce<codec_type>> dense_;  // the guard's dense steps
   [[nodiscard]] Source const& buckets_source() const noexcept { return buckets_.source(); }
   // A widening (16-bit source) or a rounding (16-bit destination) in the source's memory space.
   template <class A, class B>
@@ -493,10 +516,6 @@ class gradient_pipeline {
     if (low_rank_) refuse("PowerSGD is not taken (codec '" + opt_.codec + "')");
     if (ctrl_) refuse("no controller is taken (controller '" + opt_.controller + "')");
     if (hier_) refuse("the hierarchical all-reduce is not taken");
-    if (guard_->options().policy == guard_policy::dense) {
-      refuse("the divergence guard's dense action is not taken (use raise, skip or off), got '" + opt_.guard +
-             "'");
-    }
     if (opt_.measure_gain) refuse("measure_gain is not taken");
     if (opt_.buckets.checksum)
       refuse("buckets.checksum is not taken (it reads every payload on the host)");
@@ -1212,16 +1231,19 @@ class gradient_pipeline {
     bucket_result br;
     (void)agree_step(comm, items, br);
     double agree_s = seconds(t_agree, clock::now());
-    // The divergence guard, as in `run_step` (its dense action is refused at construction).
+    // The divergence guard, as in `run_step`.
     guard_verdict gv;
     if (guard_->enabled()) {
       gv = check_guard(comm, br, st, agree_s);
       if (gv.action == guard_action::skipped) return skip_step(st, gv, agree_s);
     }
+    bool const guard_dense = gv.action == guard_action::dense;
     auto const t_send = clock::now();
     bucket_result r;
     auto run = [&](any_communicator& c) {
-      if (opt_.two_way) {
+      if (guard_dense) {  // every tensor's own g, dense; the residuals kept (or reset below)
+        r = device_->exchange_dense(c, std::span<bucket_item const>(items), ctx_);
+      } else if (opt_.two_way) {
         r = exchange_two_way_on_device(c);
       } else {
         r = device_->exchange(c, std::span<bucket_item const>(items), ctx_);
@@ -1237,12 +1259,22 @@ class gradient_pipeline {
       if (e.write_back) e.write_back();  // 16-bit gradients: the result rounded once
     }
     double const send_s = seconds(t_send, clock::now());
-    for (auto const& e : pending_) {
-      if (!e.large) continue;
-      ++st.compressed_tensors;
-      if (!opt_.two_way) device_tensors_.insert(e.id);  // two-way keeps its own state
+    if (guard_dense) {
+      st.sent = send_kind::dense;
+      st.factor = 1.0;
+      st.gain = 1.0;
+      if (gv.reset_residual && !opt_.two_way) {  // as the CPU's compressor reset
+        device_->reset_residuals();
+        device_tensors_.clear();
+      }
+    } else {
+      for (auto const& e : pending_) {
+        if (!e.large) continue;
+        ++st.compressed_tensors;
+        if (!opt_.two_way) device_tensors_.insert(e.id);  // two-way keeps its own state
+      }
+      st.factor = 32.0 / base_.bits_per_element();
     }
-    st.factor = 32.0 / base_.bits_per_element();
     st.bytes_sent = r.packet_bytes;
     st.wire_bytes = br.wire_bytes + r.wire_bytes;
     st.buckets = r.buckets;
