@@ -35,6 +35,7 @@
 #include <gradcomp/cuda/int8.cuh>
 #include <gradcomp/cuda/memory.cuh>
 #include <gradcomp/cuda/onebit.cuh>
+#include <gradcomp/cuda/powersgd.cuh>
 #include <gradcomp/pipeline/pipeline.hpp>
 
 #include <algorithm>
@@ -185,11 +186,12 @@ rank_state device_step(Comm& comm, gc::gradient_pipeline& pipe,
   return st;
 }
 
-// The device source of a CUDA codec for a feedback spec.
+// The device source of a CUDA codec for a feedback spec (PowerSGD: the codec without feedback,
+// PowerSGD's sessions keep the residuals).
 template <class D>
 gc::gradient_pipeline device_pipeline(gc::pipeline_options const& o, D const& dc) {
   gc::cuda::stream_codec<D> sc(dc);
-  if (o.feedback == "residual")
+  if (o.feedback == "residual" && !o.codec.starts_with("powersgd"))
     return gc::gradient_pipeline(o, gc::cuda::device_compressor<D>(std::move(sc)));
   return gc::gradient_pipeline(o, std::move(sc));
 }
@@ -275,6 +277,28 @@ TEST_CASE("cuda pipeline: two-way compression with a device source equals the CP
   });
 }
 
+// PowerSGD with the built-in GEMM order (the device's) and sessions for the tensors of at least
+// 100 elements: with the default shapes (n / c × c, c the largest divisor up to √n) 1000, 1200,
+// 700 and 513 are low-rank matrices, 4099 and 1531 (primes, n × 1) dense ones.
+constexpr char const* powersgd_spec = "powersgd:rank=2,min_elements=100,backend=builtin";
+
+TEST_CASE("cuda pipeline: PowerSGD with a device source equals the CPU pipeline's",
+          "[cuda][pipeline][powersgd]") {
+  // The sessions' factors, warm starts and residuals live on the device; save() carries them
+  // (host copies) in the CPU pipeline's format, and a CPU checkpoint resumes on the device.
+  for (int w : {2, 3, 4}) {
+    compare(powersgd_spec, gc::cuda::identity_codec{}, "residual", w, 3, true);
+    compare(powersgd_spec, gc::cuda::identity_codec{}, "none", w, 2, true);
+  }
+  // The source: one without residuals, whose memory space makes sessions.
+  gc::pipeline_options const o = options(powersgd_spec, "residual");
+  CHECK_THROWS_AS(gc::gradient_pipeline(o, gc::cuda::device_compressor<gc::cuda::identity_codec>(
+                                               gc::cuda::stream_codec<gc::cuda::identity_codec>{})),
+                  gc::config_error);
+  CHECK_THROWS_AS(gc::gradient_pipeline(o, gc::cuda::stream_codec<gc::cuda::int8_codec>{}),
+                  gc::config_error);
+}
+
 TEST_CASE("cuda pipeline: begin / submit / finish with a device source equals the CPU step",
           "[cuda][pipeline]") {
   for (int w : {2, 3}) {
@@ -302,17 +326,21 @@ TEST_CASE("cuda pipeline: begin / submit / finish with a device source equals th
 
 TEST_CASE("cuda pipeline: bad inputs fail the device step as the CPU step, state unchanged",
           "[cuda][pipeline][failure]") {
-  for (auto const [w, two_way] : {std::pair{2, false}, std::pair{3, false}, std::pair{4, false},
-                                  std::pair{2, true}, std::pair{3, true}}) {
-    INFO(w << " ranks" << (two_way ? ", two-way" : ""));
+  enum class mode { flat, two_way, powersgd };
+  for (auto const [w, m] : {std::pair{2, mode::flat}, std::pair{3, mode::flat}, std::pair{4, mode::flat},
+                            std::pair{2, mode::two_way}, std::pair{3, mode::two_way},
+                            std::pair{2, mode::powersgd}, std::pair{3, mode::powersgd}}) {
+    INFO(w << " ranks, mode " << static_cast<int>(m));
     // The guard off: the codecs' own checks (the guard's are the next test's). Two-way: the
-    // worker and server residuals are rolled back (save() compares them).
-    gc::pipeline_options o = options("int8", "residual", true, "off");
-    o.two_way = two_way;
+    // worker and server residuals are rolled back; PowerSGD: the sessions (save() compares
+    // them all).
+    gc::pipeline_options o = options(m == mode::powersgd ? powersgd_spec : "int8", "residual", true, "off");
+    o.two_way = m == mode::two_way;
     std::deque<gc::gradient_pipeline> cpus, devs;
     for (int r = 0; r < w; ++r) {
       cpus.emplace_back(o);
-      devs.push_back(device_pipeline(o, gc::cuda::int8_codec{}));
+      if (m == mode::powersgd) devs.push_back(device_pipeline(o, gc::cuda::identity_codec{}));
+      else devs.push_back(device_pipeline(o, gc::cuda::int8_codec{}));
     }
     auto cpu = [&](auto& comm, int r, std::vector<std::vector<float>> const& g) {
       (void)cpu_step(comm, cpus[static_cast<std::size_t>(r)], g);
@@ -544,7 +572,6 @@ TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
     o.controller = "static:factor=100";
   });
   with("hierarchical", [](auto& o) { o.hierarchical.nodes = gc::node_grouping::uniform(2); });
-  with("PowerSGD", [](auto& o) { o.codec = "powersgd:rank=2"; });
   with("EF21", [](auto& o) { o.feedback = "ef21"; });
   with("another codec", [](auto& o) { o.codec = "fp16"; });
   with("another bucket size", [](auto& o) { o.codec = "int8:bucket=100"; });

@@ -59,10 +59,13 @@
 /// `two_way` the two-way collective of the source's codec and feedback per compressed tensor
 /// (worker and server residuals in device memory); outputs, residuals, statistics and `save`
 /// are byte for byte those of the CPU pipeline with the CPU codec of `pipeline_options::codec`.
-/// The divergence guard's raise, skip and dense actions work as on the CPU. Not taken by a
-/// device source (`config_error` at construction): a controller, hierarchical or PowerSGD
-/// sends, EF21 and DGC, `measure_gain`, `buckets.checksum` and a 16-bit
-/// `buckets.small_format`.
+/// The divergence guard's raise, skip and dense actions work as on the CPU. PowerSGD
+/// ("powersgd:..." codec specs) takes `cuda::stream_codec<cuda::identity_codec>` as the source
+/// (the small tensors go dense through it) and keeps one `cuda::powersgd_session` per tensor,
+/// made by the memory space (`make_low_rank_session`, cuda/powersgd.cuh); outputs and `save`
+/// are the CPU pipeline's with `backend=builtin`. Not taken by a device source (`config_error`
+/// at construction): a controller, the hierarchical all-reduce, EF21 and DGC, `measure_gain`,
+/// `buckets.checksum` and a 16-bit `buckets.small_format`.
 
 #include <gradcomp/adapt/any_controller.hpp>
 #include <gradcomp/adapt/protocol.hpp>
@@ -114,6 +117,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -305,6 +309,48 @@ class device_source_base {
   /// Restores a state written by `two_way_save` (or by the CPU pipeline's two-way compressor
   /// with the same feedback); `format_error` and nothing changed on a malformed one.
   virtual void two_way_load(std::span<std::byte const> bytes) = 0;
+
+  /// PowerSGD (a "powersgd" codec spec): whether the source's memory space makes device
+  /// sessions (`make_low_rank_session`, found by argument-dependent lookup on the memory space:
+  /// cuda/powersgd.cuh for `cuda::device_memory`).
+  [[nodiscard]] virtual bool makes_low_rank_sessions() const noexcept = 0;
+  /// `all_reduce_low_rank`'s exchange of tensor `id` (the outcome round is the caller's) with
+  /// its session, made at its first step for a rows × cols matrix with `opt`; the session's
+  /// state before the step is kept until `low_rank_commit` (`low_rank_rollback` puts it back).
+  virtual collective_result low_rank_exchange(any_communicator& comm, tensor_id id, std::size_t rows,
+                                              std::size_t cols, powersgd_options const& opt,
+                                              tensor_view<float const> g, std::span<float> out,
+                                              codec_context const& ctx, collective_options const& copt,
+                                              step_check& check) = 0;
+  virtual void low_rank_commit() noexcept = 0;
+  virtual void low_rank_rollback() noexcept = 0;
+  /// The sessions in the CPU pipeline's checkpoint format (count, then per session its id,
+  /// rows, cols and `save_exact`), in ascending id order.
+  virtual void low_rank_save(byte_writer& w) const = 0;
+  /// Replaces every session by `saved` (id → rows, cols and a "GCPS" v1 record of
+  /// `save_exact`, already validated by a host session); nothing changes on an error.
+  virtual void low_rank_load(
+      std::map<tensor_id, std::tuple<std::size_t, std::size_t, std::vector<std::byte>>> const& saved,
+      powersgd_options const& opt) = 0;
+};
+
+/// The record format `low_rank_load` takes (one session's `save_exact`).
+inline constexpr char const* low_rank_record_magic = "GCPS";
+
+/// The PowerSGD sessions of a device source whose memory space `M` makes them
+/// (`make_low_rank_session(m, rows, cols, options, id)`, found by argument-dependent lookup:
+/// cuda/powersgd.cuh), with the states to put back if the step fails; empty for another space.
+template <class M>
+struct low_rank_store {};
+template <class M>
+  requires requires(M const& m, powersgd_options const& o) {
+    make_low_rank_session(m, std::size_t{}, std::size_t{}, o, tensor_id{});
+  }
+struct low_rank_store<M> {
+  using session_type = decltype(make_low_rank_session(std::declval<M const&>(), std::size_t{}, std::size_t{},
+                                                      std::declval<powersgd_options const&>(), tensor_id{}));
+  std::map<tensor_id, session_type> sessions;
+  std::vector<std::pair<tensor_id, std::optional<decltype(std::declval<session_type const&>().snapshot())>>> undo;
 };
 
 /// `device_source_base` over a `Source` (its payloads in device memory, a `bucketed_all_reduce`
@@ -397,6 +443,72 @@ class device_source_model final : public device_source_base {
   }
   void two_way_load(std::span<std::byte const> bytes) override { two_way().load(bytes); }
 
+  [[nodiscard]] bool makes_low_rank_sessions() const noexcept override { return sessions_made; }
+  collective_result low_rank_exchange(any_communicator& comm, tensor_id id, std::size_t rows, std::size_t cols,
+                                      powersgd_options const& opt, tensor_view<float const> g,
+                                      std::span<float> out, codec_context const& ctx,
+                                      collective_options const& copt, step_check& check) override {
+    if constexpr (sessions_made) {
+      auto it = low_rank_.sessions.find(id);
+      if (it == low_rank_.sessions.end()) {
+        it = low_rank_.sessions.emplace(id, make_low_rank_session(memory_of(buckets_source()), rows, cols, opt, id)).first;
+        low_rank_.undo.emplace_back(id, std::nullopt);
+      } else {
+        low_rank_.undo.emplace_back(id, it->second.snapshot());
+      }
+      return detail::low_rank_exchange(comm, it->second, g, out, ctx, copt, check);
+    } else {
+      (void)comm, (void)id, (void)rows, (void)cols, (void)opt, (void)g, (void)out, (void)ctx, (void)copt, (void)check;
+      throw config_error("gradcomp: gradient_pipeline: this device source's memory space makes no PowerSGD sessions");
+    }
+  }
+  void low_rank_commit() noexcept override {
+    if constexpr (sessions_made) low_rank_.undo.clear();
+  }
+  void low_rank_rollback() noexcept override {
+    if constexpr (sessions_made) {
+      try {
+        for (auto& [id, before] : low_rank_.undo) {
+          if (before) low_rank_.sessions.at(id).restore(std::move(*before));
+          else low_rank_.sessions.erase(id);
+        }
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while restoring
+      }
+      low_rank_.undo.clear();
+    }
+  }
+  void low_rank_save(byte_writer& w) const override {
+    if constexpr (sessions_made) {
+      w.put_u64(low_rank_.sessions.size());
+      for (auto const& [id, s] : low_rank_.sessions) {
+        w.put_u64(static_cast<std::uint64_t>(id));
+        w.put_u64(s.state().rows());
+        w.put_u64(s.state().cols());
+        s.save_exact(w);
+      }
+    } else {
+      w.put_u64(0);
+    }
+  }
+  void low_rank_load(std::map<tensor_id, std::tuple<std::size_t, std::size_t, std::vector<std::byte>>> const& saved,
+                     powersgd_options const& opt) override {
+    if constexpr (sessions_made) {
+      decltype(low_rank_.sessions) fresh;
+      for (auto const& [id, rec] : saved) {
+        auto const& [rows, cols, bytes] = rec;
+        auto it = fresh.emplace(id, make_low_rank_session(memory_of(buckets_source()), rows, cols, opt, id)).first;
+        byte_reader r(std::span<std::byte const>(bytes), low_rank_record_magic, 1, "PowerSGD session");
+        it->second.load_exact(r);
+        r.expect_end();
+      }
+      low_rank_.sessions = std::move(fresh);
+      low_rank_.undo.clear();
+    } else if (!saved.empty()) {
+      (void)opt;
+      throw config_error("gradcomp: gradient_pipeline: this device source's memory space makes no PowerSGD sessions");
+    }
+  }
+
  private:
   static constexpr bool residuals = requires(Source const& s, tensor_id id) {
     { s.residual(id) } -> std::convertible_to<std::span<float const>>;
@@ -410,6 +522,10 @@ class device_source_model final : public device_source_base {
     return *two_way_;
   }
   std::optional<two_way_type> two_way_;
+  // PowerSGD sessions (a "powersgd" codec spec), of the type the memory space makes.
+  using memory_type = memory_of_t<Source>;
+  static constexpr bool sessions_made = requires { typename low_rank_store<memory_type>::session_type; };
+  low_rank_store<memory_type> low_rank_;
   bucket_options opt_;
   std::optional<bucketed_all_reduce<codec_type>> dense_;  // the guard's dense steps
   [[nodiscard]] Source const& buckets_source() const noexcept { return buckets_.source(); }
@@ -513,7 +629,6 @@ class gradient_pipeline {
     auto refuse = [](std::string const& what) {
       throw config_error("gradcomp: gradient_pipeline with a device source: " + what);
     };
-    if (low_rank_) refuse("PowerSGD is not taken (codec '" + opt_.codec + "')");
     if (ctrl_) refuse("no controller is taken (controller '" + opt_.controller + "')");
     if (hier_) refuse("the hierarchical all-reduce is not taken");
     if (opt_.measure_gain) refuse("measure_gain is not taken");
@@ -524,8 +639,17 @@ class gradient_pipeline {
     }
     auto model =
         std::make_unique<detail::device_source_model<Source>>(std::move(src), opt_.buckets);
+    if (low_rank_) {
+      // PowerSGD keeps its residuals in its sessions; the source sends the small tensors dense
+      if (model->keeps_residuals()) {
+        refuse("with PowerSGD the source keeps no residuals (pass cuda::stream_codec<cuda::identity_codec>)");
+      }
+      if (!model->makes_low_rank_sessions()) {
+        refuse("its memory space makes no PowerSGD sessions (include gradcomp/cuda/powersgd.cuh)");
+      }
+    }
     std::string const want = model->keeps_residuals() ? "residual" : "none";
-    if (opt_.feedback != want) {
+    if (!low_rank_ && opt_.feedback != want) {
       refuse("its source keeps " +
              std::string(model->keeps_residuals() ? "a residual per tensor" : "no residuals") +
              ": feedback must be '" + want + "', got '" + opt_.feedback + "'");
@@ -671,12 +795,16 @@ class gradient_pipeline {
       w.put_u64(static_cast<std::uint64_t>(id));
       w.put_floats(acc);
     }
-    w.put_u64(sessions_.size());
-    for (auto const& [id, s] : sessions_) {
-      w.put_u64(static_cast<std::uint64_t>(id));
-      w.put_u64(s.state().rows());
-      w.put_u64(s.state().cols());
-      s.state().save_exact(w);
+    if (device_) {
+      device_->low_rank_save(w);
+    } else {
+      w.put_u64(sessions_.size());
+      for (auto const& [id, s] : sessions_) {
+        w.put_u64(static_cast<std::uint64_t>(id));
+        w.put_u64(s.state().rows());
+        w.put_u64(s.state().cols());
+        s.state().save_exact(w);
+      }
     }
     if (device_ && opt_.two_way) {
       w.put_bytes(device_->two_way_save());
@@ -742,6 +870,7 @@ class gradient_pipeline {
       if (!acc.emplace(id, r.get_floats()).second) r.fail("an accumulator id appears twice");
     }
     std::map<tensor_id, powersgd_session> sessions;
+    std::map<tensor_id, std::tuple<std::size_t, std::size_t, std::vector<std::byte>>> device_sessions;
     std::uint64_t const nses = r.get_u64();
     if (nses != 0 && !low_rank_) r.fail("holds PowerSGD sessions, this pipeline is not PowerSGD");
     for (std::uint64_t i = 0; i < nses; ++i) {
@@ -750,6 +879,12 @@ class gradient_pipeline {
       if (rows == 0 || cols == 0 || rows > (std::uint64_t{1} << 40) / cols) r.fail("a PowerSGD session has an invalid shape");
       powersgd_session s(static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), *low_rank_, id);
       s.state().load_exact(r);
+      if (device_) {  // validated by the host session, re-recorded for the device's
+        detail::byte_writer rec;
+        rec.begin(detail::low_rank_record_magic, 1);
+        s.state().save_exact(rec);
+        device_sessions[id] = {static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), rec.finish()};
+      }
       if (!sessions.emplace(id, std::move(s)).second) r.fail("a PowerSGD session id appears twice");
     }
     std::optional<two_way_variant> tw = two_way_;
@@ -774,9 +909,11 @@ class gradient_pipeline {
     }
     r.expect_end();
     if (device_) {
-      // the steps that may fail come first (a failed two-way load changes nothing; the
-      // residuals of a two-way pipeline are empty, so their assignment allocates nothing)
+      // the steps that may fail come first; each changes nothing when it fails, and at most one
+      // of them has anything to load (two-way and PowerSGD exclude each other, and the
+      // residuals of either are empty, so their assignment allocates nothing)
       if (opt_.two_way) device_->two_way_load(tstate);
+      if (low_rank_) device_->low_rank_load(device_sessions, *low_rank_);
       device_->assign_residuals(device_residuals);
       device_tensors_ = std::move(device_tensors);
     } else {
@@ -784,7 +921,7 @@ class gradient_pipeline {
     }
     ctrl_ = std::move(ctrl);
     accumulators_ = std::move(acc);
-    sessions_ = std::move(sessions);
+    if (!device_) sessions_ = std::move(sessions);
     two_way_ = std::move(tw);
     guard_ = std::move(guard);
     step_ = step;
@@ -887,7 +1024,7 @@ class gradient_pipeline {
       // of a compressed tensor only), in the same canonical order on the device.
       if (guard_->enabled()) {
         guard_tensor gt{e.id, device_->sum_of_squares(e.raw32), 0.0};
-        if (e.large && !opt_.two_way) gt.residual_sq = device_->sum_of_squares(device_->residual(e.id));
+        if (e.large && !opt_.two_way && !low_rank_) gt.residual_sq = device_->sum_of_squares(device_->residual(e.id));
         guard_tensors_.push_back(gt);
         if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) guard_nonfinite_ = true;
       }
@@ -1034,6 +1171,7 @@ class gradient_pipeline {
       }
       if (two_way_) std::visit([](auto& tw) { tw.rollback_step(); }, *two_way_);
       if (device_ && opt_.two_way) device_->two_way_rollback();
+      if (device_ && low_rank_) device_->low_rank_rollback();
       std::visit([&](auto& c) {
         for (tensor_id id : hier_staged_) c.discard(id);
       }, comp_);
@@ -1243,8 +1381,8 @@ class gradient_pipeline {
     auto run = [&](any_communicator& c) {
       if (guard_dense) {  // every tensor's own g, dense; the residuals kept (or reset below)
         r = device_->exchange_dense(c, std::span<bucket_item const>(items), ctx_);
-      } else if (opt_.two_way) {
-        r = exchange_two_way_on_device(c);
+      } else if (opt_.two_way || low_rank_) {
+        r = exchange_per_tensor_on_device(c);
       } else {
         r = device_->exchange(c, std::span<bucket_item const>(items), ctx_);
       }
@@ -1271,9 +1409,10 @@ class gradient_pipeline {
       for (auto const& e : pending_) {
         if (!e.large) continue;
         ++st.compressed_tensors;
-        if (!opt_.two_way) device_tensors_.insert(e.id);  // two-way keeps its own state
+        // two-way and PowerSGD keep their own state
+        if (!opt_.two_way && !low_rank_) device_tensors_.insert(e.id);
       }
-      st.factor = 32.0 / base_.bits_per_element();
+      st.factor = low_rank_ ? 1.0 : 32.0 / base_.bits_per_element();
     }
     st.bytes_sent = r.packet_bytes;
     st.wire_bytes = br.wire_bytes + r.wire_bytes;
@@ -1295,22 +1434,29 @@ class gradient_pipeline {
     return st;
   }
 
-  // Two-way compression with a device source, as `send_per_tensor` does it for host tensors:
-  // `all_reduce_two_way`'s exchange per compressed tensor, the small tensors dense in the
-  // source's bucketed collective, then the step-outcome round; the two-way state becomes
-  // current only after it (a failure rolls it back, `rollback`).
-  bucket_result exchange_two_way_on_device(any_communicator& comm) {
+  // Two-way compression or PowerSGD with a device source, as `send_per_tensor` does them for
+  // host tensors: `all_reduce_two_way`'s or `all_reduce_low_rank`'s exchange per compressed
+  // tensor, the small tensors dense in the source's bucketed collective, then the step-outcome
+  // round; the two-way state or the sessions' become current only after it (a failure puts
+  // them back, `rollback`).
+  bucket_result exchange_per_tensor_on_device(any_communicator& comm) {
     bucket_result br;
     collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
-    device_->two_way_begin();
+    if (opt_.two_way) device_->two_way_begin();
     std::vector<bucket_item> dense;
     for (auto const& e : pending_) {
       if (!e.large) {
         dense.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
         continue;
       }
-      collective_result const cr =
-          device_->two_way_exchange(comm, tensor_view<float const>(e.raw32, e.id), e.out32, ctx_, copt, step_check_);
+      tensor_view<float const> const g(e.raw32, e.id);
+      collective_result cr;
+      if (low_rank_) {
+        auto const [rows, cols] = shape_of(e.id, e.n);
+        cr = device_->low_rank_exchange(comm, e.id, rows, cols, *low_rank_, g, e.out32, ctx_, copt, step_check_);
+      } else {
+        cr = device_->two_way_exchange(comm, g, e.out32, ctx_, copt, step_check_);
+      }
       br.packet_bytes += cr.packet_bytes;
       br.wire_bytes += cr.wire_bytes;
       ++br.buckets;
@@ -1323,7 +1469,8 @@ class gradient_pipeline {
     }
     detail::agree_outcome(comm, step_check_, "gradient_pipeline", step_);
     br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
-    device_->two_way_commit();
+    if (opt_.two_way) device_->two_way_commit();
+    if (low_rank_) device_->low_rank_commit();
     return br;
   }
 
@@ -1333,7 +1480,7 @@ class gradient_pipeline {
   [[nodiscard]] std::vector<std::byte> device_state() const {
     bool const res = device_->keeps_residuals();
     std::vector<std::byte> out = detail::feedback_state_head(
-        res ? feedback_id::residual : feedback_id::none, device_tensors_.size(), 0);
+        opt_.feedback == "residual" ? feedback_id::residual : feedback_id::none, device_tensors_.size(), 0);
     for (tensor_id const id : device_tensors_) {
       detail::put_feedback_record(out, id,
                                   res ? device_->residual_on_host(id) : std::vector<float>{});
