@@ -1443,24 +1443,13 @@ class gradient_pipeline {
     bucket_result br;
     collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
     if (opt_.two_way) device_->two_way_begin();
-    std::vector<bucket_item> dense;
-    for (auto const& e : pending_) {
-      if (!e.large) {
-        dense.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
-        continue;
-      }
-      tensor_view<float const> const g(e.raw32, e.id);
-      collective_result cr;
+    std::vector<bucket_item> const dense = for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
       if (low_rank_) {
         auto const [rows, cols] = shape_of(e.id, e.n);
-        cr = device_->low_rank_exchange(comm, e.id, rows, cols, *low_rank_, g, e.out32, ctx_, copt, step_check_);
-      } else {
-        cr = device_->two_way_exchange(comm, g, e.out32, ctx_, copt, step_check_);
+        return device_->low_rank_exchange(comm, e.id, rows, cols, *low_rank_, g, e.out32, ctx_, copt, step_check_);
       }
-      br.packet_bytes += cr.packet_bytes;
-      br.wire_bytes += cr.wire_bytes;
-      ++br.buckets;
-    }
+      return device_->two_way_exchange(comm, g, e.out32, ctx_, copt, step_check_);
+    });
     if (!dense.empty()) {
       bucket_result const d = device_->exchange(comm, std::span<bucket_item const>(dense), ctx_);
       br.packet_bytes += d.packet_bytes;
@@ -1667,13 +1656,7 @@ class gradient_pipeline {
   void send_per_tensor(Comm& comm, bucket_result& br, double& decode) {
     collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
     if (two_way_) std::visit([](auto& tw) { tw.begin_step(); }, *two_way_);
-    std::vector<bucket_item> dense;
-    for (auto const& e : pending_) {
-      if (!e.large) {
-        dense.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
-        continue;
-      }
-      tensor_view<float const> const g(e.raw32, e.id);
+    std::vector<bucket_item> const dense = for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
       collective_result r;
       if (low_rank_) {
         auto it = sessions_.find(e.id);
@@ -1702,11 +1685,28 @@ class gradient_pipeline {
         r = std::visit([&](auto& tw) { return detail::two_way_exchange(comm, tw, g, e.out32, ctx_, copt, step_check_); },
                        *two_way_);
       }
+      return r;
+    });
+    if (!dense.empty()) send_plain_dense(comm, dense, br, decode);
+  }
+
+  // The per-tensor modes' split of the step (host and device sources): `one(entry, g)` runs
+  // the collective of each compressed tensor (its result counted in `br`, one bucket each); the
+  // small tensors are returned, to go dense in buckets.
+  template <class One>
+  std::vector<bucket_item> for_each_compressed(bucket_result& br, One&& one) {
+    std::vector<bucket_item> dense;
+    for (auto const& e : pending_) {
+      if (!e.large) {
+        dense.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
+        continue;
+      }
+      collective_result const r = one(e, tensor_view<float const>(e.raw32, e.id));
       br.packet_bytes += r.packet_bytes;
       br.wire_bytes += r.wire_bytes;
       ++br.buckets;
     }
-    if (!dense.empty()) send_plain_dense(comm, dense, br, decode);
+    return dense;
   }
 
   template <communicator Comm>
