@@ -39,6 +39,7 @@
 #include <gradcomp/cuda/memory.cuh>
 #include <gradcomp/cuda/onebit.cuh>
 #include <gradcomp/feedback/compressor.hpp>
+#include <gradcomp/feedback/dgc.hpp>
 #include <gradcomp/feedback/policies.hpp>
 
 #include <cmath>
@@ -96,10 +97,10 @@ struct rank_state {
 
 template <class Source>
 std::vector<float> residual_of(Source& src, gc::tensor_id id) {
-  if constexpr (requires { src.residual(id); }) {
-    return to_host(src.residual(id));  // cuda::device_compressor: device memory
+  if constexpr (requires { { src.state(id) } -> std::convertible_to<std::span<float const>>; }) {
+    return to_host(src.state(id));  // cuda::device_compressor: device memory
   } else if constexpr (requires { src.state(id).values(); }) {
-    auto const e = src.state(id).values();  // compressor<C, residual_feedback>
+    auto const e = src.state(id).values();  // compressor<C, F>
     return {e.begin(), e.end()};
   } else {
     return {};  // no feedback
@@ -114,9 +115,9 @@ void read_residuals(Source& src, rank_state& st) {
 
 template <class Source>
 bool residuals_on_device(Source const& src) {
-  if constexpr (requires { src.residual(gc::tensor_id{}); }) {
+  if constexpr (requires { { src.state(gc::tensor_id{}) } -> std::convertible_to<std::span<float const>>; }) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      auto const e = src.residual(id_of(i));
+      auto const e = src.state(id_of(i));
       if (!e.empty() && memory_kind_of(e.data()) != memory_kind::device) return false;
     }
   }
@@ -318,20 +319,50 @@ TEST_CASE(
   });
 }
 
+TEST_CASE(
+    "cuda bucket: device EF21 and DGC through bucketed_all_reduce equal compressor<ef21_feedback> and "
+    "compressor<dgc_feedback>",
+    "[cuda][bucket][feedback]") {
+  for_each_codec_pair([](char const* name, auto cpu, auto dev) {
+    using scodec = gc::cuda::stream_codec<decltype(dev)>;
+    for (int w : {2, 3, 4}) {
+      auto const uw = static_cast<std::uint32_t>(w);
+      auto compare = [&](char const* rule, auto cpu_rule, auto dev_rule) {
+        using cpu_type = gc::compressor<decltype(cpu), decltype(cpu_rule)>;
+        using dev_type = gc::cuda::device_compressor<decltype(dev), decltype(dev_rule)>;
+        for (auto mode : {gc::bucket_compression::per_tensor, gc::bucket_compression::per_bucket}) {
+          gc::reduction const op = w == 3 ? gc::reduction::sum : gc::reduction::average;
+          INFO(name << ", " << rule << ", " << w << " ranks, "
+                    << (mode == gc::bucket_compression::per_tensor ? "per tensor" : "per bucket"));
+          compare_runs([&] { return cpu_type(cpu, cpu_rule); }, [&] { return dev_type(scodec(dev), dev_rule); }, w,
+                       options(mode, op, w != 3), 3,
+                       mode == gc::bucket_compression::per_tensor ? compressed_tensors : expected_buckets - 1);
+        }
+      };
+      compare("ef21", gc::ef21_feedback{}, gc::cuda::device_ef21_rule{});
+      compare("dgc:momentum=0.9", gc::dgc_feedback(0.9f), gc::cuda::device_dgc_rule(0.9f));
+      compare("dgc:momentum=0.5,clip=3", gc::dgc_feedback(0.5f, 3.0, uw), gc::cuda::device_dgc_rule(0.5f, 3.0, uw));
+    }
+  });
+}
+
 TEST_CASE("cuda bucket: bad inputs fail the device step as the CPU step, residuals kept",
           "[cuda][bucket][failure]") {
-  using cpu_source = gc::compressor<gc::int8_codec, gc::residual_feedback>;
-  using dev_source = gc::cuda::device_compressor<gc::cuda::int8_codec>;
+  // Residual feedback, EF21 and DGC with clipping (int8; DGC also with top-k, whose masking
+  // reads the packet's support).
+  auto check = [](char const* source, auto make_cpu, auto make_dev) {
+  using cpu_source = decltype(make_cpu());
+  using dev_source = decltype(make_dev());
   for (auto mode : {gc::bucket_compression::per_tensor, gc::bucket_compression::per_bucket}) {
     for (int w : {2, 3, 4}) {
-      INFO(w << " ranks, "
+      INFO(source << ", " << w << " ranks, "
              << (mode == gc::bucket_compression::per_tensor ? "per tensor" : "per bucket"));
       gc::bucket_options const opt = options(mode, gc::reduction::average, true);
       std::deque<gc::bucketed_all_reduce<cpu_source>> cpus;
       std::deque<gc::bucketed_all_reduce<dev_source>> devs;
       for (int r = 0; r < w; ++r) {
-        cpus.emplace_back(cpu_source(gc::int8_codec{}), opt);
-        devs.emplace_back(dev_source(gc::cuda::stream_codec<gc::cuda::int8_codec>{}), opt);
+        cpus.emplace_back(make_cpu(), opt);
+        devs.emplace_back(make_dev(), opt);
       }
       // One step of rank r on either backend, with the gradients `grads` (tensor i of
       // grads[i].size() elements, its output of sizes[i]).
@@ -435,6 +466,28 @@ TEST_CASE("cuda bucket: bad inputs fail the device step as the CPU step, residua
       expect_same(want, got);
     }
   }
+  };
+  using int8_dev = gc::cuda::stream_codec<gc::cuda::int8_codec>;
+  check(
+      "residual", [] { return gc::compressor<gc::int8_codec, gc::residual_feedback>(gc::int8_codec{}); },
+      [] { return gc::cuda::device_compressor<gc::cuda::int8_codec>(int8_dev{}); });
+  check(
+      "ef21", [] { return gc::compressor<gc::int8_codec, gc::ef21_feedback>(gc::int8_codec{}); },
+      [] { return gc::cuda::device_compressor<gc::cuda::int8_codec, gc::cuda::device_ef21_rule>(int8_dev{}); });
+  check(
+      "dgc:clip=3",
+      [] { return gc::compressor<gc::int8_codec, gc::dgc_feedback>(gc::int8_codec{}, gc::dgc_feedback(0.9f, 3.0, 2)); },
+      [] {
+        return gc::cuda::device_compressor<gc::cuda::int8_codec, gc::cuda::device_dgc_rule>(
+            int8_dev{}, gc::cuda::device_dgc_rule(0.9f, 3.0, 2));
+      });
+  check(
+      "topk, dgc",
+      [] { return gc::compressor<gc::topk_codec, gc::dgc_feedback>(gc::topk_codec::ratio(0.1)); },
+      [] {
+        return gc::cuda::device_compressor<gc::cuda::topk_codec, gc::cuda::device_dgc_rule>(
+            gc::cuda::stream_codec<gc::cuda::topk_codec>(gc::cuda::topk_codec::ratio(0.1)));
+      });
 }
 
 TEST_CASE("cuda bucket: options a device source does not take are errors on every rank",

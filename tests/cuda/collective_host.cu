@@ -38,6 +38,8 @@
 #include <gradcomp/cuda/memory.cuh>
 #include <gradcomp/cuda/powersgd.cuh>
 #include <gradcomp/feedback/compressor.hpp>
+#include <gradcomp/feedback/dgc.hpp>
+#include <gradcomp/feedback/policies.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -352,6 +354,301 @@ TEST_CASE(
   check("random_k:ratio=0.1", gc::random_k_codec::ratio(0.1), gc::cuda::random_k_codec::ratio(0.1));
   check("scaled_random_k:k=99,values=f16", gc::scaled_random_k_codec::count(99, gc::sparse_values::f16),
         gc::cuda::scaled_random_k_codec::count(99, gc::sparse_values::f16));
+}
+
+namespace {
+
+// The CPU policies and their device rules compared: EF21, DGC (momentum 0.9, no clipping) and
+// DGC with clipping to 0.5 over w workers (every gradient here is clipped).
+template <class Fn>
+void for_each_rule(int w, Fn&& fn) {
+  fn("ef21", gc::ef21_feedback{}, gc::cuda::device_ef21_rule{});
+  fn("dgc:momentum=0.9", gc::dgc_feedback(0.9f), gc::cuda::device_dgc_rule(0.9f));
+  fn("dgc:momentum=0.5,clip=0.5", gc::dgc_feedback(0.5f, 0.5, static_cast<std::uint32_t>(w)),
+     gc::cuda::device_dgc_rule(0.5f, 0.5, static_cast<std::uint32_t>(w)));
+}
+
+// The committed state of a tensor: `compressor`'s policy state or the device state.
+template <class Src>
+std::vector<float> state_of(Src& src, gc::tensor_id id) {
+  if constexpr (requires { { src.state(id) } -> std::convertible_to<std::span<float const>>; }) {
+    auto const e = src.state(id);  // cuda::device_compressor: device memory
+    if (!e.empty() && memory_kind_of(e.data()) != memory_kind::device) throw std::logic_error("state on the host");
+    return {e.begin(), e.end()};
+  } else {
+    auto const e = src.state(id).values();
+    return {e.begin(), e.end()};
+  }
+}
+
+// One rank's all_reduce_compressed of `g` (n_out outputs) through `src`, on host or emulated
+// device memory: its output.
+template <class Comm, class Src>
+std::vector<float> reduce_once(Comm& comm, Src& src, std::vector<float> const& g, std::size_t n_out,
+                               gc::tensor_id id, gc::codec_context const& ctx, gc::reduction op) {
+  if constexpr (gc::detail::host_payloads<Src>) {
+    std::vector<float> out(n_out, -7.0f);
+    gc::all_reduce_compressed(comm, src, gc::tensor_view<float const>(std::span<float const>(g), id),
+                              std::span<float>(out), ctx, {.op = op});
+    return out;
+  } else {
+    gc::cuda::device_buffer dg = to_device(g);
+    gc::cuda::device_buffer out = to_device(std::vector<float>(n_out, -7.0f));
+    gc::all_reduce_compressed(comm, src, gc::tensor_view<float const>(std::span<float const>(floats(dg, g.size())), id),
+                              floats(out, n_out), ctx, {.op = op});
+    return to_host(out, n_out);
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "cuda collective: device EF21 and DGC through all_reduce_compressed equal compressor<ef21_feedback> and "
+    "compressor<dgc_feedback>",
+    "[cuda][collective][feedback]") {
+  auto check = [](char const* codec_name, auto cpu_codec, auto dev_codec) {
+    using scodec = gc::cuda::stream_codec<decltype(dev_codec)>;
+    for (int w : {2, 3, 4}) {
+      for_each_rule(w, [&](char const* rule_name, auto cpu_rule, auto dev_rule) {
+        using cpu_type = gc::compressor<decltype(cpu_codec), decltype(cpu_rule)>;
+        using dev_type = gc::cuda::device_compressor<decltype(dev_codec), decltype(dev_rule)>;
+        static_assert(cpu_type::receives == dev_type::receives);
+        static_assert(gc::detail::packet_source<dev_type> && gc::detail::two_phase_source<dev_type>);
+        for (std::size_t n : {std::size_t{2053}, std::size_t{101}}) {
+          gc::reduction const op = w == 3 ? gc::reduction::sum : gc::reduction::average;
+          INFO(codec_name << ", " << rule_name << ", " << w << " ranks, n = " << n);
+          std::deque<cpu_type> cpus;
+          std::deque<dev_type> devs;
+          for (int r = 0; r < w; ++r) {
+            cpus.emplace_back(cpu_codec, cpu_rule);
+            devs.emplace_back(scodec(dev_codec), dev_rule);
+          }
+          gc::tensor_id const id{9};
+          for (std::uint32_t step = 0; step < 4; ++step) {
+            auto const uw = static_cast<std::size_t>(w);
+            std::vector<std::vector<float>> want(uw), got(uw), st_cpu(uw), st_dev(uw), recv(uw);
+            REQUIRE_NOTHROW(gc::run_in_process(w, [&](gc::in_process_communicator& comm) {
+              auto const r = static_cast<std::size_t>(comm.rank());
+              want[r] = reduce_once(comm, cpus[r], gradient(n, comm.rank(), step), n, id,
+                                    context_for<decltype(cpu_codec)>(comm.rank(), step), op);
+              st_cpu[r] = state_of(cpus[r], id);
+            }));
+            traffic log;
+            REQUIRE_NOTHROW(gc::run_in_process(w, [&](gc::in_process_communicator& inner) {
+              emulated_nccl comm(inner, log);
+              auto const r = static_cast<std::size_t>(comm.rank());
+              got[r] = reduce_once(comm, devs[r], gradient(n, comm.rank(), step), n, id,
+                                   context_for<scodec>(comm.rank(), step), op);
+              st_dev[r] = state_of(devs[r], id);
+              if constexpr (dev_type::receives) {
+                auto const h = devs[r].receiver(id);
+                RANK_REQUIRE(memory_kind_of(h.data()) == memory_kind::device);
+                recv[r].assign(h.begin(), h.end());
+              }
+            }));
+            for (std::size_t r = 0; r < uw; ++r) {
+              INFO("step " << step << ", rank " << r);
+              CHECK(same_bits(want[r], got[r]));
+              CHECK(same_bits(st_cpu[r], st_dev[r]));
+              CHECK(st_dev[r].size() == decltype(dev_rule)::state_floats(n));
+              // EF21: the output is the receiver's estimate, on every rank the same.
+              if constexpr (dev_type::receives) {
+                CHECK(same_bits(recv[r], got[r]));
+                CHECK(same_bits(got[r], got[0]));
+              }
+            }
+            CHECK(log.mixed == 0);
+            CHECK(log.host_max <= control_bound);
+          }
+        }
+      });
+    }
+  };
+  check("fp16", gc::fp16_codec{}, gc::cuda::fp16_codec{});
+  check("int8:rounding=stochastic", gc::int8_codec{512, gc::int8_rounding::stochastic},
+        gc::cuda::int8_codec{512, gc::int8_rounding::stochastic});
+  check("onebit", gc::onebit_codec{}, gc::cuda::onebit_codec{});
+  check("topk:ratio=0.05", gc::topk_codec::ratio(0.05), gc::cuda::topk_codec::ratio(0.05));
+  check("topk:k=37,values=f16", gc::topk_codec::count(37, gc::sparse_values::f16),
+        gc::cuda::topk_codec::count(37, gc::sparse_values::f16));
+  check("threshold:1.5", gc::threshold_codec{1.5f}, gc::cuda::threshold_codec{1.5f});
+  check("scaled_random_k:k=99,values=f16", gc::scaled_random_k_codec::count(99, gc::sparse_values::f16),
+        gc::cuda::scaled_random_k_codec::count(99, gc::sparse_values::f16));
+}
+
+TEST_CASE("cuda collective: a failed EF21 or DGC step changes no state on either backend",
+          "[cuda][collective][feedback][failure]") {
+  auto check = [](char const* codec_name, auto cpu_codec, auto dev_codec) {
+    using scodec = gc::cuda::stream_codec<decltype(dev_codec)>;
+    for (int w : {2, 3, 4}) {
+      for_each_rule(w, [&](char const* rule_name, auto cpu_rule, auto dev_rule) {
+        using cpu_type = gc::compressor<decltype(cpu_codec), decltype(cpu_rule)>;
+        using dev_type = gc::cuda::device_compressor<decltype(dev_codec), decltype(dev_rule)>;
+        INFO(codec_name << ", " << rule_name << ", " << w << " ranks");
+        std::size_t const n = 777;
+        auto const uw = static_cast<std::size_t>(w);
+        gc::tensor_id const id{2};
+        std::deque<cpu_type> cpus;
+        std::deque<dev_type> devs;
+        for (int r = 0; r < w; ++r) {
+          cpus.emplace_back(cpu_codec, cpu_rule);
+          devs.emplace_back(scodec(dev_codec), dev_rule);
+        }
+        // Step `step` of every rank on both backends, rank 1's gradient (and output) edited by
+        // `edit`; returns the outputs, or what each rank threw.
+        auto run = [&](std::uint32_t step, auto edit, std::vector<std::vector<float>>* outs) {
+          std::vector<std::vector<float>> o_cpu(uw), o_dev(uw);
+          auto grad = [&](int r) {
+            std::vector<float> g = gradient(n, r, step);
+            if (r == 1) edit(g);
+            return g;
+          };
+          auto const c = run_failing<false>(w, [&](auto& comm, int r) {
+            std::vector<float> const g = grad(r);
+            o_cpu[static_cast<std::size_t>(r)] =
+                reduce_once(comm, cpus[static_cast<std::size_t>(r)], g, g.size(), id,
+                            context_for<decltype(cpu_codec)>(r, step), gc::reduction::average);
+          });
+          auto const d = run_failing<true>(w, [&](auto& comm, int r) {
+            std::vector<float> const g = grad(r);
+            o_dev[static_cast<std::size_t>(r)] =
+                reduce_once(comm, devs[static_cast<std::size_t>(r)], g, g.size(), id,
+                            context_for<scodec>(r, step), gc::reduction::average);
+          });
+          CHECK(d == c);
+          if (outs != nullptr) {
+            for (std::size_t r = 0; r < uw; ++r) CHECK(same_bits(o_cpu[r], o_dev[r]));
+            *outs = o_dev;
+          }
+          return c;
+        };
+        auto states = [&] {
+          std::vector<std::vector<float>> v;
+          for (auto& c : cpus) v.push_back(state_of(c, id));
+          for (auto& d : devs) v.push_back(state_of(d, id));
+          return v;
+        };
+        auto keep = [](std::vector<float>&) {};
+        std::vector<std::vector<float>> outs;
+        for (std::uint32_t step = 0; step < 2; ++step) {
+          for (thrown t : run(step, keep, &outs)) CHECK(t == thrown::nothing);
+        }
+        auto const before = states();
+        for (std::size_t r = 0; r < uw; ++r) CHECK(same_bits(before[r], before[uw + r]));
+        // Rank 1's gradient (and output) of another size than its state: its config_error,
+        // after the other ranks staged their steps.
+        auto const sized = run(2, [](std::vector<float>& g) { g.resize(g.size() - 5); }, nullptr);
+        CHECK(sized[1] == thrown::config);
+        for (std::size_t r = 0; r < uw; ++r) {
+          if (r != 1) CHECK(sized[r] != thrown::nothing);
+        }
+        // A NaN on rank 1: its numeric_error, comm_error elsewhere.
+        auto const nan = run(2, [](std::vector<float>& g) { g[5] = std::nanf(""); }, nullptr);
+        for (std::size_t r = 0; r < uw; ++r) CHECK(nan[r] == (r == 1 ? thrown::numeric : thrown::comm));
+        auto const after = states();
+        for (std::size_t i = 0; i < after.size(); ++i) CHECK(same_bits(before[i], after[i]));
+        // Then both backends take the next step alike (EF21: the receivers were kept too).
+        for (thrown t : run(2, keep, &outs)) CHECK(t == thrown::nothing);
+        auto const next = states();
+        for (std::size_t r = 0; r < uw; ++r) {
+          CHECK(same_bits(next[r], next[uw + r]));
+          CHECK(!same_bits(next[r], before[r]));
+        }
+      });
+    }
+  };
+  check("int8", gc::int8_codec{}, gc::cuda::int8_codec{});
+  check("topk:ratio=0.05", gc::topk_codec::ratio(0.05), gc::cuda::topk_codec::ratio(0.05));
+}
+
+TEST_CASE("cuda collective: device commit_lossless, stage_input and the two phases equal compressor's",
+          "[cuda][collective][feedback]") {
+  // One rank, no collective: the compressors' own operations, step after step.
+  auto check = [](char const* name, auto cpu_codec, auto dev_codec, auto cpu_rule, auto dev_rule) {
+    INFO(name);
+    using cpu_type = gc::compressor<decltype(cpu_codec), decltype(cpu_rule)>;
+    using dev_type = gc::cuda::device_compressor<decltype(dev_codec), decltype(dev_rule)>;
+    cpu_type cpu(cpu_codec, cpu_rule);
+    dev_type dev(gc::cuda::stream_codec<decltype(dev_codec)>(dev_codec), dev_rule);
+    gc::tensor_id const id{3};
+    std::size_t const n = 1031;
+    std::size_t const bound = cpu.max_compressed_bytes(n);
+    REQUIRE(dev.codec().max_compressed_bytes(n) == bound);
+    auto same_state = [&] { return same_bits(state_of(cpu, id), state_of(dev, id)); };
+    // A compressed step through the two phases: the packets and the states alike.
+    auto packet_step = [&](std::uint32_t step) {
+      std::vector<float> const g = gradient(n, 0, step);
+      gc::codec_context const ctx = rank_context(0, step);
+      std::vector<std::byte> pc(bound);
+      std::size_t const bc = cpu.compress(gc::tensor_view<float const>(std::span<float const>(g), id), pc, ctx);
+      gc::cuda::device_buffer dg = to_device(g), pd;
+      pd.resize(bound);
+      std::size_t const bd =
+          dev.compress(gc::tensor_view<float const>(std::span<float const>(floats(dg, n)), id), pd.span(), ctx);
+      REQUIRE(bc == bd);
+      std::vector<std::byte> host(bd);
+      std::memcpy(host.data(), pd.data(), bd);
+      CHECK(std::memcmp(host.data(), pc.data(), bc) == 0);
+      CHECK(same_state());
+    };
+    // A dense step: the staged input sent as it is.
+    auto dense_step = [&](std::uint32_t step) {
+      std::vector<float> const g = gradient(n, 0, step);
+      gc::codec_context const ctx = rank_context(0, step);
+      auto const pc = cpu.stage_input(gc::tensor_view<float const>(std::span<float const>(g), id), ctx);
+      gc::cuda::device_buffer dg = to_device(g);
+      auto const pd = dev.stage_input(gc::tensor_view<float const>(std::span<float const>(floats(dg, n)), id), ctx);
+      CHECK(memory_kind_of(pd.data()) == memory_kind::device);
+      CHECK(same_bits(std::vector<float>(pc.begin(), pc.end()), std::vector<float>(pd.begin(), pd.end())));
+      CHECK(same_bits(to_host(dev.staged_input(id)), std::vector<float>(pd.begin(), pd.end())));
+      cpu.commit_lossless(id);
+      dev.commit_lossless(id);
+      CHECK(same_state());
+      CHECK(dev.staged_input(id).empty());
+    };
+    dense_step(0);  // from a zero state
+    packet_step(1);
+    packet_step(2);
+    dense_step(3);  // from a state
+    packet_step(4);
+    // A stage that is discarded leaves the state; a commit without a stage is a config_error.
+    std::vector<float> const before = state_of(dev, id);
+    {
+      gc::cuda::device_buffer dg = to_device(gradient(n, 0, 5)), pd;
+      pd.resize(bound);
+      dev.stage(gc::tensor_view<float const>(std::span<float const>(floats(dg, n)), id), pd.span(), rank_context(0, 5));
+      dev.discard(id);
+    }
+    CHECK(same_bits(before, state_of(dev, id)));
+    CHECK_THROWS_AS(dev.commit_lossless(id), gc::config_error);
+    CHECK_THROWS_AS(dev.apply_commit(id), gc::config_error);
+    // A gradient of another size: config_error, state unchanged.
+    {
+      gc::cuda::device_buffer dg = to_device(gradient(n - 1, 0, 6)), pd;
+      pd.resize(bound);
+      CHECK_THROWS_AS(dev.stage(gc::tensor_view<float const>(std::span<float const>(floats(dg, n - 1)), id),
+                                pd.span(), rank_context(0, 6)),
+                      gc::config_error);
+    }
+    CHECK(same_bits(before, state_of(dev, id)));
+    packet_step(7);
+    dev.reset();
+    CHECK(dev.state(id).empty());
+  };
+  auto rules = [&](char const* name, auto cpu_codec, auto dev_codec) {
+    check(name, cpu_codec, dev_codec, gc::residual_feedback{}, gc::cuda::device_residual_rule{});
+    check(name, cpu_codec, dev_codec, gc::ef21_feedback{}, gc::cuda::device_ef21_rule{});
+    check(name, cpu_codec, dev_codec, gc::dgc_feedback(0.9f), gc::cuda::device_dgc_rule(0.9f));
+    check(name, cpu_codec, dev_codec, gc::dgc_feedback(0.9f, 2.0, 3), gc::cuda::device_dgc_rule(0.9f, 2.0, 3));
+  };
+  rules("int8", gc::int8_codec{}, gc::cuda::int8_codec{});
+  rules("onebit", gc::onebit_codec{}, gc::cuda::onebit_codec{});
+  rules("topk:ratio=0.05", gc::topk_codec::ratio(0.05), gc::cuda::topk_codec::ratio(0.05));
+  rules("random_k:ratio=0.1", gc::random_k_codec::ratio(0.1), gc::cuda::random_k_codec::ratio(0.1));
+  // The device rule checks dgc_feedback's parameters.
+  CHECK_THROWS_AS(gc::cuda::device_dgc_rule(1.0f), gc::config_error);
+  CHECK_THROWS_AS(gc::cuda::device_dgc_rule(0.5f, -1.0), gc::config_error);
+  CHECK_THROWS_AS(gc::cuda::device_dgc_rule(0.5f, 1.0, 0), gc::config_error);
 }
 
 TEST_CASE("cuda collective: a failing rank fails the device step on every rank, residuals kept",

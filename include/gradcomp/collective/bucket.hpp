@@ -735,9 +735,7 @@ class bucketed_all_reduce {
     res.wire_bytes += detail::outcome_wire_bytes(opt_.checksum, comm.size());
     pending.apply();
     if constexpr (requires(Source & x, tensor_id id, std::span<float> o) { x.receive(id, o); }) {
-      static_assert(memory_type::on_host,
-                    "an increment policy (EF21) receives its outputs on the host");
-      receive_outputs(plan, items);
+      receive_outputs(plan, items, mem);
     }
     return res;
   }
@@ -788,9 +786,10 @@ class bucketed_all_reduce {
 
  private:
   // The receiver side of an increment policy (EF21) turns each compressed output into the
-  // estimate, once the step has succeeded: per tensor, or per concatenated bucket.
+  // estimate, once the step has succeeded: per tensor, or per concatenated bucket (gathered in
+  // a buffer of the payloads' memory space and copied back, through its `copy`).
   void receive_outputs(std::vector<detail::bucket_plan> const& plan,
-                       std::span<bucket_item const> items) {
+                       std::span<bucket_item const> items, memory_type const& mem) {
     for (auto const& b : plan) {
       if (b.dense) continue;
       if (opt_.mode == bucket_compression::per_tensor) {
@@ -798,17 +797,18 @@ class bucketed_all_reduce {
           detail::receive_output(src_, items[i].grad.id(), items[i].out);
         continue;
       }
-      std::vector<float> fused;
-      fused.reserve(b.elements);
-      for (std::size_t i : b.items)
-        fused.insert(fused.end(), items[i].out.begin(), items[i].out.end());
-      detail::receive_output(src_, items[b.items.front()].grad.id(), std::span<float>(fused));
+      typename memory_type::buffer fused = mem.make_buffer();
+      fused.resize(b.elements * sizeof(float));
       std::size_t at = 0;
       for (std::size_t i : b.items) {
-        std::copy(fused.begin() + static_cast<std::ptrdiff_t>(at),
-                  fused.begin() + static_cast<std::ptrdiff_t>(at + items[i].out.size()),
-                  items[i].out.begin());
-        at += items[i].out.size();
+        mem.copy(fused.span().subspan(at, items[i].out.size_bytes()), std::as_bytes(items[i].out));
+        at += items[i].out.size_bytes();
+      }
+      detail::receive_output(src_, items[b.items.front()].grad.id(), detail::float_span(fused, b.elements));
+      at = 0;
+      for (std::size_t i : b.items) {
+        mem.copy(std::as_writable_bytes(items[i].out), std::as_const(fused).span().subspan(at, items[i].out.size_bytes()));
+        at += items[i].out.size_bytes();
       }
     }
   }

@@ -45,6 +45,7 @@
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cuda/detail/packet.cuh>
+#include <gradcomp/cuda/feedback.cuh>
 #include <gradcomp/cuda/memory.cuh>
 
 #include <cstddef>
@@ -328,105 +329,212 @@ struct device_residual_feedback {
   }
 };
 
-/// Residual error feedback on the device (`residual_feedback`'s rule, fused with compression):
-/// a packet source of the collectives that keeps one float32 residual per tensor id in device
-/// memory. It commits in two phases as `compressor` does (feedback/compressor.hpp): `stage`
-/// compresses g + e into the packet and the next residual into a staging buffer; `apply_commit`
-/// makes it current once every rank has succeeded, `discard` drops it, so a failed step leaves
-/// every residual as it was. Packets and residuals are byte for byte those of
-/// `compressor<C_cpu, residual_feedback>`.
-template <class C>
+/// Error feedback on the device: a packet source of the collectives that keeps its state per
+/// tensor id in device memory and follows `Rule` (cuda/feedback.cuh): `device_residual_rule`
+/// (the default; `residual_feedback`), `device_ef21_rule` (`ef21_feedback`, with its receiver
+/// side) or `device_dgc_rule` (`dgc_feedback`). It commits in two phases as `compressor` does
+/// (feedback/compressor.hpp): `stage` writes the packet and stages the step, `prepare_commit`
+/// computes the next state aside, `apply_commit` makes it current once every rank has
+/// succeeded, `discard` drops it, so a failed step leaves every state as it was;
+/// `commit_lossless` commits a dense send of the staged input. Packets, states and (EF21) the
+/// collectives' outputs are byte for byte those of `compressor<C_cpu, F>` with the CPU codec of
+/// the same format and the CPU policy of the same rule.
+template <class C, class Rule = device_residual_rule>
 class device_compressor {
  public:
-  /// Error feedback around `codec`.
-  explicit device_compressor(stream_codec<C> codec) : codec_(std::move(codec)) {}
+  /// The feedback rule.
+  using rule_type = Rule;
+  /// Whether the collectives hand their outputs to `receive` (EF21: the outputs become the
+  /// receiver's estimate, as `compressor::receives`).
+  static constexpr bool receives = Rule::receives;
+
+  /// Error feedback around `codec`, following `rule`.
+  explicit device_compressor(stream_codec<C> codec, Rule rule = Rule{})
+      : codec_(std::move(codec)), rule_(std::move(rule)) {}
 
   /// The codec.
   [[nodiscard]] stream_codec<C> const& codec() const noexcept { return codec_; }
+  /// The rule.
+  [[nodiscard]] Rule const& rule() const noexcept { return rule_; }
 
-  /// One step in one go: compresses g + residual of tensor `g.id()` into `out` and makes the
-  /// next residual current. On an error the residual is as before.
+  /// One step in one go: stages, commits the packet written and makes the next state of tensor
+  /// `g.id()` current. On an error the state is as before.
   std::size_t compress(tensor_view<float const> g, std::span<std::byte> out, codec_context const& ctx = {}) {
     std::size_t const bytes = stage(g, out, ctx);
+    try {
+      prepare_commit(g.id(), codec_, std::span<std::byte const>(out.first(bytes)), ctx);
+    } catch (...) {
+      discard(g.id());
+      throw;
+    }
     apply_commit(g.id());
     return bytes;
   }
 
-  /// Phase one: writes the packet of g + residual and stages the next residual; the current
-  /// residual is untouched until `apply_commit`. A residual of another size than `g` is a
-  /// `config_error` (tensor ids must keep their sizes).
+  /// Phase one: writes the packet of the rule's input (g + e, g − h, or DGC's v) into `out` and
+  /// stages the step; the current state is untouched until `apply_commit`. A state of another
+  /// size than `g`'s is a `config_error` (tensor ids must keep their sizes); a non-finite input
+  /// the CPU policy's `numeric_error`.
   std::size_t stage(tensor_view<float const> g, std::span<std::byte> out, codec_context const& ctx = {}) {
-    entry& e = states_[g.id()];
-    if (e.n != 0 && e.n != g.size()) {
-      throw config_error("gradcomp: device error feedback of tensor " +
-                         std::to_string(static_cast<std::uint32_t>(g.id())) + ": a gradient of " +
-                         std::to_string(g.size()) + " elements for a residual of " + std::to_string(e.n));
+    detail::device_feedback_slot& s = begin_stage(g);
+    std::size_t bytes = 0;
+    if constexpr (requires { rule_.stage(codec_, s, g, out, ctx); }) {
+      bytes = rule_.stage(codec_, s, g, out, ctx);
+    } else {
+      s.staged_in = rule_.stage_input(codec_, s, g, ctx);
+      bytes = codec_.compress(tensor_view<float const>(s.staged_in, g.id()), out, ctx);
     }
-    if (e.staged.empty()) e.staged = device_buffer(codec_.stream());
-    e.staged.resize(g.size() * sizeof(float));
-    e.has_staged = false;
-    std::span<float> const next(reinterpret_cast<float*>(e.staged.data()), g.size());
-    std::span<float const> const now =
-        e.n == 0 ? std::span<float const>{}
-                 : std::span<float const>(reinterpret_cast<float const*>(e.current.data()), e.n);
-    std::size_t const bytes = codec_.compress_with_feedback(g, now, next, out, ctx);
-    e.has_staged = true;
-    e.staged_n = g.size();
+    s.staged = true;
     return bytes;
   }
-  /// Nothing to compute: `stage` already wrote the next residual (the packet sent is the one
-  /// staged). `config_error` if tensor `id` has nothing staged.
-  template <class Codec>
-  void prepare_commit(tensor_id id, Codec const&, std::span<std::byte const>, codec_context const& = {}) {
-    (void)staged_entry(id);
+  /// Phase one without compression (for a step that may go dense): stages the rule's input and
+  /// returns it (device memory, as `staged_input`).
+  std::span<float const> stage_input(tensor_view<float const> g, codec_context const& ctx = {}) {
+    detail::device_feedback_slot& s = begin_stage(g);
+    s.staged_in = rule_.stage_input(codec_, s, g, ctx);
+    s.staged = true;
+    return s.staged_in;
   }
-  /// Makes the staged residual of `id` current.
-  void apply_commit(tensor_id id) {
-    entry& e = staged_entry(id);
-    std::swap(e.current, e.staged);
-    e.n = e.staged_n;
-    e.has_staged = false;
-  }
-  /// Drops the staged residual of `id` (the current one stays).
-  void discard(tensor_id id) {
+  /// The staged input of tensor `id` (device memory; empty if none is staged, or after a fused
+  /// stage of the residual rule, which does not materialize it).
+  [[nodiscard]] std::span<float const> staged_input(tensor_id id) const {
     auto it = states_.find(id);
-    if (it != states_.end()) it->second.has_staged = false;
+    if (it == states_.end() || !it->second.staged) return {};
+    return it->second.staged_in;
   }
 
-  /// The current residual of `id` (device memory; empty before its first step).
-  [[nodiscard]] std::span<float const> residual(tensor_id id) const {
-    auto it = states_.find(id);
-    if (it == states_.end() || it->second.n == 0) return {};
-    return {reinterpret_cast<float const*>(it->second.current.data()), it->second.n};
+  /// Phase two, first half: the next state of `id` for `sent`, the packet actually sent (device
+  /// memory, decoded with `codec`), is computed aside (the residual rule after a fused `stage`
+  /// has it already: the packet sent is the one staged). `config_error` if nothing is staged.
+  template <class D>
+  void prepare_commit(tensor_id id, stream_codec<D> const& codec, std::span<std::byte const> sent,
+                      codec_context const& ctx = {}) {
+    detail::device_feedback_slot& s = staged_slot(id);
+    rule_.prepare(codec, s, sent, ctx);
+    s.staged = false;
+    s.prepared = true;
   }
-  /// Replaces every residual by `residuals` (host values per tensor id; an empty vector is a
-  /// residual of zero, as before a tensor's first step), copied to the device on the codec's
-  /// stream. Everything is allocated and copied before anything is replaced: on an error the
-  /// residuals are as before.
-  void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals) {
-    std::map<tensor_id, entry> fresh;
-    for (auto const& [id, v] : residuals) {
+  /// Phase two, second half: makes the prepared state of `id` current.
+  void apply_commit(tensor_id id) {
+    auto it = states_.find(id);
+    if (it == states_.end() || !it->second.prepared) {
+      throw config_error("gradcomp: device error feedback: apply_commit of tensor " +
+                         std::to_string(static_cast<std::uint32_t>(id)) + " without a prepared commit");
+    }
+    detail::device_feedback_slot& s = it->second;
+    std::swap(s.state, s.next);
+    s.floats = s.next_floats;
+    s.prepared = false;
+    s.fused = false;
+  }
+  /// Phase two when the staged input itself was delivered exactly (a dense send): the residual
+  /// becomes zero, EF21's h takes the increment in full, DGC's u and v become zero.
+  void commit_lossless(tensor_id id) {
+    detail::device_feedback_slot& s = staged_slot(id);
+    rule_.lossless(s);
+    s.staged = false;
+    s.fused = false;
+  }
+  /// Drops the staged or prepared step of `id` (the current state stays).
+  void discard(tensor_id id) {
+    auto it = states_.find(id);
+    if (it == states_.end()) return;
+    it->second.staged = false;
+    it->second.prepared = false;
+    it->second.fused = false;
+  }
+
+  /// Receiver side (EF21): `io`, a collective's output for tensor `id` (device memory), becomes
+  /// the receiver's estimate H ← H + io, io ← H (`ef21_feedback::receive`). `config_error` if
+  /// the size changed.
+  void receive(tensor_id id, std::span<float> io)
+    requires(Rule::receives)
+  {
+    auto [it, fresh] = receivers_.try_emplace(id, codec_.stream());
+    try {
+      rule_.receive(it->second.h, it->second.floats, io);
+    } catch (...) {
+      if (fresh) receivers_.erase(it);
+      throw;
+    }
+  }
+  /// The receiver's estimate H of `id` (device memory; empty before its first output).
+  [[nodiscard]] std::span<float const> receiver(tensor_id id) const
+    requires(Rule::receives)
+  {
+    auto it = receivers_.find(id);
+    if (it == receivers_.end()) return {};
+    return {reinterpret_cast<float const*>(it->second.h.data()), it->second.floats};
+  }
+
+  /// The committed state of `id` (device memory; empty before its first step, and for the
+  /// residual after a lossless commit): the residual, EF21's h, or DGC's [u | v] (the values of
+  /// the CPU policy's state).
+  [[nodiscard]] std::span<float const> state(tensor_id id) const {
+    auto it = states_.find(id);
+    if (it == states_.end()) return {};
+    return it->second.current();
+  }
+  /// The residual of `id` (`state`; residual feedback only: what `gradient_pipeline` reads of a
+  /// device source with feedback "residual").
+  [[nodiscard]] std::span<float const> residual(tensor_id id) const
+    requires(Rule::id == feedback_id::residual)
+  {
+    return state(id);
+  }
+  /// Replaces every state by `states` (host values per tensor id, as `state` gives them; an
+  /// empty vector is a zero state, as before a tensor's first step), copied to the device on the
+  /// codec's stream. Everything is allocated and copied before anything is replaced: on an
+  /// error the states are as before. The EF21 receivers are kept.
+  void assign_states(std::map<tensor_id, std::vector<float>> const& states) {
+    std::map<tensor_id, detail::device_feedback_slot> fresh;
+    for (auto const& [id, v] : states) {
       if (v.empty()) continue;
-      entry& e = fresh[id];
-      e.current = device_buffer(codec_.stream());
-      e.current.resize(v.size() * sizeof(float));
-      detail::copy_from_host(e.current.data(), v.data(), v.size() * sizeof(float), codec_.stream());
-      e.n = v.size();
+      detail::device_feedback_slot& e = fresh.try_emplace(id, codec_.stream()).first->second;
+      std::span<float> const d = detail::device_feedback_slot::floats_of(e.state, v.size());
+      detail::copy_from_host(d.data(), v.data(), v.size() * sizeof(float), codec_.stream());
+      e.floats = v.size();
     }
     states_ = std::move(fresh);
   }
-  /// Forgets every residual.
-  void reset() { states_.clear(); }
+  /// `assign_states` of residuals (residual feedback only).
+  void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals)
+    requires(Rule::id == feedback_id::residual)
+  {
+    assign_states(residuals);
+  }
+  /// Forgets every state (and every EF21 receiver).
+  void reset() {
+    states_.clear();
+    receivers_.clear();
+  }
 
  private:
-  struct entry {
-    device_buffer current, staged;
-    std::size_t n = 0, staged_n = 0;
-    bool has_staged = false;
+  struct receiver_slot {
+    explicit receiver_slot(cudaStream_t s) : h(s) {}
+    device_buffer h;
+    std::size_t floats = 0;
   };
-  entry& staged_entry(tensor_id id) {
+
+  // The slot of g.id(), checked against g's size, with any earlier stage dropped.
+  detail::device_feedback_slot& begin_stage(tensor_view<float const> g) {
+    detail::device_feedback_slot& s = states_.try_emplace(g.id(), codec_.stream()).first->second;
+    if (s.floats != 0 && s.floats != Rule::state_floats(g.size())) {
+      throw config_error("gradcomp: device error feedback (" + std::string(Rule::name) + ") of tensor " +
+                         std::to_string(static_cast<std::uint32_t>(g.id())) + ": a gradient of " +
+                         std::to_string(g.size()) + " elements for a state of " + std::to_string(s.floats) +
+                         " floats (one state per tensor id)");
+    }
+    s.staged = false;
+    s.prepared = false;
+    s.fused = false;
+    s.n = g.size();
+    s.staged_in = {};
+    return s;
+  }
+  detail::device_feedback_slot& staged_slot(tensor_id id) {
     auto it = states_.find(id);
-    if (it == states_.end() || !it->second.has_staged) {
+    if (it == states_.end() || !it->second.staged) {
       throw config_error("gradcomp: device error feedback: tensor " + std::to_string(static_cast<std::uint32_t>(id)) +
                          " has no staged step to commit");
     }
@@ -434,7 +542,9 @@ class device_compressor {
   }
 
   stream_codec<C> codec_;
-  std::map<tensor_id, entry> states_;
+  Rule rule_;
+  std::map<tensor_id, detail::device_feedback_slot> states_;
+  std::map<tensor_id, receiver_slot> receivers_;
 };
 
 GRADCOMP_CUDA_NAMESPACE_END

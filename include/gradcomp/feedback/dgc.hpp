@@ -36,13 +36,15 @@
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/quant/dither.hpp>
+#include <gradcomp/core/quant/feedback.hpp>
 #include <gradcomp/core/tensor.hpp>
+#include <gradcomp/cpu/kernels/dither.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 #include <gradcomp/feedback/policies.hpp>
 
 #include <algorithm>
 #include <atomic>
-#include <cfloat>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -101,16 +103,7 @@ class dgc_feedback {
   /// in L2 norm (clip_norm 0: none; else positive and finite), `workers` >= 1.
   explicit dgc_feedback(float momentum, double clip_norm = 0.0, std::uint32_t workers = 1)
       : momentum_(momentum), clip_norm_(clip_norm), workers_(workers) {
-    if (!(momentum >= 0.0f && momentum < 1.0f)) {
-      throw config_error("gradcomp: dgc_feedback momentum must be in [0, 1), got " +
-                         std::to_string(momentum));
-    }
-    if (!(clip_norm >= 0.0 && clip_norm <= DBL_MAX)) {
-      throw config_error(
-          "gradcomp: dgc_feedback clip_norm must be 0 (no clipping) or positive and finite, got " +
-          std::to_string(clip_norm));
-    }
-    if (workers == 0) throw config_error("gradcomp: dgc_feedback needs at least 1 worker, got 0");
+    quant::check_dgc_parameters(momentum, clip_norm, workers);
   }
 
   [[nodiscard]] float momentum() const noexcept { return momentum_; }
@@ -193,35 +186,35 @@ class dgc_feedback {
 
  private:
   // min(1, c / ‖g‖) as a float (1 when clipping is off or ‖g‖ <= c); checks g for non-finite
-  // values when it reads g anyway.
+  // values when it reads g anyway. Σ g² is summed in the canonical order (core/quant/dither.hpp:
+  // blocks of `norm_block` by `block_sumsq`, added in block order), as `canonical_sumsq` and the
+  // device's `device_memory::sum_of_squares` do: the blocks on the context's pool, their sums in
+  // order, so the result depends neither on the thread count nor on the backend.
   template <element T>
   float clip_scale(tensor_view<T const> g, codec_context const& ctx) const {
     if (clip_norm_ == 0.0) return 1.0f;
+    constexpr std::size_t block = quant::norm_block;
     std::size_t const n = g.size();
     T const* x = g.data();
-    std::vector<double> part(cpu::chunk_count(n, 16));
-    cpu::for_each_chunk(n, 16, ctx, [&](std::size_t c, std::size_t b, std::size_t e) {
-      double acc[4] = {0.0, 0.0, 0.0, 0.0};
-      std::size_t i = b;
-      for (; i + 4 <= e; i += 4) {
-        for (std::size_t j = 0; j < 4; ++j) {
-          double const f = to_float(x[i + j]);
-          acc[j] += f * f;
+    std::vector<double> part((n + block - 1) / block);
+    cpu::isa const level = cpu::effective_isa(ctx.isa);
+    cpu::for_each_chunk(n, block, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
+      [[maybe_unused]] std::vector<float> wide;
+      for (std::size_t s = b; s < e; s += block) {
+        std::size_t const len = e - s < block ? e - s : block;
+        if constexpr (std::same_as<T, float>) {
+          part[s / block] = cpu::kernels::block_sumsq(x + s, len, level);
+        } else {
+          wide.resize(len);
+          for (std::size_t i = 0; i < len; ++i) wide[i] = to_float(x[s + i]);  // exact
+          part[s / block] = cpu::kernels::block_sumsq(wide.data(), len, level);
         }
       }
-      for (; i < e; ++i) {
-        double const f = to_float(x[i]);
-        acc[0] += f * f;
-      }
-      part[c] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     });
     double sq = 0.0;
-    for (double p : part) sq += p;  // chunk order: independent of the thread count
+    for (double p : part) sq += p;  // block order
     if (!std::isfinite(sq)) throw_nonfinite(g);
-    double const norm = std::sqrt(sq);
-    double const bound = local_clip_norm();
-    if (norm <= bound) return 1.0f;
-    return static_cast<float>(bound / norm);
+    return quant::dgc_clip_scale(sq, local_clip_norm());
   }
 
   // next = [m·u + scale·g | v + (m·u + scale·g)], checking that both stay finite.
@@ -240,13 +233,11 @@ class dgc_feedback {
     cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
       bool bad = false;
       for (std::size_t i = b; i < e; ++i) {
-        float gi = to_float(x[i]);
-        if (scale != 1.0f) gi *= scale;
-        float const u = (u0 == nullptr || m == 0.0f) ? gi : m * u0[i] + gi;
-        float const v = (v0 == nullptr ? 0.0f : v0[i]) + u;
-        nu[i] = u;
-        nv[i] = v;
-        bad |= !(std::fabs(u) <= FLT_MAX) || !(std::fabs(v) <= FLT_MAX);
+        quant::dgc_element const uv = quant::dgc_momentum(to_float(x[i]), scale, m, fresh, fresh ? 0.0f : u0[i],
+                                                          fresh ? 0.0f : v0[i]);
+        nu[i] = uv.u;
+        nv[i] = uv.v;
+        bad |= !quant::dgc_finite(uv);
       }
       if (bad) ok.store(false, std::memory_order_relaxed);
     });

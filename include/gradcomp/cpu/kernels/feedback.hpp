@@ -6,6 +6,7 @@
 /// one pass. All levels give identical results (one rounding per element: sign is ±1).
 
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/quant/feedback.hpp>
 #include <gradcomp/cpu/isa.hpp>
 
 #include <cfloat>
@@ -26,7 +27,7 @@ inline bool combine(isa_tag, float const* state, float const* g, float sign, flo
                     std::size_t n) noexcept {
   bool bad = false;
   for (std::size_t i = 0; i < n; ++i) {
-    float const v = (state != nullptr ? state[i] : 0.0f) + sign * g[i];
+    float const v = quant::feedback_combine(state != nullptr ? state[i] : 0.0f, g[i], sign);
     out[i] = v;
     bad |= !(std::fabs(v) <= FLT_MAX);
   }

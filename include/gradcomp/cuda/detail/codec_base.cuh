@@ -113,20 +113,19 @@ inline bool workspace_ready(codec_id id, std::size_t need, void* d_temp, std::si
   return true;
 }
 
-/// `residual_feedback`'s error for a non-finite p = e + g of feedback input `in` (n elements of
-/// tensor `tensor`): the gradient's first non-finite element, else an overflow of the state.
-/// Waits for `stream`.
+/// The error of policy `who` (`residual_feedback` unless named) for a non-finite value computed
+/// from feedback input `in` (n elements of tensor `tensor`): the gradient's first non-finite
+/// element, else an overflow of the state. Waits for `stream`.
 template <class In>
 [[noreturn]] void throw_combine_error(In const& in, std::uint64_t n, cudaStream_t stream,
-                                      tensor_id tensor) {
+                                      tensor_id tensor, char const* who = "residual_feedback") {
   plain_input<typename In::element_type> const grad{in.g};
   std::uint64_t const bad =
       translate_thrust_errors([&] { return first_nonfinite(policy(stream), grad, 0, n); });
   if (bad < n) {
-    gradcomp::detail::throw_nonfinite_gradient("residual_feedback", value_at(in.g, bad, stream),
-                                               bad, tensor);
+    gradcomp::detail::throw_nonfinite_gradient(who, value_at(in.g, bad, stream), bad, tensor);
   }
-  gradcomp::detail::throw_state_overflow("residual_feedback", tensor);
+  gradcomp::detail::throw_state_overflow(who, tensor);
 }
 
 /// The encoders that allocate their workspace (stream-ordered, `cudaMallocAsync` on `stream`)
