@@ -191,6 +191,14 @@ rank_state device_step(Comm& comm, gc::gradient_pipeline& pipe,
 template <class D>
 gc::gradient_pipeline device_pipeline(gc::pipeline_options const& o, D const& dc) {
   gc::cuda::stream_codec<D> sc(dc);
+  if (o.feedback == "ef21")
+    return gc::gradient_pipeline(o, gc::cuda::device_compressor<D, gc::cuda::device_ef21_rule>(std::move(sc)));
+  if (o.feedback == "dgc")
+    return gc::gradient_pipeline(o, gc::cuda::device_compressor<D, gc::cuda::device_dgc_rule>(std::move(sc)));
+  if (o.feedback == "dgc:momentum=0.5,clip_norm=3") {
+    return gc::gradient_pipeline(
+        o, gc::cuda::device_compressor<D, gc::cuda::device_dgc_rule>(std::move(sc), gc::cuda::device_dgc_rule(0.5f, 3.0)));
+  }
   if (o.feedback == "residual" && !o.codec.starts_with("powersgd"))
     return gc::gradient_pipeline(o, gc::cuda::device_compressor<D>(std::move(sc)));
   return gc::gradient_pipeline(o, std::move(sc));
@@ -264,6 +272,35 @@ TEST_CASE("cuda pipeline: a device source gives the CPU pipeline's outputs, resi
   });
 }
 
+TEST_CASE("cuda pipeline: EF21 and DGC with a device source equal the CPU pipeline's",
+          "[cuda][pipeline][feedback]") {
+  // device_compressor<C, device_ef21_rule> / <C, device_dgc_rule>: outputs (EF21: the
+  // receivers' estimates), states (h; DGC's [u | v]) and save() (with EF21's receivers) the
+  // CPU pipeline's, and a CPU checkpoint resumed on the device (compare's second half).
+  for (int w : {2, 3}) {
+    compare("int8:bucket=100,rounding=stochastic", gc::cuda::int8_codec{100, gc::int8_rounding::stochastic}, "ef21",
+            w, 3, true);
+    compare("onebit", gc::cuda::onebit_codec{}, "ef21", w, 3, true);
+    compare("int8", gc::cuda::int8_codec{}, "dgc", w, 3, true);
+    compare("int8", gc::cuda::int8_codec{}, "dgc:momentum=0.5,clip_norm=3", w, 3, true);
+  }
+  for_each_codec_pair([](char const* spec, auto const&, auto const& dc) {
+    compare(spec, dc, "ef21", 2, 2, true);
+    compare(spec, dc, "dgc", 2, 2, true);
+  });
+  // The source's rule must be the spec's, with DGC's parameters.
+  gc::pipeline_options o = options("int8", "dgc:momentum=0.5");
+  CHECK_THROWS_AS(gc::gradient_pipeline(o, gc::cuda::device_compressor<gc::cuda::int8_codec, gc::cuda::device_dgc_rule>(
+                                               gc::cuda::stream_codec<gc::cuda::int8_codec>{})),
+                  gc::config_error);
+  o.feedback = "ef21";
+  CHECK_THROWS_AS(gc::gradient_pipeline(o, gc::cuda::device_compressor<gc::cuda::int8_codec, gc::cuda::device_dgc_rule>(
+                                               gc::cuda::stream_codec<gc::cuda::int8_codec>{})),
+                  gc::config_error);
+  CHECK_NOTHROW(gc::gradient_pipeline(o, gc::cuda::device_compressor<gc::cuda::int8_codec, gc::cuda::device_ef21_rule>(
+                                             gc::cuda::stream_codec<gc::cuda::int8_codec>{})));
+}
+
 TEST_CASE("cuda pipeline: two-way compression with a device source equals the CPU pipeline's",
           "[cuda][pipeline][two_way]") {
   // The worker and server residuals live in the device source's two-way compressor; save()
@@ -326,15 +363,17 @@ TEST_CASE("cuda pipeline: begin / submit / finish with a device source equals th
 
 TEST_CASE("cuda pipeline: bad inputs fail the device step as the CPU step, state unchanged",
           "[cuda][pipeline][failure]") {
-  enum class mode { flat, two_way, powersgd };
+  enum class mode { flat, two_way, powersgd, ef21, dgc };
   for (auto const [w, m] : {std::pair{2, mode::flat}, std::pair{3, mode::flat}, std::pair{4, mode::flat},
                             std::pair{2, mode::two_way}, std::pair{3, mode::two_way},
-                            std::pair{2, mode::powersgd}, std::pair{3, mode::powersgd}}) {
+                            std::pair{2, mode::powersgd}, std::pair{3, mode::powersgd},
+                            std::pair{2, mode::ef21}, std::pair{3, mode::ef21}, std::pair{3, mode::dgc}}) {
     INFO(w << " ranks, mode " << static_cast<int>(m));
     // The guard off: the codecs' own checks (the guard's are the next test's). Two-way: the
     // worker and server residuals are rolled back; PowerSGD: the sessions (save() compares
     // them all).
-    gc::pipeline_options o = options(m == mode::powersgd ? powersgd_spec : "int8", "residual", true, "off");
+    char const* const feedback = m == mode::ef21 ? "ef21" : m == mode::dgc ? "dgc:momentum=0.5,clip_norm=3" : "residual";
+    gc::pipeline_options o = options(m == mode::powersgd ? powersgd_spec : "int8", feedback, true, "off");
     o.two_way = m == mode::two_way;
     std::deque<gc::gradient_pipeline> cpus, devs;
     for (int r = 0; r < w; ++r) {
@@ -572,7 +611,6 @@ TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
     o.controller = "static:factor=100";
   });
   with("hierarchical", [](auto& o) { o.hierarchical.nodes = gc::node_grouping::uniform(2); });
-  with("EF21", [](auto& o) { o.feedback = "ef21"; });
   with("another codec", [](auto& o) { o.codec = "fp16"; });
   with("another bucket size", [](auto& o) { o.codec = "int8:bucket=100"; });
   with("measure_gain", [](auto& o) { o.measure_gain = true; });

@@ -497,6 +497,24 @@ class device_compressor {
     }
     states_ = std::move(fresh);
   }
+  /// `assign_states`, and every EF21 receiver estimate replaced by `receivers` (host values per
+  /// tensor id, as `receiver` gives them). Everything is allocated and copied before anything
+  /// is replaced: on an error the states and receivers are as before.
+  void assign_states(std::map<tensor_id, std::vector<float>> const& states,
+                     std::map<tensor_id, std::vector<float>> const& receivers)
+    requires(Rule::receives)
+  {
+    std::map<tensor_id, receiver_slot> fresh;
+    for (auto const& [id, v] : receivers) {
+      if (v.empty()) continue;
+      receiver_slot& r = fresh.try_emplace(id, codec_.stream()).first->second;
+      r.h.resize(v.size() * sizeof(float));
+      detail::copy_from_host(r.h.data(), v.data(), v.size() * sizeof(float), codec_.stream());
+      r.floats = v.size();
+    }
+    assign_states(states);
+    receivers_ = std::move(fresh);
+  }
   /// `assign_states` of residuals (residual feedback only).
   void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals)
     requires(Rule::id == feedback_id::residual)

@@ -50,8 +50,9 @@
 /// bit-identical to one that never stopped.
 ///
 /// **Device sources** (docs/cuda.md): constructed with a device packet source — a
-/// `cuda::device_compressor<C>` (feedback "residual") or a `cuda::stream_codec<C>` (feedback
-/// "none") of a CUDA codec, element-wise or sparsifier — the pipeline takes float32, float16 and
+/// `cuda::device_compressor<C, Rule>` (feedback "residual", "ef21" or "dgc:...", the rule's,
+/// with DGC's parameters) or a `cuda::stream_codec<C>` (feedback "none") of a CUDA codec,
+/// element-wise or sparsifier — the pipeline takes float32, float16 and
 /// bfloat16 gradients in device memory through the same `step` (or `begin` / `submit` /
 /// `finish`). The step runs the same agreement round and divergence guard (its norms computed on
 /// the device, in the same canonical order), then the bucketed collective of that source
@@ -64,7 +65,7 @@
 /// (the small tensors go dense through it) and keeps one `cuda::powersgd_session` per tensor,
 /// made by the memory space (`make_low_rank_session`, cuda/powersgd.cuh); outputs and `save`
 /// are the CPU pipeline's with `backend=builtin`. Not taken by a device source (`config_error`
-/// at construction): a controller, the hierarchical all-reduce, EF21 and DGC, `measure_gain`,
+/// at construction): a controller, the hierarchical all-reduce, `measure_gain`,
 /// `buckets.checksum` and a 16-bit `buckets.small_format`.
 
 #include <gradcomp/adapt/any_controller.hpp>
@@ -257,8 +258,13 @@ class device_source_base {
   device_source_base(device_source_base const&) = delete;
   device_source_base& operator=(device_source_base const&) = delete;
   virtual ~device_source_base() = default;
-  /// Whether the source keeps a residual per tensor (feedback "residual"; else "none").
-  [[nodiscard]] virtual bool keeps_residuals() const noexcept = 0;
+  /// The source's error feedback: none (`stream_codec`), or its rule's (`device_compressor<C,
+  /// Rule>`: residual, EF21 or DGC).
+  [[nodiscard]] virtual feedback_id feedback() const noexcept = 0;
+  /// A DGC source's momentum, clipping norm and workers (`config_error` for another source).
+  [[nodiscard]] virtual std::tuple<float, double, std::uint32_t> dgc_parameters() const = 0;
+  /// Floats of the feedback state of an n-element tensor (2n for DGC's [u | v]; 0 for none).
+  [[nodiscard]] virtual std::size_t state_floats(std::size_t n) const noexcept = 0;
   /// The collectives' fingerprint of the source's codec for `n` elements.
   [[nodiscard]] virtual std::uint64_t fingerprint(std::size_t n, reduction op) const = 0;
   /// One step of the bucketed collective over `items` (device spans); commits the residuals
@@ -270,14 +276,20 @@ class device_source_base {
   /// pipeline with no tensor compressed); the residuals are not touched.
   virtual bucket_result exchange_dense(any_communicator& comm, std::span<bucket_item const> items,
                                        codec_context const& ctx) = 0;
-  /// Forgets every residual (the guard's reset after a non-finite residual).
-  virtual void reset_residuals() = 0;
-  /// The committed residual of `id` in device memory (empty: none, or feedback "none").
-  [[nodiscard]] virtual std::span<float const> residual(tensor_id id) const = 0;
-  /// A host copy of `residual(id)`.
-  [[nodiscard]] virtual std::vector<float> residual_on_host(tensor_id id) const = 0;
-  /// Replaces every residual by host values (empty: zero); on an error nothing changes.
-  virtual void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals) = 0;
+  /// Forgets every feedback state and EF21 receiver (the guard's reset after a non-finite
+  /// residual).
+  virtual void reset_states() = 0;
+  /// The committed feedback state of `id` in device memory — the residual, EF21's h or DGC's
+  /// [u | v] (empty: none yet, or feedback "none").
+  [[nodiscard]] virtual std::span<float const> state(tensor_id id) const = 0;
+  /// A host copy of `state(id)`.
+  [[nodiscard]] virtual std::vector<float> state_on_host(tensor_id id) const = 0;
+  /// A host copy of EF21's receiver estimate of `id` (empty: none, or another rule).
+  [[nodiscard]] virtual std::vector<float> receiver_on_host(tensor_id id) const = 0;
+  /// Replaces every state and EF21 receiver by host values (empty: zero); on an error nothing
+  /// changes.
+  virtual void assign_states(std::map<tensor_id, std::vector<float>> const& states,
+                             std::map<tensor_id, std::vector<float>> const& receivers) = 0;
   /// Σ x² of device floats, the bits of `norm_sq` (the memory space's `sum_of_squares`).
   [[nodiscard]] virtual double sum_of_squares(std::span<float const> x) const = 0;
   /// Sets device floats to zero (the outputs of a step the guard skips).
@@ -360,7 +372,23 @@ class device_source_model final : public device_source_base {
  public:
   device_source_model(Source src, bucket_options const& opt) : opt_(opt), buckets_(std::move(src), opt) {}
 
-  [[nodiscard]] bool keeps_residuals() const noexcept override { return residuals; }
+  [[nodiscard]] feedback_id feedback() const noexcept override { return feedback_kind; }
+  [[nodiscard]] std::tuple<float, double, std::uint32_t> dgc_parameters() const override {
+    if constexpr (feedback_kind == feedback_id::dgc) {
+      auto const& r = buckets_source().rule();
+      return {r.momentum(), r.clip_norm(), r.workers()};
+    } else {
+      throw config_error("gradcomp: gradient_pipeline: the device source keeps no DGC state");
+    }
+  }
+  [[nodiscard]] std::size_t state_floats(std::size_t n) const noexcept override {
+    if constexpr (feedback_kind == feedback_id::none) {
+      (void)n;
+      return 0;
+    } else {
+      return Source::rule_type::state_floats(n);
+    }
+  }
   [[nodiscard]] std::uint64_t fingerprint(std::size_t n, reduction op) const override {
     return codec_fingerprint(buckets_source(), n, op, codec_context{}, "gradient_pipeline source");
   }
@@ -378,34 +406,35 @@ class device_source_model final : public device_source_base {
     }
     return dense_->run(comm, items, ctx);
   }
-  void reset_residuals() override {
-    if constexpr (requires(Source& s) { s.reset(); }) buckets_.source().reset();
+  void reset_states() override {
+    if constexpr (feedback_kind != feedback_id::none) buckets_.source().reset();
   }
-  [[nodiscard]] std::span<float const> residual(tensor_id id) const override {
-    if constexpr (residuals) {
-      return buckets_source().residual(id);
+  [[nodiscard]] std::span<float const> state(tensor_id id) const override {
+    if constexpr (feedback_kind != feedback_id::none) {
+      return buckets_source().state(id);
     } else {
       (void)id;
       return {};
     }
   }
-  [[nodiscard]] std::vector<float> residual_on_host(tensor_id id) const override {
-    std::span<float const> const d = residual(id);
-    std::vector<float> out(d.size());
-    if (!d.empty()) {
-      memory_of(buckets_source()).read(std::as_bytes(d), [&](std::span<std::byte const> h) {
-        std::memcpy(out.data(), h.data(), h.size());
-      });
-    }
-    return out;
-  }
-  void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals_in) override {
-    if constexpr (requires(Source & s) { s.assign_residuals(residuals_in); }) {
-      buckets_.source().assign_residuals(residuals_in);
-    } else if constexpr (residuals) {
-      throw config_error("gradcomp: gradient_pipeline: this device source cannot load residuals");
+  [[nodiscard]] std::vector<float> state_on_host(tensor_id id) const override { return on_host(state(id)); }
+  [[nodiscard]] std::vector<float> receiver_on_host(tensor_id id) const override {
+    if constexpr (receiving) {
+      return on_host(buckets_source().receiver(id));
     } else {
-      (void)residuals_in;  // no feedback: nothing to load
+      (void)id;
+      return {};
+    }
+  }
+  void assign_states(std::map<tensor_id, std::vector<float>> const& states,
+                     std::map<tensor_id, std::vector<float>> const& receivers) override {
+    if constexpr (receiving) {
+      buckets_.source().assign_states(states, receivers);
+    } else if constexpr (feedback_kind != feedback_id::none) {
+      if (!receivers.empty()) throw config_error("gradcomp: gradient_pipeline: receiver states for a source without a receiver side");
+      buckets_.source().assign_states(states);
+    } else {
+      (void)states, (void)receivers;  // no feedback: nothing to load
     }
   }
   [[nodiscard]] double sum_of_squares(std::span<float const> x) const override {
@@ -510,9 +539,26 @@ class device_source_model final : public device_source_base {
   }
 
  private:
-  static constexpr bool residuals = requires(Source const& s, tensor_id id) {
-    { s.residual(id) } -> std::convertible_to<std::span<float const>>;
-  };
+  // The source's feedback: its rule's, or none (`stream_codec`).
+  static constexpr feedback_id feedback_kind = [] {
+    if constexpr (requires { Source::rule_type::id; }) {
+      return Source::rule_type::id;
+    } else {
+      return feedback_id::none;
+    }
+  }();
+  static constexpr bool residuals = feedback_kind == feedback_id::residual;
+  static constexpr bool receiving = feedback_kind == feedback_id::ef21;
+  // A host copy of device floats.
+  [[nodiscard]] std::vector<float> on_host(std::span<float const> d) const {
+    std::vector<float> out(d.size());
+    if (!d.empty()) {
+      memory_of(buckets_source()).read(std::as_bytes(d), [&](std::span<std::byte const> h) {
+        std::memcpy(out.data(), h.data(), h.size());
+      });
+    }
+    return out;
+  }
   // Two-way compression with the source's codec and feedback (made at its first use).
   using codec_type = std::remove_cvref_t<decltype(codec_of(std::declval<Source const&>()))>;
   using two_way_feedback = std::conditional_t<residuals, residual_feedback_for<codec_type>, no_feedback>;
@@ -641,18 +687,30 @@ class gradient_pipeline {
         std::make_unique<detail::device_source_model<Source>>(std::move(src), opt_.buckets);
     if (low_rank_) {
       // PowerSGD keeps its residuals in its sessions; the source sends the small tensors dense
-      if (model->keeps_residuals()) {
-        refuse("with PowerSGD the source keeps no residuals (pass cuda::stream_codec<cuda::identity_codec>)");
+      if (model->feedback() != feedback_id::none) {
+        refuse("with PowerSGD the source keeps no feedback state (pass cuda::stream_codec<cuda::identity_codec>)");
       }
       if (!model->makes_low_rank_sessions()) {
         refuse("its memory space makes no PowerSGD sessions (include gradcomp/cuda/powersgd.cuh)");
       }
     }
-    std::string const want = model->keeps_residuals() ? "residual" : "none";
-    if (!low_rank_ && opt_.feedback != want) {
-      refuse("its source keeps " +
-             std::string(model->keeps_residuals() ? "a residual per tensor" : "no residuals") +
-             ": feedback must be '" + want + "', got '" + opt_.feedback + "'");
+    if (!low_rank_) {
+      // The source's feedback is the spec's: its rule (and DGC's parameters) or none.
+      feedback_id const mine = std::visit(
+          [](auto const& c) { return std::remove_cvref_t<decltype(c)>::feedback_type::id; }, comp_);
+      if (model->feedback() != mine) {
+        constexpr char const* names[] = {"none", "residual", "ef21", "dgc"};
+        refuse("its source's error feedback (" + std::string(names[static_cast<unsigned>(model->feedback()) & 3u]) +
+               ") is not feedback '" + opt_.feedback + "'");
+      }
+      if (mine == feedback_id::dgc) {
+        auto const& dgc = std::get<compressor<any_codec, dgc_feedback>>(comp_).feedback();
+        auto const [m, clip, workers] = model->dgc_parameters();
+        if (m != dgc.momentum() || clip != dgc.clip_norm() || workers != dgc.workers()) {
+          refuse("its source's DGC parameters (momentum, clip_norm, workers) differ from feedback '" +
+                 opt_.feedback + "'");
+        }
+      }
     }
     for (std::size_t const n : {std::size_t{1}, std::size_t{4099}, (std::size_t{1} << 20) + 3}) {
       if (model->fingerprint(n, opt_.buckets.op) !=
@@ -695,7 +753,7 @@ class gradient_pipeline {
   /// "ef21", [u | v] for "dgc"); empty before its first step or without feedback.
   /// With a device source: the residual in device memory.
   [[nodiscard]] std::span<float const> feedback_state(tensor_id id) {
-    if (device_) return device_->residual(id);
+    if (device_) return device_->state(id);
     return std::visit([&](auto& c) -> std::span<float const> { return c.state(id).values(); }, comp_);
   }
 
@@ -843,15 +901,19 @@ class gradient_pipeline {
     detail::pipeline_compressor comp = comp_;
     std::vector<std::byte> const cstate = r.get_bytes();
     std::visit([&](auto& c) { c.load(cstate); }, comp);
-    // A device source: the residuals validated by the host compressor above, then copied.
-    std::map<tensor_id, std::vector<float>> device_residuals;
+    // A device source: the states (and EF21's receivers) validated by the host compressor
+    // above, then copied.
+    std::map<tensor_id, std::vector<float>> device_states, device_receivers;
     std::set<tensor_id> device_tensors;
     if (device_) {
       std::visit(
           [&](auto const& c) {
             c.for_each_committed([&](tensor_id id, std::span<float const> v) {
-              device_residuals.emplace(id, std::vector<float>(v.begin(), v.end()));
+              device_states.emplace(id, std::vector<float>(v.begin(), v.end()));
               device_tensors.insert(id);
+            });
+            c.for_each_receiver([&](tensor_id id, std::span<float const> v) {
+              device_receivers.emplace(id, std::vector<float>(v.begin(), v.end()));
             });
           },
           comp);
@@ -914,7 +976,7 @@ class gradient_pipeline {
       // residuals of either are empty, so their assignment allocates nothing)
       if (opt_.two_way) device_->two_way_load(tstate);
       if (low_rank_) device_->low_rank_load(device_sessions, *low_rank_);
-      device_->assign_residuals(device_residuals);
+      device_->assign_states(device_states, device_receivers);
       device_tensors_ = std::move(device_tensors);
     } else {
       comp_ = std::move(comp);
@@ -1011,20 +1073,21 @@ class gradient_pipeline {
           if (!local_) local_ = std::current_exception();
         }
       }
-      // The check the CPU pipeline's stage makes (residual_feedback), so that the step fails
-      // with the same error on the same ranks: here, before the agreement round.
-      std::size_t const held = e.large ? device_->residual(e.id).size() : 0;
-      if (held != 0 && held != e.n && !local_) {
+      // The check the CPU pipeline's stage makes (the feedback policy's), so that the step
+      // fails with the same error on the same ranks: here, before the agreement round.
+      std::size_t const held = e.large ? device_->state(e.id).size() : 0;
+      if (held != 0 && held != device_->state_floats(e.n) && !local_) {
         local_ = std::make_exception_ptr(
-            config_error("gradcomp: residual_feedback state holds " + std::to_string(held) +
-                         " elements but the gradient has " + std::to_string(e.n) +
-                         " (one state per tensor id)"));
+            config_error("gradcomp: " + opt_.feedback + " feedback state of tensor " +
+                         std::to_string(static_cast<unsigned>(e.id)) + " holds " + std::to_string(held) +
+                         " floats but the gradient has " + std::to_string(e.n) +
+                         " elements (one state per tensor id)"));
       }
       // The guard's local norms, as `stage` below computes them for host tensors (the residual
       // of a compressed tensor only), in the same canonical order on the device.
       if (guard_->enabled()) {
         guard_tensor gt{e.id, device_->sum_of_squares(e.raw32), 0.0};
-        if (e.large && !opt_.two_way && !low_rank_) gt.residual_sq = device_->sum_of_squares(device_->residual(e.id));
+        if (e.large && !opt_.two_way && !low_rank_) gt.residual_sq = device_->sum_of_squares(device_->state(e.id));
         guard_tensors_.push_back(gt);
         if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) guard_nonfinite_ = true;
       }
@@ -1402,7 +1465,7 @@ class gradient_pipeline {
       st.factor = 1.0;
       st.gain = 1.0;
       if (gv.reset_residual && !opt_.two_way) {  // as the CPU's compressor reset
-        device_->reset_residuals();
+        device_->reset_states();
         device_tensors_.clear();
       }
     } else {
@@ -1465,14 +1528,18 @@ class gradient_pipeline {
 
   // The error-feedback state of a device source in `compressor::save`'s format, as the CPU
   // pipeline's compressor writes it: one record per tensor that completed a step, ascending
-  // ids, the residual copied to the host (feedback "none": no values).
+  // ids, its state copied to the host (feedback "none": no values); with EF21 then one
+  // receiver record per such tensor (the CPU's receivers are the tensors it received, the
+  // same set).
   [[nodiscard]] std::vector<std::byte> device_state() const {
-    bool const res = device_->keeps_residuals();
-    std::vector<std::byte> out = detail::feedback_state_head(
-        opt_.feedback == "residual" ? feedback_id::residual : feedback_id::none, device_tensors_.size(), 0);
-    for (tensor_id const id : device_tensors_) {
-      detail::put_feedback_record(out, id,
-                                  res ? device_->residual_on_host(id) : std::vector<float>{});
+    feedback_id const id_of = std::visit(
+        [](auto const& c) { return std::remove_cvref_t<decltype(c)>::feedback_type::id; }, comp_);
+    bool const receivers = id_of == feedback_id::ef21;
+    std::vector<std::byte> out =
+        detail::feedback_state_head(id_of, device_tensors_.size(), receivers ? device_tensors_.size() : 0);
+    for (tensor_id const id : device_tensors_) detail::put_feedback_record(out, id, device_->state_on_host(id));
+    if (receivers) {
+      for (tensor_id const id : device_tensors_) detail::put_feedback_record(out, id, device_->receiver_on_host(id));
     }
     return out;
   }
