@@ -30,7 +30,8 @@
 ///              the biases) averaged by the ranks at steps 1..sync_first and every sync_every;
 ///   calibadam  calibrated 1-bit Adam (`gradcomp::calibrated_onebit_adam`): no warm-up, each
 ///              rank's exact momentum through `all_reduce_two_way` with error feedback on both
-///              sides, the factored v of `--variance factored` (same schedule) scaled by the
+///              sides, the factored v of `--variance factored` (averaged at steps
+///              1..sync_first and every sync_every, 4 by default here) scaled by the
 ///              ratio of the mean gradient's energy to the ranks' (a count sketch of 64
 ///              floats per layer, 1024 at steps 1..sync_first, all-reduced every step), per
 ///              layer;
@@ -236,7 +237,9 @@ struct train_options {
   /// (`gradcomp::factored_onebit_adam`), the momentum compressed from step 1.
   bool factored_variance = false;
   std::size_t sync_first = 4;  ///< factored, calibadam: the ranks average v at steps 1..sync_first
-  std::size_t sync_every = 8;  ///< factored, calibadam: ... then every sync_every steps (0: never)
+  /// factored, calibadam: ... then every sync_every steps (0: never); unset: 8 for factored, 4
+  /// for calibadam (`sync_every_of`; docs/training.md, "Fresher second moments")
+  std::optional<std::size_t> sync_every;
   std::size_t sketch = 64;     ///< calibadam: count-sketch buckets per layer (0: no calibration)
   /// calibadam: count-sketch buckets per layer at steps 1..sync_first (0: `sketch` there too)
   std::size_t sketch_first = 1024;
@@ -307,6 +310,15 @@ inline double learning_rate_at(train_options const& o, std::size_t step) {
 
 /// Whether the options fold momentum into the learning rate (`folded_learning_rate`): sgd
 /// with momentum over top-k with error feedback, unless `momentum_fold` is off.
+/// The statistics' sync period after step sync_first: `--sync-every` where given, else the
+/// optimizer's default (`calibrated_onebit_adam_options` 4, `factored_onebit_adam_options` 8).
+inline std::size_t sync_every_of(train_options const& o) {
+  if (o.sync_every) return *o.sync_every;
+  return o.optimizer == optimizer_kind::calibadam
+             ? gradcomp::calibrated_onebit_adam_options{}.sync_every
+             : gradcomp::factored_onebit_adam_options{}.sync_every;
+}
+
 inline bool folds_momentum(train_options const& o) {
   return o.optimizer == optimizer_kind::sgd && o.momentum > 0.0 && o.momentum_fold &&
          topk_with_feedback(o.exchange);
@@ -544,7 +556,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       co.adam = adam_settings(o);
       co.rows = k % 2 == 0 ? net.sizes()[k / 2] : 0;  // W_l: sizes[l] rows; b_l: a vector
       co.sync_first = o.sync_first;
-      co.sync_every = o.sync_every;
+      co.sync_every = sync_every_of(o);
       co.sketch = o.sketch;
       co.sketch_first = o.sketch_first;
       co.seed = o.exchange.seed;
@@ -554,7 +566,7 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
       fo.adam = adam_settings(o);
       fo.rows = k % 2 == 0 ? net.sizes()[k / 2] : 0;  // W_l: sizes[l] rows; b_l: a vector
       fo.sync_first = o.sync_first;
-      fo.sync_every = o.sync_every;
+      fo.sync_every = sync_every_of(o);
       factored.emplace_back(gradcomp::make_codec(two_way_codec), fo);
     } else if (kind == optimizer_kind::onebitadam) {
       gradcomp::onebit_adam_options oo;
@@ -594,8 +606,8 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
     pipeline = "no warm-up: each rank's exact momentum through two-way " + two_way_codec +
                " with worker and server error feedback, v factored and averaged at steps 1.." +
                std::to_string(o.sync_first) +
-               (o.sync_every != 0 ? " and every " + std::to_string(o.sync_every)
-                                  : std::string(" only")) +
+               (sync_every_of(o) != 0 ? " and every " + std::to_string(sync_every_of(o))
+                                      : std::string(" only")) +
                (o.sketch != 0
                     ? ", calibrated by a " + std::to_string(o.sketch) +
                           "-bucket sketch of the mean gradient every step" +
@@ -611,7 +623,8 @@ inline run_result train_worker(gradcomp::any_communicator comm, data_split const
         " with worker and server error feedback from step 1, v factored (rows and "
         "columns of each matrix) and averaged at steps 1.." +
         std::to_string(o.sync_first) +
-        (o.sync_every != 0 ? " and every " + std::to_string(o.sync_every) : std::string(" only")) +
+        (sync_every_of(o) != 0 ? " and every " + std::to_string(sync_every_of(o))
+                               : std::string(" only")) +
         ", per layer";
   } else if (kind == optimizer_kind::onebitadam) {
     pipeline = std::to_string(onebit.front().options().warmup) +

@@ -422,3 +422,15 @@ TEST_CASE("calibrated_onebit_adam: reaches the optimum of a heterogeneous quadra
   CHECK_THROWS_AS(cadam1(gc::make_codec("onebit"), {.sync_first = 0}), gc::config_error);
   CHECK_THROWS_AS(cadam1(gc::make_codec("onebit"), {.adam = {.lr = -1.0}}), gc::config_error);
 }
+
+TEST_CASE("calibrated_onebit_adam: by default the ranks average v at steps 1..4 and every 4 after",
+          "[optim][calibrated_onebit_adam]") {
+  // half of factored_onebit_adam's period: the training example's byte budget at 30x has room
+  // for it, and the v is fresher (docs/training.md, "Fresher second moments")
+  cadam1 const o(gc::make_codec("onebit"), {});
+  CHECK(o.options().sync_first == 4);
+  CHECK(o.options().sync_every == 4);
+  CHECK(gc::factored_onebit_adam_options{}.sync_every == 8);
+  for (std::uint64_t t : {1u, 2u, 3u, 4u, 8u, 12u, 100u}) CHECK(o.sync_at(t));
+  for (std::uint64_t t : {5u, 6u, 7u, 9u, 10u, 11u, 99u}) CHECK_FALSE(o.sync_at(t));
+}
