@@ -31,6 +31,7 @@
 #include <gradcomp/cuda/dithering.cuh>
 #include <gradcomp/cuda/int8.cuh>
 #include <gradcomp/cuda/onebit.cuh>
+#include <gradcomp/cuda/powersgd.cuh>
 #include <gradcomp/feedback/compressor.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
 
@@ -386,12 +387,15 @@ void check_bucketed(char const* name, CpuCodec const& cpu, CudaCodec const& dev,
               failures.load() == 0 ? "identical to the CPU" : "FAILED");
 }
 
-// The pipeline with a device source (first slice): bucket_sizes' tensors, feedback "residual",
+// The pipeline with a device source: bucket_sizes' tensors, feedback "residual",
 // `steps` steps. The CPU pipeline's outputs, residuals and save() per step and rank, flattened
 // (save() as floats of its bytes, zero-padded).
-pipeline_options pipeline_opts(std::string const& spec) {
+// `two_way`: two-way compression per tensor. A "powersgd" spec: PowerSGD's sessions, the
+// source `stream_codec<identity_codec>`.
+pipeline_options pipeline_opts(std::string const& spec, bool two_way = false) {
   pipeline_options o;
   o.codec = spec;
+  o.two_way = two_way;
   o.feedback = "residual";
   o.guard = "off";
   o.measured_timing = false;
@@ -406,9 +410,10 @@ void append_bytes(std::vector<float>& flat, std::vector<std::byte> const& b) {
   std::memcpy(flat.data() + at, b.data(), b.size());
 }
 
-std::vector<std::vector<std::vector<float>>> cpu_pipeline_reference(std::string const& spec, int w) {
+std::vector<std::vector<std::vector<float>>> cpu_pipeline_reference(std::string const& spec, int w,
+                                                                    bool two_way) {
   std::deque<gradient_pipeline> ps;
-  for (int r = 0; r < w; ++r) ps.emplace_back(pipeline_opts(spec));
+  for (int r = 0; r < w; ++r) ps.emplace_back(pipeline_opts(spec, two_way));
   return reference_steps(w, [&](in_process_communicator& comm, int r, std::uint32_t s) {
     auto& p = ps[static_cast<std::size_t>(r)];
     std::vector<std::vector<float>> g;
@@ -430,13 +435,20 @@ std::vector<std::vector<std::vector<float>>> cpu_pipeline_reference(std::string 
 }
 
 template <class CudaCodec>
-void device_pipeline_rank(nccl_communicator& comm, std::string const& spec, CudaCodec const& codec,
+gradient_pipeline device_pipeline(pipeline_options const& o, CudaCodec const& codec, cudaStream_t stream) {
+  if (o.codec.starts_with("powersgd")) {
+    return gradient_pipeline(o, gcu::stream_codec<gcu::identity_codec>(gcu::identity_codec{}, stream));
+  }
+  return gradient_pipeline(o, gcu::device_compressor<CudaCodec>(gcu::stream_codec<CudaCodec>(codec, stream)));
+}
+
+template <class CudaCodec>
+void device_pipeline_rank(nccl_communicator& comm, std::string const& spec, CudaCodec const& codec, bool two_way,
                           std::vector<std::vector<std::vector<float>>> const& want) {
   int const r = comm.rank();
   int const w = comm.size();
   auto const ur = static_cast<std::size_t>(r);
-  gradient_pipeline p(pipeline_opts(spec), gcu::device_compressor<CudaCodec>(
-                                               gcu::stream_codec<CudaCodec>(codec, comm.stream())));
+  gradient_pipeline p = device_pipeline(pipeline_opts(spec, two_way), codec, comm.stream());
   std::vector<gcu::device_buffer> g;
   std::vector<tensor_view<float>> views;
   for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
@@ -476,12 +488,11 @@ void device_pipeline_rank(nccl_communicator& comm, std::string const& spec, Cuda
 }
 
 template <class CudaCodec>
-void check_pipeline(std::string const& spec, CudaCodec const& dev, int w) {
-  auto const want = cpu_pipeline_reference(spec, w);
-  on_ranks(w, spec + " pipeline",
-           [&](nccl_communicator& comm) { device_pipeline_rank(comm, spec, dev, want); });
-  std::printf("%s pipeline on %d rank(s): %s\n", spec.c_str(), w,
-              failures.load() == 0 ? "identical to the CPU" : "FAILED");
+void check_pipeline(std::string const& spec, CudaCodec const& dev, int w, bool two_way = false) {
+  auto const want = cpu_pipeline_reference(spec, w, two_way);
+  std::string const what = spec + (two_way ? " two-way" : "") + " pipeline";
+  on_ranks(w, what, [&](nccl_communicator& comm) { device_pipeline_rank(comm, spec, dev, two_way, want); });
+  std::printf("%s on %d rank(s): %s\n", what.c_str(), w, failures.load() == 0 ? "identical to the CPU" : "FAILED");
 }
 
 // Rank 1 never calls the collective: rank 0 must fail with comm_error near the timeout.
@@ -548,6 +559,9 @@ int run_all() {
       check_pipeline("fp16", gcu::fp16_codec{}, w);
       check_pipeline("int8:rounding=stochastic", gcu::int8_codec{512, int8_rounding::stochastic}, w);
       check_pipeline("onebit", gcu::onebit_codec{}, w);
+      check_pipeline("int8:rounding=stochastic", gcu::int8_codec{512, int8_rounding::stochastic}, w, true);
+      check_pipeline("onebit", gcu::onebit_codec{}, w, true);
+      check_pipeline("powersgd:rank=2,min_elements=100,backend=builtin", gcu::identity_codec{}, w);
     }
     if (devices >= 2) {
       absent_peer_times_out();

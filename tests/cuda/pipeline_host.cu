@@ -1,9 +1,9 @@
 // SPDX-FileCopyrightText: 2026 The gradcomp authors
 // SPDX-License-Identifier: Apache-2.0
 //
-// `gradient_pipeline` with a device source (pipeline/pipeline.hpp, first slice: float32 device
-// gradients, a static element-wise device codec, feedback "residual" or "none", no controller,
-// flat buckets, the guard off), checked on a machine without a GPU against the CPU pipeline
+// `gradient_pipeline` with a device source (pipeline/pipeline.hpp: float32 and 16-bit device
+// gradients, every device codec with feedback "residual" or "none", flat buckets or two-way
+// compression, the divergence guard's raise and skip), checked on a machine without a GPU against the CPU pipeline
 // with the CPU codec of the same format on the same inputs.
 //
 // What is real and what is emulated (as in bucket_host.cu): real are the pipeline, its
@@ -35,6 +35,7 @@
 #include <gradcomp/cuda/int8.cuh>
 #include <gradcomp/cuda/memory.cuh>
 #include <gradcomp/cuda/onebit.cuh>
+#include <gradcomp/cuda/powersgd.cuh>
 #include <gradcomp/pipeline/pipeline.hpp>
 
 #include <algorithm>
@@ -122,7 +123,7 @@ void expect_same(std::vector<rank_state> const& want, std::vector<rank_state> co
     CHECK(want[r].stats.buckets == got[r].stats.buckets);
     CHECK(want[r].stats.tensors == got[r].stats.tensors);
     CHECK(want[r].stats.compressed_tensors == got[r].stats.compressed_tensors);
-    if (got[r].stats.guard != gc::guard_action::skipped)
+    if (got[r].stats.guard == gc::guard_action::none)
       CHECK(got[r].stats.compressed_tensors == compressed_tensors);
     CHECK(want[r].stats.factor == got[r].stats.factor);
     // The guard's norms: the same bits (the canonical sum of squares on both backends).
@@ -185,11 +186,20 @@ rank_state device_step(Comm& comm, gc::gradient_pipeline& pipe,
   return st;
 }
 
-// The device source of a CUDA codec for a feedback spec.
+// The device source of a CUDA codec for a feedback spec (PowerSGD: the codec without feedback,
+// PowerSGD's sessions keep the residuals).
 template <class D>
 gc::gradient_pipeline device_pipeline(gc::pipeline_options const& o, D const& dc) {
   gc::cuda::stream_codec<D> sc(dc);
-  if (o.feedback == "residual")
+  if (o.feedback == "ef21")
+    return gc::gradient_pipeline(o, gc::cuda::device_compressor<D, gc::cuda::device_ef21_rule>(std::move(sc)));
+  if (o.feedback == "dgc")
+    return gc::gradient_pipeline(o, gc::cuda::device_compressor<D, gc::cuda::device_dgc_rule>(std::move(sc)));
+  if (o.feedback == "dgc:momentum=0.5,clip_norm=3") {
+    return gc::gradient_pipeline(
+        o, gc::cuda::device_compressor<D, gc::cuda::device_dgc_rule>(std::move(sc), gc::cuda::device_dgc_rule(0.5f, 3.0)));
+  }
+  if (o.feedback == "residual" && !o.codec.starts_with("powersgd"))
     return gc::gradient_pipeline(o, gc::cuda::device_compressor<D>(std::move(sc)));
   return gc::gradient_pipeline(o, std::move(sc));
 }
@@ -197,10 +207,11 @@ gc::gradient_pipeline device_pipeline(gc::pipeline_options const& o, D const& dc
 // w ranks, each with a CPU pipeline and a device pipeline of the same configuration.
 template <class D>
 void compare(char const* spec, D const& dc, std::string const& feedback, int w, int steps,
-             bool pipelined) {
+             bool pipelined, bool two_way = false) {
   INFO(spec << ", feedback " << feedback << ", " << w << " ranks"
-            << (pipelined ? "" : ", not pipelined"));
-  gc::pipeline_options const o = options(spec, feedback, pipelined);
+            << (pipelined ? "" : ", not pipelined") << (two_way ? ", two-way" : ""));
+  gc::pipeline_options o = options(spec, feedback, pipelined);
+  o.two_way = two_way;
   std::deque<gc::gradient_pipeline> cpus, devs;
   for (int r = 0; r < w; ++r) {
     cpus.emplace_back(o);
@@ -261,6 +272,70 @@ TEST_CASE("cuda pipeline: a device source gives the CPU pipeline's outputs, resi
   });
 }
 
+TEST_CASE("cuda pipeline: EF21 and DGC with a device source equal the CPU pipeline's",
+          "[cuda][pipeline][feedback]") {
+  // device_compressor<C, device_ef21_rule> / <C, device_dgc_rule>: outputs (EF21: the
+  // receivers' estimates), states (h; DGC's [u | v]) and save() (with EF21's receivers) the
+  // CPU pipeline's, and a CPU checkpoint resumed on the device (compare's second half).
+  for (int w : {2, 3}) {
+    compare("int8:bucket=100,rounding=stochastic", gc::cuda::int8_codec{100, gc::int8_rounding::stochastic}, "ef21",
+            w, 3, true);
+    compare("onebit", gc::cuda::onebit_codec{}, "ef21", w, 3, true);
+    compare("int8", gc::cuda::int8_codec{}, "dgc", w, 3, true);
+    compare("int8", gc::cuda::int8_codec{}, "dgc:momentum=0.5,clip_norm=3", w, 3, true);
+  }
+  for_each_codec_pair([](char const* spec, auto const&, auto const& dc) {
+    compare(spec, dc, "ef21", 2, 2, true);
+    compare(spec, dc, "dgc", 2, 2, true);
+  });
+  // The source's rule must be the spec's, with DGC's parameters.
+  gc::pipeline_options o = options("int8", "dgc:momentum=0.5");
+  CHECK_THROWS_AS(gc::gradient_pipeline(o, gc::cuda::device_compressor<gc::cuda::int8_codec, gc::cuda::device_dgc_rule>(
+                                               gc::cuda::stream_codec<gc::cuda::int8_codec>{})),
+                  gc::config_error);
+  o.feedback = "ef21";
+  CHECK_THROWS_AS(gc::gradient_pipeline(o, gc::cuda::device_compressor<gc::cuda::int8_codec, gc::cuda::device_dgc_rule>(
+                                               gc::cuda::stream_codec<gc::cuda::int8_codec>{})),
+                  gc::config_error);
+  CHECK_NOTHROW(gc::gradient_pipeline(o, gc::cuda::device_compressor<gc::cuda::int8_codec, gc::cuda::device_ef21_rule>(
+                                             gc::cuda::stream_codec<gc::cuda::int8_codec>{})));
+}
+
+TEST_CASE("cuda pipeline: two-way compression with a device source equals the CPU pipeline's",
+          "[cuda][pipeline][two_way]") {
+  // The worker and server residuals live in the device source's two-way compressor; save()
+  // carries them (host copies) in the CPU pipeline's format, and a CPU checkpoint resumes on
+  // the device (compare's second half).
+  for_each_codec_pair([](char const* spec, auto const&, auto const& dc) {
+    for (int w : {2, 3}) {
+      compare(spec, dc, "residual", w, 3, true, true);
+      compare(spec, dc, "none", w, 2, true, true);
+    }
+  });
+}
+
+// PowerSGD with the built-in GEMM order (the device's) and sessions for the tensors of at least
+// 100 elements: with the default shapes (n / c × c, c the largest divisor up to √n) 1000, 1200,
+// 700 and 513 are low-rank matrices, 4099 and 1531 (primes, n × 1) dense ones.
+constexpr char const* powersgd_spec = "powersgd:rank=2,min_elements=100,backend=builtin";
+
+TEST_CASE("cuda pipeline: PowerSGD with a device source equals the CPU pipeline's",
+          "[cuda][pipeline][powersgd]") {
+  // The sessions' factors, warm starts and residuals live on the device; save() carries them
+  // (host copies) in the CPU pipeline's format, and a CPU checkpoint resumes on the device.
+  for (int w : {2, 3, 4}) {
+    compare(powersgd_spec, gc::cuda::identity_codec{}, "residual", w, 3, true);
+    compare(powersgd_spec, gc::cuda::identity_codec{}, "none", w, 2, true);
+  }
+  // The source: one without residuals, whose memory space makes sessions.
+  gc::pipeline_options const o = options(powersgd_spec, "residual");
+  CHECK_THROWS_AS(gc::gradient_pipeline(o, gc::cuda::device_compressor<gc::cuda::identity_codec>(
+                                               gc::cuda::stream_codec<gc::cuda::identity_codec>{})),
+                  gc::config_error);
+  CHECK_THROWS_AS(gc::gradient_pipeline(o, gc::cuda::stream_codec<gc::cuda::int8_codec>{}),
+                  gc::config_error);
+}
+
 TEST_CASE("cuda pipeline: begin / submit / finish with a device source equals the CPU step",
           "[cuda][pipeline]") {
   for (int w : {2, 3}) {
@@ -288,14 +363,23 @@ TEST_CASE("cuda pipeline: begin / submit / finish with a device source equals th
 
 TEST_CASE("cuda pipeline: bad inputs fail the device step as the CPU step, state unchanged",
           "[cuda][pipeline][failure]") {
-  for (int w : {2, 3, 4}) {
-    INFO(w << " ranks");
-    // The guard off: the codecs' own checks (the guard's are the next test's).
-    gc::pipeline_options const o = options("int8", "residual", true, "off");
+  enum class mode { flat, two_way, powersgd, ef21, dgc };
+  for (auto const [w, m] : {std::pair{2, mode::flat}, std::pair{3, mode::flat}, std::pair{4, mode::flat},
+                            std::pair{2, mode::two_way}, std::pair{3, mode::two_way},
+                            std::pair{2, mode::powersgd}, std::pair{3, mode::powersgd},
+                            std::pair{2, mode::ef21}, std::pair{3, mode::ef21}, std::pair{3, mode::dgc}}) {
+    INFO(w << " ranks, mode " << static_cast<int>(m));
+    // The guard off: the codecs' own checks (the guard's are the next test's). Two-way: the
+    // worker and server residuals are rolled back; PowerSGD: the sessions (save() compares
+    // them all).
+    char const* const feedback = m == mode::ef21 ? "ef21" : m == mode::dgc ? "dgc:momentum=0.5,clip_norm=3" : "residual";
+    gc::pipeline_options o = options(m == mode::powersgd ? powersgd_spec : "int8", feedback, true, "off");
+    o.two_way = m == mode::two_way;
     std::deque<gc::gradient_pipeline> cpus, devs;
     for (int r = 0; r < w; ++r) {
       cpus.emplace_back(o);
-      devs.push_back(device_pipeline(o, gc::cuda::int8_codec{}));
+      if (m == mode::powersgd) devs.push_back(device_pipeline(o, gc::cuda::identity_codec{}));
+      else devs.push_back(device_pipeline(o, gc::cuda::int8_codec{}));
     }
     auto cpu = [&](auto& comm, int r, std::vector<std::vector<float>> const& g) {
       (void)cpu_step(comm, cpus[static_cast<std::size_t>(r)], g);
@@ -397,9 +481,14 @@ TEST_CASE("cuda pipeline: the divergence guard decides on a device source as on 
   for (int w : {2, 3}) {
     INFO(w << " ranks");
     // skip: the step is skipped on every rank of both backends alike (outputs zero, residuals,
-    // history and step counter kept), and the next step goes through alike.
-    {
-      gc::pipeline_options const o = options("int8", "residual", true, "skip:warmup=2,window=4");
+    // history and step counter kept), and the next step goes through alike. dense: the step
+    // sends every g dense (residuals kept), flat or two-way; with a residual that trips
+    // (residual_factor 2, the gradient's limit out of reach) every residual is reset.
+    auto run_policy = [&](std::string const& guard, bool two_way, int steps,
+                          std::vector<gc::guard_action> const& want_actions, bool reset) {
+      INFO(guard << (two_way ? ", two-way" : ""));
+      gc::pipeline_options o = options("int8", "residual", true, guard);
+      o.two_way = two_way;
       std::deque<gc::gradient_pipeline> cpus, devs;
       for (int r = 0; r < w; ++r) {
         cpus.emplace_back(o);
@@ -407,7 +496,7 @@ TEST_CASE("cuda pipeline: the divergence guard decides on a device source as on 
       }
       std::vector<gc::guard_action> actions;
       compare_steps<rank_state>(
-          w, 5,
+          w, steps,
           [&](auto& comm, int r, std::uint32_t s) {
             return cpu_step(comm, cpus[static_cast<std::size_t>(r)], grads(r, s));
           },
@@ -423,13 +512,39 @@ TEST_CASE("cuda pipeline: the divergence guard decides on a device source as on 
                 for (auto const& o : st.out) CHECK(std::all_of(o.begin(), o.end(), [](float v) { return v == 0.0f; }));
               }
             }
+            if (got[0].stats.guard == gc::guard_action::dense) {
+              for (auto const& st : got) {
+                CHECK(st.stats.sent == gc::send_kind::dense);
+                CHECK(st.stats.compressed_tensors == 0);
+                // reset: no residual left; kept: the compressed tensors' residuals stay
+                std::size_t held = 0;
+                for (auto const& e : st.residual) held += e.empty() ? 0 : 1;
+                CHECK(held == (reset || two_way ? 0 : compressed_tensors));
+              }
+            }
           });
-      std::vector<gc::guard_action> const want_actions = {gc::guard_action::none, gc::guard_action::none,
-                                                          gc::guard_action::none, gc::guard_action::skipped,
-                                                          gc::guard_action::none};
       CHECK(actions == want_actions);
-      for (auto const& d : devs) CHECK(d.guard().counters().skipped == 1);
+      for (auto const& d : devs) {
+        auto const& c = d.guard().counters();
+        CHECK(c.skipped + c.dense == 1);
+        CHECK(c.resets == (reset ? 1u : 0u));
+      }
+    };
+    using gc::guard_action;
+    run_policy("skip:warmup=2,window=4", false, 5,
+               {guard_action::none, guard_action::none, guard_action::none, guard_action::skipped,
+                guard_action::none},
+               false);
+    for (bool two_way : {false, true}) {
+      run_policy("dense:warmup=2,window=4", two_way, 5,
+                 {guard_action::none, guard_action::none, guard_action::none, guard_action::dense,
+                  guard_action::none},
+                 false);
     }
+    run_policy("dense:warmup=2,window=4,factor=1e9,residual_factor=2", false, 6,
+               {guard_action::none, guard_action::none, guard_action::none, guard_action::none,
+                guard_action::dense, guard_action::none},
+               true);
     // raise: numeric_error on every rank of both backends, every save() as before; a NaN on one
     // rank too (the guard's sum makes it every rank's).
     {
@@ -491,15 +606,11 @@ TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
     edit(o);
     bad.emplace_back(what, o);
   };
-  with("the guard's dense action", [](auto& o) { o.guard = "dense"; });
   with("a controller", [](auto& o) {
     o.codec = "topk:ratio=0.01";
     o.controller = "static:factor=100";
   });
-  with("two-way", [](auto& o) { o.two_way = true; });
   with("hierarchical", [](auto& o) { o.hierarchical.nodes = gc::node_grouping::uniform(2); });
-  with("PowerSGD", [](auto& o) { o.codec = "powersgd:rank=2"; });
-  with("EF21", [](auto& o) { o.feedback = "ef21"; });
   with("another codec", [](auto& o) { o.codec = "fp16"; });
   with("another bucket size", [](auto& o) { o.codec = "int8:bucket=100"; });
   with("measure_gain", [](auto& o) { o.measure_gain = true; });
@@ -525,6 +636,20 @@ TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
   truncated.pop_back();
   CHECK_THROWS_AS(p.load(truncated), gc::format_error);
   CHECK(p.save() == saved);
+
+  // Two-way: a checkpoint of another two-way setting, or a truncated one, is a format_error
+  // that changes nothing.
+  gc::pipeline_options tw = good;
+  tw.two_way = true;
+  gc::gradient_pipeline q = build(tw);
+  std::vector<std::byte> const qsaved = q.save();
+  CHECK_NOTHROW(q.load(qsaved));
+  CHECK_THROWS_AS(q.load(saved), gc::format_error);
+  CHECK_THROWS_AS(p.load(qsaved), gc::format_error);
+  std::vector<std::byte> qtrunc = qsaved;
+  qtrunc.pop_back();
+  CHECK_THROWS_AS(q.load(qtrunc), gc::format_error);
+  CHECK(q.save() == qsaved);
 }
 
 namespace {

@@ -28,6 +28,7 @@
 #include <gradcomp/codec/dithering.hpp>
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/onebit.hpp>
+#include <gradcomp/collective/parameter_server.hpp>
 #include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/cuda/cast.cuh>
@@ -179,6 +180,73 @@ void compare_runs(CpuCodec const& codec, DevCodec const& dev, int w, std::size_t
                             });
 }
 
+// The parameter-server mode (collective/parameter_server.hpp) on w ranks, the last k of them
+// servers, with the CPU two-way compressor of `codec` and the device one of `dev` (residual
+// feedback on both sides): each worker's result and worker residuals, each server's residual,
+// compared step by step, and the device payloads (packets) apart from the host reports.
+template <class CpuCodec, class DevCodec>
+void compare_ps(CpuCodec const& codec, DevCodec const& dev, int w, int k, std::size_t n,
+                gc::reduction op, int steps) {
+  using dev_codec = gc::cuda::stream_codec<DevCodec>;
+  using cpu_tw = gc::two_way_compressor<CpuCodec>;
+  using dev_tw = gc::two_way_compressor<dev_codec>;
+  gc::tensor_id const id{23};
+  gc::ps_options const opt{.servers = k, .op = op};
+  int const workers = w - k;
+  std::vector<cpu_tw> cpus(static_cast<std::size_t>(w), cpu_tw(codec));
+  std::vector<dev_tw> devs;
+  for (int r = 0; r < w; ++r) devs.emplace_back(dev_codec(dev));
+  auto residuals = [&](auto const& tw, int r, rank_state& st) {
+    st.worker.clear();
+    if (r < workers) {
+      for (std::size_t s = 0; s < static_cast<std::size_t>(k); ++s)
+        st.worker.push_back(to_host(tw.worker_residual(key(id, s, k))));
+    } else {
+      st.server = to_host(tw.server_residual(key(id, static_cast<std::size_t>(r - workers), k)));
+    }
+  };
+  auto cpu = [&](gc::in_process_communicator& comm, int r, std::uint32_t s) {
+    rank_state st;
+    gc::codec_context const ctx = rank_context(r, s, gct::shared_support(cpus[0].worker_codec()));
+    auto& tw = cpus[static_cast<std::size_t>(r)];
+    if (r < workers) {
+      std::vector<float> const g = gradient(n, r, s);
+      std::vector<float> out(n, -7.0f);
+      st.res = gc::ps_push_pull(comm, tw, gc::tensor_view<float const>(std::span<float const>(g), id),
+                                std::span<float>(out), ctx, opt);
+      st.out = std::move(out);
+    } else {
+      st.res = gc::ps_serve(comm, tw, id, n, ctx, opt);
+    }
+    residuals(tw, r, st);
+    return st;
+  };
+  auto device = [&](emulated_nccl& comm, int r, std::uint32_t s) {
+    rank_state st;
+    gc::codec_context const ctx = rank_context(r, s, gct::shared_support(devs[0].worker_codec()));
+    auto& tw = devs[static_cast<std::size_t>(r)];
+    if (r < workers) {
+      std::vector<float> const hg = gradient(n, r, s);
+      gc::cuda::device_buffer g = to_device(hg);
+      gc::cuda::device_buffer out = to_device(std::vector<float>(n, -7.0f));
+      st.res = gc::ps_push_pull(comm, tw, gc::tensor_view<float const>(std::span<float const>(floats(g, n)), id),
+                                floats(out, n), ctx, opt);
+      st.out = to_host(floats(out, n));
+    } else {
+      st.res = gc::ps_serve(comm, tw, id, n, ctx, opt);
+    }
+    RANK_REQUIRE(residuals_on_device(tw, id, r < workers ? 0 : r - workers, k));
+    residuals(tw, r, st);
+    return st;
+  };
+  compare_steps<rank_state>(w, steps, cpu, device, [&](auto const& want, auto const& got, traffic const& log) {
+    expect_same(want, got);
+    CHECK(log.device_ops > 0);
+    CHECK(log.mixed == 0);
+    CHECK(log.host_max <= 48);  // reports (32 bytes) and the outcome round
+  });
+}
+
 template <class T>
 concept saves_state = requires(T const& t, T& m, std::span<std::byte const> b) {
   t.save();
@@ -201,9 +269,9 @@ TEST_CASE("cuda two-way: device codecs name their device residual feedback", "[c
           gc::two_way_compressor<gc::int8_codec, gc::residual_feedback, gc::residual_feedback>>);
   static_assert(std::is_same_v<gc::two_way_compressor<dev>::memory_type, gc::cuda::device_memory>);
   static_assert(gc::two_way_compressor<gc::int8_codec>::memory_type::on_host);
-  // Saving and loading the state is for host codecs.
+  // Both save and load their state (a device codec's through host copies).
   static_assert(saves_state<gc::two_way_compressor<gc::int8_codec>>);
-  static_assert(!saves_state<gc::two_way_compressor<dev>>);
+  static_assert(saves_state<gc::two_way_compressor<dev>>);
   CHECK(true);
 }
 
@@ -239,6 +307,34 @@ TEST_CASE("cuda two-way: a rank without a gradient, on device memory, as on the 
     compare_runs<true>(cpu, dev, 3, 777, gc::reduction::average, 3,
                        [](int r, int step) { return !(r == 1 && step == 1); });
   });
+}
+
+TEST_CASE("cuda two-way: the parameter-server mode with device codecs equals the CPU's",
+          "[cuda][two_way][parameter_server]") {
+  for_each_codec_pair([](char const* name, auto cpu, auto dev) {
+    for (auto const [w, k] : {std::pair{3, 1}, std::pair{5, 2}}) {
+      INFO(name << ", " << w - k << " workers, " << k << " servers");
+      compare_ps(cpu, dev, w, k, 2053, gc::reduction::average, 3);
+      compare_ps(cpu, dev, w, k, 5, gc::reduction::sum, 2);
+    }
+  });
+  // The checksum option reads payloads on the host: a config_error on every rank of a device run.
+  using dev_tw = gc::two_way_compressor<gc::cuda::stream_codec<gc::cuda::int8_codec>>;
+  std::vector<dev_tw> devs;
+  for (int r = 0; r < 3; ++r) devs.emplace_back(gc::cuda::stream_codec<gc::cuda::int8_codec>{});
+  auto const got = run_failing<true>(3, [&](auto& comm, int r) {
+    gc::ps_options const opt{.servers = 1, .checksum = true};
+    if (r < 2) {
+      gc::cuda::device_buffer g = to_device(gradient(100, r, 0)), out = to_device(std::vector<float>(100));
+      (void)gc::ps_push_pull(comm, devs[static_cast<std::size_t>(r)],
+                             gc::tensor_view<float const>(std::span<float const>(floats(g, 100)), gc::tensor_id{1}),
+                             floats(out, 100), rank_context(r, 0), opt);
+    } else {
+      (void)gc::ps_serve(comm, devs[2], gc::tensor_id{1}, 100, rank_context(r, 0), opt);
+    }
+  });
+  for (thrown t : got) CHECK(t != thrown::nothing);
+  CHECK(got[0] == thrown::config);
 }
 
 TEST_CASE(
@@ -286,6 +382,19 @@ TEST_CASE(
     CHECK(same_bits(to_host(cpu.server_residual(k)), to_host(dev.server_residual(k))));
     CHECK(memory_kind_of(dev.server_residual(k).data()) == memory_kind::device);
   }
+  // The saved state: the CPU's bytes; loaded into a fresh device compressor, residuals on the
+  // device with the same bits; a truncated state is a format_error that changes nothing.
+  std::vector<std::byte> const saved = cpu.save();
+  CHECK(dev.save() == saved);
+  gc::two_way_compressor<gc::cuda::stream_codec<gc::cuda::int8_codec>> fresh(dev_codec);
+  fresh.load(saved);
+  CHECK(fresh.save() == saved);
+  CHECK(memory_kind_of(fresh.server_residual(k).data()) == memory_kind::device);
+  CHECK(same_bits(to_host(cpu.server_residual(k)), to_host(fresh.server_residual(k))));
+  std::vector<std::byte> truncated = saved;
+  truncated.pop_back();
+  CHECK_THROWS_AS(fresh.load(truncated), gc::format_error);
+  CHECK(fresh.save() == saved);
 }
 
 TEST_CASE("cuda two-way: bad inputs fail the device step as the CPU step, residuals kept",

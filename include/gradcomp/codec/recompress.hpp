@@ -22,13 +22,15 @@
 ///   float rounding of the direct packet's n/k scale). Needs the sender's seed and step in
 ///   `ctx`, as decoding does.
 ///
-/// `sparse_packet_support` reads the coordinates such a packet carries (DGC's momentum masking).
+/// `sparse_packet_support` (codec/format/support.hpp, included) reads the coordinates such a
+/// packet carries (DGC's momentum masking).
 ///
 /// A request for k ≥ m returns a copy of the packet, once it is checked like any other. Other
 /// codecs are a `config_error`; malformed packets a `format_error`.
 
 #include <gradcomp/codec/detail/select.hpp>
 #include <gradcomp/codec/detail/sparse.hpp>
+#include <gradcomp/codec/format/support.hpp>
 #include <gradcomp/codec/randomk.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/wire.hpp>
@@ -45,14 +47,10 @@ GRADCOMP_NAMESPACE_BEGIN
 
 namespace detail {
 
-inline bool is_sparse_payload(codec_id id) noexcept {
-  return id == codec_id::topk || id == codec_id::approx_topk || id == codec_id::threshold;
-}
-
 /// Header of a packet `recompress_sparse` accepts, fully validated.
 inline packet_header recompress_header(std::span<std::byte const> packet) {
   packet_header const h = read_header(packet);
-  if (is_sparse_payload(h.codec)) {
+  if (sparse::is_sparse_payload(h.codec)) {
     sparse::validate(h);
   } else if (h.codec == codec_id::random_k) {
     randomk::validate(h);
@@ -165,23 +163,6 @@ inline std::size_t recompress_sparse(std::span<std::byte const> packet, std::uin
   for (std::size_t j = 0; j < nval.size(); ++j) detail::sparse::store_value(v, np + ib, j, nval[j]);
   (void)vb;
   return static_cast<std::size_t>(nh.packet_bytes());
-}
-
-/// The support of a sparse packet: the ascending coordinates a topk, approx_topk, threshold or
-/// random_k packet carries, whatever their values decode to (a selected value may round to
-/// zero in f16). Empty optional for any other packet (its codec sends every coordinate).
-/// random_k needs the sender's seed and step in `ctx`. Malformed packets: `format_error`.
-inline std::optional<std::vector<std::uint32_t>> sparse_packet_support(
-    std::span<std::byte const> packet, codec_context const& ctx = {}) {
-  packet_header const h = read_header(packet);
-  std::vector<std::uint32_t> idx;
-  if (detail::is_sparse_payload(h.codec)) {
-    detail::sparse::validate(h);
-    detail::sparse::read_indices(h, packet.data() + header_bytes, idx);
-    return idx;
-  }
-  if (h.codec == codec_id::random_k) return random_k_packet_indices(packet, ctx);
-  return std::nullopt;
 }
 
 GRADCOMP_NAMESPACE_END

@@ -28,6 +28,9 @@
 /// - `m.read(std::span<std::byte const> bytes, f)`: calls `f` with a host span holding the same
 ///   bytes (the span itself on the host; a host copy, made when every write to `bytes` the
 ///   caller issued has finished, elsewhere) and returns what `f` returns;
+/// - `m.write(std::span<std::byte> dst, std::span<std::byte const> host)`: copies host bytes
+///   into `dst` (as many bytes as `dst` holds); the host span may be reused once it returns
+///   (a checkpoint's state going back into the space);
 /// - `m.sum_of_squares(std::span<float const> x)`: Σ x², in double, in the canonical order of
 ///   core/quant/dither.hpp (the same bits in every space; the training pipeline's guard norms),
 ///   returned to the host.
@@ -77,6 +80,10 @@ struct host_memory {
   decltype(auto) read(std::span<std::byte const> bytes, F&& f) const {
     return std::forward<F>(f)(bytes);
   }
+  /// Copies host bytes into `dst` (the same size; no overlap).
+  void write(std::span<std::byte> dst, std::span<std::byte const> host) const noexcept {
+    if (!dst.empty()) std::memcpy(dst.data(), host.data(), dst.size());
+  }
   /// Σ x² in the canonical order (`cpu::kernels::canonical_sumsq`, at the machine's level).
   [[nodiscard]] double sum_of_squares(std::span<float const> x) const noexcept {
     return cpu::kernels::canonical_sumsq(x.data(), x.size(), cpu::isa::best);
@@ -98,6 +105,7 @@ concept memory_space = requires(M const& m, typename M::buffer& b, typename M::b
   m.zero(s);
   m.copy(s, cs);
   m.scale(f, 1.0f);
+  m.write(s, cs);
   { m.sum_of_squares(std::span<float const>(f)) } -> std::same_as<double>;
 };
 

@@ -25,8 +25,13 @@
 /// that could not decode a server's packet makes every rank fail the step, and the residuals
 /// of both sides are restored (the compressor's step is rolled back) on every rank.
 ///
-/// Host codecs only: the packets are host buffers. A two-way compressor over a device codec
-/// (cuda/collective.cuh) goes through `all_reduce_two_way`; here it is a compile-time error.
+/// Device codecs (a two-way compressor over `cuda::stream_codec`, cuda/collective.cuh) go through
+/// the same code: the packets, the servers' sums and the results live in the codecs' memory
+/// space (collective/memory.hpp) and travel as device payloads; the reports stay host messages.
+/// A device codec does not take the `checksum` option (a `config_error` on every rank: it reads
+/// every payload on the host). A communicator that does not match point-to-point messages by
+/// tag (NCCL) still pairs them right: between two ranks the messages go in one order, the
+/// report before its packet.
 
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/common.hpp>
@@ -44,6 +49,7 @@
 #include <exception>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
@@ -109,6 +115,17 @@ std::uint64_t ps_fingerprint(TwoWay const& tw, tensor_id id, std::size_t n, ps_o
                              static_cast<std::size_t>(opt.servers), static_cast<std::size_t>(size), opt.op, ctx);
 }
 
+/// A device codec takes no checksum (it would read every payload on the host).
+template <class Mem, class TwoWay>
+void check_ps_memory(TwoWay const& tw, ps_options const& opt) {
+  if (!Mem::on_host && opt.checksum) {
+    throw config_error(std::string("gradcomp: parameter-server mode: codec '") +
+                       codec_name(id_of_codec(tw.worker_codec())) +
+                       "' keeps its packets in device memory; the checksum option reads every payload on the "
+                       "host and is available for host codecs only");
+  }
+}
+
 }  // namespace detail
 
 /// Worker side of one parameter-server step for tensor `grad` (see file comment): pushes the
@@ -118,9 +135,8 @@ std::uint64_t ps_fingerprint(TwoWay const& tw, tensor_id id, std::size_t n, ps_o
 template <communicator Comm, class TwoWay>
 collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> grad, std::span<float> out,
                                codec_context const& ctx = {}, ps_options const& opt = {}) {
-  static_assert(TwoWay::memory_type::on_host,
-                "parameter-server mode keeps its packets on the host: use all_reduce_two_way with "
-                "a device codec");
+  using mem_type = typename TwoWay::memory_type;
+  mem_type const mem = detail::memory_of(tw.worker_codec());
   detail::check_ps(comm, opt);
   if (is_server(comm, opt)) throw config_error("gradcomp: ps_push_pull called on server rank " + std::to_string(comm.rank()));
   detail::check_contribution(grad.size(), out.size(), "ps_push_pull");
@@ -133,7 +149,7 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
   detail::two_way_step<TwoWay> step(tw);
   detail::step_check check(opt.checksum);
 
-  std::vector<std::vector<std::byte>> packets(k);
+  std::vector<typename mem_type::buffer> packets;
   std::vector<std::size_t> sizes(k, 0);
   rank_report mine;
   mine.count = n;
@@ -143,14 +159,18 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
     mine.fingerprint = detail::ps_fingerprint(tw, grad.id(), n, opt, comm.size(), ctx);
     detail::check_two_way_codec(tw.worker_codec(), "parameter-server mode");
     detail::check_two_way_codec(tw.server_codec(), "parameter-server mode");
+    detail::check_ps_memory<mem_type>(tw, opt);
     for (std::size_t s = 0; s < k; ++s) {
       auto const [b, e] = shard_range(n, s, k);
+      packets.push_back(mem.make_buffer());
       packets[s].resize(tw.worker_codec().max_compressed_bytes(e - b) + tail);
       if (!grad.empty()) {
         sizes[s] = tw.compress_shard(grad.span().subspan(b, e - b),
                                      shard_key{grad.id(), static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(k)},
-                                     std::span<std::byte>(packets[s]), ctx);
-        if (opt.checksum) sizes[s] = detail::add_trailer(std::span<std::byte>(packets[s]), sizes[s]);
+                                     packets[s].span(), ctx);
+        if constexpr (mem_type::on_host) {
+          if (opt.checksum) sizes[s] = detail::add_trailer(packets[s].span(), sizes[s]);
+        }
       }
     }
   } catch (...) {
@@ -169,13 +189,14 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
     if (opt.checksum) detail::seal_report(reports[s].data(), rank_report_bytes, "ps worker report");
     int const server = first_server + static_cast<int>(s);
     pending.push_back(comm.isend(detail::const_bytes(reports[s]), server, opt.tag));
-    if (sizes[s] != 0) pending.push_back(comm.isend(std::span<std::byte const>(packets[s]).first(sizes[s]), server, opt.tag + 1));
+    if (sizes[s] != 0) pending.push_back(comm.isend(std::as_const(packets[s]).span().first(sizes[s]), server, opt.tag + 1));
     res.packet_bytes += sizes[s];
     res.wire_bytes += rb + sizes[s];
   }
   // Pull: every server's report, then its packet when it has one.
   std::uint32_t worst = detail::ps_ok;
-  std::vector<std::byte> in(rb), pkt;
+  std::vector<std::byte> in(rb);
+  typename mem_type::buffer pkt = mem.make_buffer();
   for (std::size_t s = 0; s < k; ++s) {
     int const server = first_server + static_cast<int>(s);
     comm.recv(std::span<std::byte>(in), server, opt.tag);
@@ -187,12 +208,14 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<float const> 
       continue;
     }
     pkt.resize(static_cast<std::size_t>(r.bytes));
-    comm.recv(std::span<std::byte>(pkt), server, opt.tag + 1);
+    comm.recv(pkt.span(), server, opt.tag + 1);
     if (worst == detail::ps_ok && !local) {
       check.guard([&] {
         auto const [b, e] = shard_range(n, s, k);
-        std::span<std::byte const> p(pkt);
-        if (opt.checksum) p = detail::strip_trailer(p, "ps_push_pull");
+        std::span<std::byte const> p = std::as_const(pkt).span();
+        if constexpr (mem_type::on_host) {
+          if (opt.checksum) p = detail::strip_trailer(p, "ps_push_pull");
+        }
         tw.server_codec().decompress(p, out.subspan(b, e - b), ctx);
       });
     }
@@ -237,9 +260,8 @@ collective_result ps_push_pull(Comm& comm, TwoWay& tw, tensor_view<T const> grad
 template <communicator Comm, class TwoWay>
 collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, codec_context const& ctx = {},
                            ps_options const& opt = {}) {
-  static_assert(TwoWay::memory_type::on_host,
-                "parameter-server mode keeps its packets on the host: use all_reduce_two_way with "
-                "a device codec");
+  using mem_type = typename TwoWay::memory_type;
+  mem_type const mem = detail::memory_of(tw.worker_codec());
   detail::check_ps(comm, opt);
   if (!is_server(comm, opt)) throw config_error("gradcomp: ps_serve called on worker rank " + std::to_string(comm.rank()));
   auto const k = static_cast<std::size_t>(opt.servers);
@@ -251,12 +273,14 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
   detail::two_way_step<TwoWay> step(tw);
   detail::step_check check(opt.checksum);
 
-  std::vector<std::vector<std::byte>> got(static_cast<std::size_t>(workers));
+  std::vector<typename mem_type::buffer> got;
+  for (int w = 0; w < workers; ++w) got.push_back(mem.make_buffer());
   std::uint32_t status = detail::ps_ok;
   std::uint64_t fp = 0;
   std::exception_ptr local;
   try {
     fp = detail::ps_fingerprint(tw, id, n, opt, comm.size(), ctx);
+    detail::check_ps_memory<mem_type>(tw, opt);
   } catch (...) {
     local = std::current_exception();
     status = detail::ps_failed;
@@ -268,23 +292,28 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
     comm.recv(std::span<std::byte>(in), w, opt.tag);
     rank_report const r = detail::ps_read_report(in, opt, bound, w, "ps worker report");
     got[static_cast<std::size_t>(w)].resize(static_cast<std::size_t>(r.bytes));
-    if (r.bytes != 0) comm.recv(std::span<std::byte>(got[static_cast<std::size_t>(w)]), w, opt.tag + 1);
+    if (r.bytes != 0) comm.recv(got[static_cast<std::size_t>(w)].span(), w, opt.tag + 1);
     if (r.status != detail::ps_ok) status = std::max(status, detail::ps_failed);
     else if (r.fingerprint != fp || r.count != n) status = std::max(status, detail::ps_mismatch);
   }
-  std::vector<std::byte> out;
+  typename mem_type::buffer out = mem.make_buffer();
   std::size_t bytes = 0;
   if (status == detail::ps_ok) {
     try {
-      std::vector<std::span<std::byte const>> packets(got.begin(), got.end());
-      if (opt.checksum) {
-        for (auto& p : packets) p = detail::strip_trailer(p, "ps_serve");
+      std::vector<std::span<std::byte const>> packets;
+      for (auto const& g : got) packets.push_back(g.span());
+      if constexpr (mem_type::on_host) {
+        if (opt.checksum) {
+          for (auto& p : packets) p = detail::strip_trailer(p, "ps_serve");
+        }
       }
       out.resize(tw.server_codec().max_compressed_bytes(e - b) + (opt.checksum ? checksum_trailer_bytes : 0));
       bytes = tw.reduce_shard(packets, e - b, shard_key{id, static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(k)},
                               opt.op == reduction::average ? 1.0f / static_cast<float>(workers) : 1.0f,
-                              std::span<std::byte>(out), ctx);
-      if (opt.checksum) bytes = detail::add_trailer(std::span<std::byte>(out), bytes);
+                              out.span(), ctx);
+      if constexpr (mem_type::on_host) {
+        if (opt.checksum) bytes = detail::add_trailer(out.span(), bytes);
+      }
     } catch (...) {
       local = std::current_exception();
       status = detail::ps_failed;
@@ -302,7 +331,7 @@ collective_result ps_serve(Comm& comm, TwoWay& tw, tensor_id id, std::size_t n, 
   std::vector<request> pending;
   for (int w = 0; w < workers; ++w) {
     pending.push_back(comm.isend(detail::const_bytes(rep), w, opt.tag));
-    if (status == detail::ps_ok) pending.push_back(comm.isend(std::span<std::byte const>(out).first(bytes), w, opt.tag + 1));
+    if (status == detail::ps_ok) pending.push_back(comm.isend(std::as_const(out).span().first(bytes), w, opt.tag + 1));
     res.wire_bytes += rb + (status == detail::ps_ok ? bytes : 0);
   }
   wait_all(pending);

@@ -38,8 +38,8 @@
 /// codec's own (`residual_feedback_for`: for a `stream_codec`, residuals in device memory).
 /// The agreement and outcome rounds stay host messages, and no payload byte is read on the host
 /// by this file (the codecs read their packet headers). A device codec takes neither the
-/// `checksum` option (a `config_error` on every rank) nor 16-bit gradients (pass float32), and
-/// its compressor's state is not saved or loaded (`save`, `load`: host codecs only).
+/// `checksum` option (a `config_error` on every rank) nor 16-bit gradients (pass float32); its
+/// compressor's state is saved and loaded through host copies (`save`, `load`).
 
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
@@ -239,19 +239,28 @@ class two_way_compressor {
 
   /// Both sides' error-feedback state ("GCTW" version 1: the worker then the server records,
   /// each a count, then per shard its tensor id, shard, shard count and the state's values).
-  /// Host codecs only.
-  [[nodiscard]] std::vector<std::byte> save() const
-    requires memory_type::on_host
-  {
+  /// With a device codec the values are copied to the host (after the work on its stream).
+  [[nodiscard]] std::vector<std::byte> save() const {
     detail::byte_writer w;
     w.begin("GCTW", 1);
-    auto put = [&w](auto const& states) {
+    auto put = [&](auto const& states) {
       w.put_u64(states.size());
       for (auto const& [key, st] : states) {
         w.put_u64(static_cast<std::uint64_t>(key.tensor));
         w.put_u64(key.shard);
         w.put_u64(key.shards);
-        w.put_floats(st.values());
+        if constexpr (memory_type::on_host) {
+          w.put_floats(st.values());
+        } else {
+          std::span<float const> const v = st.values();
+          std::vector<float> host(v.size());
+          if (!v.empty()) {
+            detail::memory_of(worker_codec_).read(std::as_bytes(v), [&](std::span<std::byte const> b) {
+              std::memcpy(host.data(), b.data(), b.size());
+            });
+          }
+          w.put_floats(std::span<float const>(host));
+        }
       }
     };
     put(worker_states_);
@@ -259,12 +268,13 @@ class two_way_compressor {
     return w.finish();
   }
   /// Restores a state written by `save`; `format_error` on a malformed buffer, and the state
-  /// is unchanged then. Host codecs only.
-  void load(std::span<std::byte const> in)
-    requires memory_type::on_host
-  {
+  /// is unchanged then. With a device codec the values are copied to the device (the
+  /// feedback state's `assign(values, memory)`) on the codec's stream.
+  void load(std::span<std::byte const> in) {
     detail::byte_reader r(in, "GCTW", 1, "two-way compressor state");
-    auto get = [&r](auto& states) {
+    memory_type const mem = detail::memory_of(worker_codec_);
+    auto get = [&r, &mem](auto& states) {
+      (void)mem;  // read by device states only
       std::uint64_t const n = r.get_u64();
       for (std::uint64_t i = 0; i < n; ++i) {
         shard_key key;
@@ -274,7 +284,12 @@ class two_way_compressor {
         if (key.shards == 0 || key.shard >= key.shards) r.fail("a shard key is out of range");
         std::vector<float> const v = r.get_floats();
         if (states.count(key) != 0) r.fail("a shard appears twice");
-        states[key].assign(std::span<float const>(v));
+        auto& st = states[key];
+        if constexpr (requires { st.assign(std::span<float const>(v), mem); }) {
+          st.assign(std::span<float const>(v), mem);
+        } else {
+          st.assign(std::span<float const>(v));
+        }
       }
     };
     decltype(worker_states_) workers;

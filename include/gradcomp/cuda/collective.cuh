@@ -291,6 +291,17 @@ struct device_residual_feedback {
     [[nodiscard]] std::span<float const> values() const noexcept {
       return {reinterpret_cast<float const*>(data_.data()), n_};
     }
+    /// Replaces the residual by host `values` (empty: zero), copied into device memory on
+    /// `mem`'s stream (a checkpoint loaded, `two_way_compressor::load`). On an error the
+    /// residual is as before.
+    void assign(std::span<float const> values, device_memory const& mem) {
+      device_buffer fresh(mem.stream);
+      fresh.resize(values.size() * sizeof(float));
+      mem.write(fresh.span(), std::as_bytes(values));
+      data_ = std::move(fresh);
+      next_ = device_buffer(mem.stream);
+      n_ = values.size();
+    }
 
    private:
     friend struct device_residual_feedback;
@@ -486,6 +497,24 @@ class device_compressor {
       e.floats = v.size();
     }
     states_ = std::move(fresh);
+  }
+  /// `assign_states`, and every EF21 receiver estimate replaced by `receivers` (host values per
+  /// tensor id, as `receiver` gives them). Everything is allocated and copied before anything
+  /// is replaced: on an error the states and receivers are as before.
+  void assign_states(std::map<tensor_id, std::vector<float>> const& states,
+                     std::map<tensor_id, std::vector<float>> const& receivers)
+    requires(Rule::receives)
+  {
+    std::map<tensor_id, receiver_slot> fresh;
+    for (auto const& [id, v] : receivers) {
+      if (v.empty()) continue;
+      receiver_slot& r = fresh.try_emplace(id, codec_.stream()).first->second;
+      r.h.resize(v.size() * sizeof(float));
+      detail::copy_from_host(r.h.data(), v.data(), v.size() * sizeof(float), codec_.stream());
+      r.floats = v.size();
+    }
+    assign_states(states);
+    receivers_ = std::move(fresh);
   }
   /// `assign_states` of residuals (residual feedback only).
   void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals)

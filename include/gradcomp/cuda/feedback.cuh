@@ -26,7 +26,7 @@
 
 #include <gradcomp/cuda/config.cuh>
 
-#include <gradcomp/codec/recompress.hpp>
+#include <gradcomp/codec/format/support.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/feedback.hpp>

@@ -233,6 +233,11 @@ struct device_memory {
     detail::synchronize(stream);
     return std::forward<F>(f)(std::span<std::byte const>(host.get(), bytes.size()));
   }
+  /// Copies host bytes into `dst` (device memory, as many bytes as `dst` holds), enqueued on
+  /// `stream`; `host` may be reused once this returns (the runtime stages pageable memory).
+  void write(std::span<std::byte> dst, std::span<std::byte const> host) const {
+    detail::copy_from_host(dst.data(), host.data(), dst.size(), stream);
+  }
   /// `dst` = `src` widened to float32 (exact), both device memory of the same size, enqueued on
   /// `stream`: the bits of the host's `widen_to_f32` (collective/common.hpp).
   template <element T>

@@ -29,6 +29,7 @@
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/gemm_order.hpp>
 #include <gradcomp/core/philox.hpp>
+#include <gradcomp/core/serialize.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cuda/config.cuh>
@@ -220,7 +221,7 @@ class powersgd_state {
   /// restore when it fails on any rank.
   powersgd_state(powersgd_state const& o)
       : rows_(o.rows_), cols_(o.cols_), opt_(o.opt_), id_(o.id_), mode_(o.mode_), mem_(o.mem_.stream()),
-        q_started_(o.q_started_), m_valid_(o.m_valid_), pending_(o.pending_), has_result_(o.has_result_),
+        q_started_(o.q_started_), p_started_(o.p_started_), m_valid_(o.m_valid_), pending_(o.pending_), has_result_(o.has_result_),
         phase_(o.phase_) {
     allocate();
     cudaStream_t const st = mem_.stream();
@@ -298,6 +299,7 @@ class powersgd_state {
     has_result_ = false;
     if (mode_ == powersgd_mode::dense) {
       if (n > 0) thrust::for_each_n(exec, first, n, ps::update_fn<T>{d_g, buf_.m, nullptr, nullptr, rows_, cols_, 0, true, false});
+      m_valid_ = true;  // as the CPU's M, which holds the matrix now (cleared by a failed step)
       phase_ = phase::p_ready;
       return {buf_.m, n};
     }
@@ -315,6 +317,7 @@ class powersgd_state {
                        ps::update_fn<T>{d_g, buf_.m, buf_.p, buf_.q, rows_, cols_, opt_.rank, fresh, pending_ && !fresh});
     thrust::for_each_n(exec, first, r * rows_, ps::project_fn{buf_.m, buf_.q, buf_.p, rows_, cols_});
     m_valid_ = true;
+    p_started_ = true;
     pending_ = false;
     phase_ = phase::p_ready;
     return {buf_.p, r * rows_};
@@ -392,6 +395,48 @@ class powersgd_state {
     }
     pending_ = false;
     has_result_ = false;
+    phase_ = phase::idle;
+  }
+
+  /// Writes the state as `gradcomp::powersgd_state::save_exact` writes the CPU's (shape, rank,
+  /// Q, M, P, both flags; a buffer the CPU would hold empty is written empty), copied to the
+  /// host after the work on `stream`; the bytes are the CPU state's after the same steps.
+  /// `config_error` in the middle of a step.
+  void save_exact(gradcomp::detail::byte_writer& w, cudaStream_t stream) const {
+    if (phase_ != phase::idle) throw config_error("gradcomp: powersgd state: save in the middle of a step");
+    std::size_t const r = opt_.rank;
+    w.put_u64(rows_);
+    w.put_u64(cols_);
+    w.put_u64(r);
+    w.put_floats(host_copy(buf_.q, q_started_ ? r * cols_ : 0, stream));
+    w.put_floats(host_copy(buf_.m, m_valid_ ? size() : 0, stream));
+    w.put_floats(host_copy(buf_.p, p_started_ ? r * rows_ : 0, stream));
+    w.put_bool(pending_);
+    w.put_bool(has_result_);
+  }
+  /// Restores what `save_exact` (of either backend) wrote, for the same shape and rank,
+  /// copying it to the device on `stream`; `format_error` (and no change) otherwise.
+  void load_exact(gradcomp::detail::byte_reader& rd, cudaStream_t stream) {
+    std::size_t const r = opt_.rank;
+    if (rd.get_u64() != rows_ || rd.get_u64() != cols_ || rd.get_u64() != r) {
+      rd.fail("PowerSGD state saved for another shape or rank");
+    }
+    std::vector<float> const q = rd.get_floats(), m = rd.get_floats(), p = rd.get_floats();
+    bool const pending = rd.get_bool(), has_result = rd.get_bool();
+    bool const low = mode_ == powersgd_mode::low_rank;
+    if ((!q.empty() && (!low || q.size() != r * cols_)) || (!m.empty() && m.size() != size()) ||
+        (!p.empty() && (!low || p.size() != r * rows_)) || (pending && (p.empty() || q.empty()))) {
+      rd.fail("PowerSGD state has factors or a residual of the wrong size");
+    }
+    if (!q.empty()) detail::copy_from_host(buf_.q, q.data(), 4 * q.size(), stream);
+    if (!m.empty()) detail::copy_from_host(buf_.m, m.data(), 4 * m.size(), stream);
+    if (!p.empty()) detail::copy_from_host(buf_.p, p.data(), 4 * p.size(), stream);
+    detail::synchronize(stream);
+    q_started_ = !q.empty();
+    m_valid_ = !m.empty();
+    p_started_ = !p.empty();
+    pending_ = pending;
+    has_result_ = has_result;
     phase_ = phase::idle;
   }
 
@@ -482,6 +527,16 @@ class powersgd_state {
     mem_.resize(a.used() + detail::arena::slack);
     detail::arena b(mem_.data());
     buf_ = carve(b);
+  }
+
+  // A host copy of n device floats (none: empty), after the work on `stream`.
+  static std::vector<float> host_copy(float const* d, std::size_t n, cudaStream_t stream) {
+    std::vector<float> h(n);
+    if (n != 0) {
+      detail::copy_to_host(h.data(), d, 4 * n, stream);
+      detail::synchronize(stream);
+    }
+    return h;
   }
 
   void expect_phase(phase want, char const* op) const {
@@ -580,6 +635,7 @@ class powersgd_state {
   device_buffer mem_;
   buffers buf_{};
   bool q_started_ = false;
+  bool p_started_ = false;  // P was computed once (the CPU's P is not empty)
   bool m_valid_ = false;   // M holds the last step's matrix (the residual once corrected)
   bool pending_ = false;   // M̂ = P Qᵀ of the last step is still to be subtracted from M
   bool has_result_ = false;
@@ -652,6 +708,14 @@ class powersgd_session {
 
   /// A device copy of the whole state, taken by `all_reduce_low_rank` before a step.
   [[nodiscard]] powersgd_state snapshot() const { return state_; }
+  /// The state in the CPU session's checkpoint format (`powersgd_state::save_exact`), copied to
+  /// the host after the work on the session's stream.
+  void save_exact(gradcomp::detail::byte_writer& w) const { state_.save_exact(w, state_.stream()); }
+  /// Restores what `save_exact` (of either backend) wrote; `format_error` and no change else.
+  void load_exact(gradcomp::detail::byte_reader& r) {
+    state_.load_exact(r, state_.stream());
+    first_ = {};
+  }
   /// Puts back a `snapshot`.
   void restore(powersgd_state s) {
     state_ = std::move(s);
@@ -685,5 +749,22 @@ class powersgd_session {
 };
 
 static_assert(low_rank_session<powersgd_session>);
+
+/// The PowerSGD session `gradient_pipeline` makes for a tensor of a device source whose memory
+/// space is `mem` (found by argument-dependent lookup on `device_memory`; pipeline/pipeline.hpp):
+/// a `powersgd_session` on `mem`'s stream with the rank, `min_elements`, `error_feedback` and
+/// `check_finite` of `opt` (a `gradcomp::powersgd_options`; its GEMM backend does not apply:
+/// the device follows the built-in kernel's order, byte for byte the CPU's with
+/// `backend=builtin`).
+template <class Options>
+powersgd_session make_low_rank_session(device_memory const& mem, std::size_t rows, std::size_t cols,
+                                       Options const& opt, tensor_id id) {
+  powersgd_options o;
+  o.rank = opt.rank;
+  o.min_elements = opt.min_elements;
+  o.error_feedback = opt.error_feedback;
+  o.check_finite = opt.check_finite;
+  return powersgd_session(rows, cols, o, id, mem.stream);
+}
 
 GRADCOMP_CUDA_NAMESPACE_END

@@ -215,6 +215,16 @@ class compressor {
       if (e.committed) f(id, e.state.values());
     }
   }
+  /// Calls `f(id, values)` for every receiver state (EF21's estimates), in ascending id order
+  /// (what `save` writes after the states); never without a receiving policy.
+  template <class F>
+  void for_each_receiver(F&& f) const {
+    if constexpr (receiving_feedback<Feedback>) {
+      for (auto const& [id, r] : receivers_) f(id, r.values());
+    } else {
+      (void)f;
+    }
+  }
   /// Forgets all state (e.g. after the model was re-initialised).
   void reset() {
     states_.clear();

@@ -50,17 +50,23 @@
 /// bit-identical to one that never stopped.
 ///
 /// **Device sources** (docs/cuda.md): constructed with a device packet source — a
-/// `cuda::device_compressor<C>` (feedback "residual") or a `cuda::stream_codec<C>` (feedback
-/// "none") of a CUDA codec, element-wise or sparsifier — the pipeline takes float32, float16 and
+/// `cuda::device_compressor<C, Rule>` (feedback "residual", "ef21" or "dgc:...", the rule's,
+/// with DGC's parameters) or a `cuda::stream_codec<C>` (feedback "none") of a CUDA codec,
+/// element-wise or sparsifier — the pipeline takes float32, float16 and
 /// bfloat16 gradients in device memory through the same `step` (or `begin` / `submit` /
 /// `finish`). The step runs the same agreement round and divergence guard (its norms computed on
 /// the device, in the same canonical order), then the bucketed collective of that source
-/// (`bucketed_all_reduce`, payloads in device memory, control messages on the host); outputs,
-/// residuals, statistics and `save` are byte for byte those of the CPU pipeline with the CPU
-/// codec of `pipeline_options::codec`. Not taken by a device source (`config_error` at
-/// construction): a controller, two-way, hierarchical or PowerSGD sends, EF21 and DGC, the
-/// guard's dense action, `measure_gain`, `buckets.checksum` and a 16-bit
-/// `buckets.small_format`.
+/// (`bucketed_all_reduce`, payloads in device memory, control messages on the host), or with
+/// `two_way` the two-way collective of the source's codec and feedback per compressed tensor
+/// (worker and server residuals in device memory); outputs, residuals, statistics and `save`
+/// are byte for byte those of the CPU pipeline with the CPU codec of `pipeline_options::codec`.
+/// The divergence guard's raise, skip and dense actions work as on the CPU. PowerSGD
+/// ("powersgd:..." codec specs) takes `cuda::stream_codec<cuda::identity_codec>` as the source
+/// (the small tensors go dense through it) and keeps one `cuda::powersgd_session` per tensor,
+/// made by the memory space (`make_low_rank_session`, cuda/powersgd.cuh); outputs and `save`
+/// are the CPU pipeline's with `backend=builtin`. Not taken by a device source (`config_error`
+/// at construction): a controller, the hierarchical all-reduce, `measure_gain`,
+/// `buckets.checksum` and a 16-bit `buckets.small_format`.
 
 #include <gradcomp/adapt/any_controller.hpp>
 #include <gradcomp/adapt/protocol.hpp>
@@ -112,6 +118,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -251,20 +258,38 @@ class device_source_base {
   device_source_base(device_source_base const&) = delete;
   device_source_base& operator=(device_source_base const&) = delete;
   virtual ~device_source_base() = default;
-  /// Whether the source keeps a residual per tensor (feedback "residual"; else "none").
-  [[nodiscard]] virtual bool keeps_residuals() const noexcept = 0;
+  /// The source's error feedback: none (`stream_codec`), or its rule's (`device_compressor<C,
+  /// Rule>`: residual, EF21 or DGC).
+  [[nodiscard]] virtual feedback_id feedback() const noexcept = 0;
+  /// A DGC source's momentum, clipping norm and workers (`config_error` for another source).
+  [[nodiscard]] virtual std::tuple<float, double, std::uint32_t> dgc_parameters() const = 0;
+  /// Floats of the feedback state of an n-element tensor (2n for DGC's [u | v]; 0 for none).
+  [[nodiscard]] virtual std::size_t state_floats(std::size_t n) const noexcept = 0;
   /// The collectives' fingerprint of the source's codec for `n` elements.
   [[nodiscard]] virtual std::uint64_t fingerprint(std::size_t n, reduction op) const = 0;
   /// One step of the bucketed collective over `items` (device spans); commits the residuals
   /// after the outcome round only, so a failure leaves them as they were.
   virtual bucket_result exchange(any_communicator& comm, std::span<bucket_item const> items,
                                  codec_context const& ctx) = 0;
-  /// The committed residual of `id` in device memory (empty: none, or feedback "none").
-  [[nodiscard]] virtual std::span<float const> residual(tensor_id id) const = 0;
-  /// A host copy of `residual(id)`.
-  [[nodiscard]] virtual std::vector<float> residual_on_host(tensor_id id) const = 0;
-  /// Replaces every residual by host values (empty: zero); on an error nothing changes.
-  virtual void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals) = 0;
+  /// The guard's dense action: one step of `items` sent as they are, every tensor in float32
+  /// buckets (the bucketed collective of the source's codec without feedback, options of the
+  /// pipeline with no tensor compressed); the residuals are not touched.
+  virtual bucket_result exchange_dense(any_communicator& comm, std::span<bucket_item const> items,
+                                       codec_context const& ctx) = 0;
+  /// Forgets every feedback state and EF21 receiver (the guard's reset after a non-finite
+  /// residual).
+  virtual void reset_states() = 0;
+  /// The committed feedback state of `id` in device memory — the residual, EF21's h or DGC's
+  /// [u | v] (empty: none yet, or feedback "none").
+  [[nodiscard]] virtual std::span<float const> state(tensor_id id) const = 0;
+  /// A host copy of `state(id)`.
+  [[nodiscard]] virtual std::vector<float> state_on_host(tensor_id id) const = 0;
+  /// A host copy of EF21's receiver estimate of `id` (empty: none, or another rule).
+  [[nodiscard]] virtual std::vector<float> receiver_on_host(tensor_id id) const = 0;
+  /// Replaces every state and EF21 receiver by host values (empty: zero); on an error nothing
+  /// changes.
+  virtual void assign_states(std::map<tensor_id, std::vector<float>> const& states,
+                             std::map<tensor_id, std::vector<float>> const& receivers) = 0;
   /// Σ x² of device floats, the bits of `norm_sq` (the memory space's `sum_of_squares`).
   [[nodiscard]] virtual double sum_of_squares(std::span<float const> x) const = 0;
   /// Sets device floats to zero (the outputs of a step the guard skips).
@@ -278,6 +303,66 @@ class device_source_base {
   virtual void widen(std::span<bfloat16 const> src, std::span<float> dst) const = 0;
   virtual void narrow(std::span<float const> src, std::span<half> dst) const = 0;
   virtual void narrow(std::span<float const> src, std::span<bfloat16> dst) const = 0;
+
+  /// Two-way compression (`pipeline_options::two_way`): the source's codec on the worker and
+  /// the server side, with its feedback on both (device residuals for a source that keeps
+  /// residuals, none else), a `two_way_compressor` kept in device memory. `two_way_begin`
+  /// opens a step, `two_way_exchange` runs `all_reduce_two_way`'s exchange of one tensor
+  /// (the outcome round is the caller's), `two_way_commit` keeps the step's changes and
+  /// `two_way_rollback` puts every state back.
+  virtual void two_way_begin() = 0;
+  virtual collective_result two_way_exchange(any_communicator& comm, tensor_view<float const> g, std::span<float> out,
+                                             codec_context const& ctx, collective_options const& copt,
+                                             step_check& check) = 0;
+  virtual void two_way_commit() noexcept = 0;
+  virtual void two_way_rollback() noexcept = 0;
+  /// The two-way state in `two_way_compressor::save`'s format (host copies of the residuals).
+  [[nodiscard]] virtual std::vector<std::byte> two_way_save() const = 0;
+  /// Restores a state written by `two_way_save` (or by the CPU pipeline's two-way compressor
+  /// with the same feedback); `format_error` and nothing changed on a malformed one.
+  virtual void two_way_load(std::span<std::byte const> bytes) = 0;
+
+  /// PowerSGD (a "powersgd" codec spec): whether the source's memory space makes device
+  /// sessions (`make_low_rank_session`, found by argument-dependent lookup on the memory space:
+  /// cuda/powersgd.cuh for `cuda::device_memory`).
+  [[nodiscard]] virtual bool makes_low_rank_sessions() const noexcept = 0;
+  /// `all_reduce_low_rank`'s exchange of tensor `id` (the outcome round is the caller's) with
+  /// its session, made at its first step for a rows × cols matrix with `opt`; the session's
+  /// state before the step is kept until `low_rank_commit` (`low_rank_rollback` puts it back).
+  virtual collective_result low_rank_exchange(any_communicator& comm, tensor_id id, std::size_t rows,
+                                              std::size_t cols, powersgd_options const& opt,
+                                              tensor_view<float const> g, std::span<float> out,
+                                              codec_context const& ctx, collective_options const& copt,
+                                              step_check& check) = 0;
+  virtual void low_rank_commit() noexcept = 0;
+  virtual void low_rank_rollback() noexcept = 0;
+  /// The sessions in the CPU pipeline's checkpoint format (count, then per session its id,
+  /// rows, cols and `save_exact`), in ascending id order.
+  virtual void low_rank_save(byte_writer& w) const = 0;
+  /// Replaces every session by `saved` (id → rows, cols and a "GCPS" v1 record of
+  /// `save_exact`, already validated by a host session); nothing changes on an error.
+  virtual void low_rank_load(
+      std::map<tensor_id, std::tuple<std::size_t, std::size_t, std::vector<std::byte>>> const& saved,
+      powersgd_options const& opt) = 0;
+};
+
+/// The record format `low_rank_load` takes (one session's `save_exact`).
+inline constexpr char const* low_rank_record_magic = "GCPS";
+
+/// The PowerSGD sessions of a device source whose memory space `M` makes them
+/// (`make_low_rank_session(m, rows, cols, options, id)`, found by argument-dependent lookup:
+/// cuda/powersgd.cuh), with the states to put back if the step fails; empty for another space.
+template <class M>
+struct low_rank_store {};
+template <class M>
+  requires requires(M const& m, powersgd_options const& o) {
+    make_low_rank_session(m, std::size_t{}, std::size_t{}, o, tensor_id{});
+  }
+struct low_rank_store<M> {
+  using session_type = decltype(make_low_rank_session(std::declval<M const&>(), std::size_t{}, std::size_t{},
+                                                      std::declval<powersgd_options const&>(), tensor_id{}));
+  std::map<tensor_id, session_type> sessions;
+  std::vector<std::pair<tensor_id, std::optional<decltype(std::declval<session_type const&>().snapshot())>>> undo;
 };
 
 /// `device_source_base` over a `Source` (its payloads in device memory, a `bucketed_all_reduce`
@@ -285,9 +370,25 @@ class device_source_base {
 template <class Source>
 class device_source_model final : public device_source_base {
  public:
-  device_source_model(Source src, bucket_options const& opt) : buckets_(std::move(src), opt) {}
+  device_source_model(Source src, bucket_options const& opt) : opt_(opt), buckets_(std::move(src), opt) {}
 
-  [[nodiscard]] bool keeps_residuals() const noexcept override { return residuals; }
+  [[nodiscard]] feedback_id feedback() const noexcept override { return feedback_kind; }
+  [[nodiscard]] std::tuple<float, double, std::uint32_t> dgc_parameters() const override {
+    if constexpr (feedback_kind == feedback_id::dgc) {
+      auto const& r = buckets_source().rule();
+      return {r.momentum(), r.clip_norm(), r.workers()};
+    } else {
+      throw config_error("gradcomp: gradient_pipeline: the device source keeps no DGC state");
+    }
+  }
+  [[nodiscard]] std::size_t state_floats(std::size_t n) const noexcept override {
+    if constexpr (feedback_kind == feedback_id::none) {
+      (void)n;
+      return 0;
+    } else {
+      return Source::rule_type::state_floats(n);
+    }
+  }
   [[nodiscard]] std::uint64_t fingerprint(std::size_t n, reduction op) const override {
     return codec_fingerprint(buckets_source(), n, op, codec_context{}, "gradient_pipeline source");
   }
@@ -295,31 +396,45 @@ class device_source_model final : public device_source_base {
                          codec_context const& ctx) override {
     return buckets_.run(comm, items, ctx);
   }
-  [[nodiscard]] std::span<float const> residual(tensor_id id) const override {
-    if constexpr (residuals) {
-      return buckets_source().residual(id);
+  bucket_result exchange_dense(any_communicator& comm, std::span<bucket_item const> items,
+                               codec_context const& ctx) override {
+    if (!dense_) {
+      bucket_options o = opt_;
+      o.min_compress_elements = std::numeric_limits<std::size_t>::max();
+      o.small_format = dense_format::f32;
+      dense_.emplace(codec_of(buckets_source()), o);
+    }
+    return dense_->run(comm, items, ctx);
+  }
+  void reset_states() override {
+    if constexpr (feedback_kind != feedback_id::none) buckets_.source().reset();
+  }
+  [[nodiscard]] std::span<float const> state(tensor_id id) const override {
+    if constexpr (feedback_kind != feedback_id::none) {
+      return buckets_source().state(id);
     } else {
       (void)id;
       return {};
     }
   }
-  [[nodiscard]] std::vector<float> residual_on_host(tensor_id id) const override {
-    std::span<float const> const d = residual(id);
-    std::vector<float> out(d.size());
-    if (!d.empty()) {
-      memory_of(buckets_source()).read(std::as_bytes(d), [&](std::span<std::byte const> h) {
-        std::memcpy(out.data(), h.data(), h.size());
-      });
-    }
-    return out;
-  }
-  void assign_residuals(std::map<tensor_id, std::vector<float>> const& residuals_in) override {
-    if constexpr (requires(Source & s) { s.assign_residuals(residuals_in); }) {
-      buckets_.source().assign_residuals(residuals_in);
-    } else if constexpr (residuals) {
-      throw config_error("gradcomp: gradient_pipeline: this device source cannot load residuals");
+  [[nodiscard]] std::vector<float> state_on_host(tensor_id id) const override { return on_host(state(id)); }
+  [[nodiscard]] std::vector<float> receiver_on_host(tensor_id id) const override {
+    if constexpr (receiving) {
+      return on_host(buckets_source().receiver(id));
     } else {
-      (void)residuals_in;  // no feedback: nothing to load
+      (void)id;
+      return {};
+    }
+  }
+  void assign_states(std::map<tensor_id, std::vector<float>> const& states,
+                     std::map<tensor_id, std::vector<float>> const& receivers) override {
+    if constexpr (receiving) {
+      buckets_.source().assign_states(states, receivers);
+    } else if constexpr (feedback_kind != feedback_id::none) {
+      if (!receivers.empty()) throw config_error("gradcomp: gradient_pipeline: receiver states for a source without a receiver side");
+      buckets_.source().assign_states(states);
+    } else {
+      (void)states, (void)receivers;  // no feedback: nothing to load
     }
   }
   [[nodiscard]] double sum_of_squares(std::span<float const> x) const override {
@@ -337,10 +452,128 @@ class device_source_model final : public device_source_base {
   void narrow(std::span<float const> src, std::span<half> dst) const override { cast(src, dst); }
   void narrow(std::span<float const> src, std::span<bfloat16> dst) const override { cast(src, dst); }
 
+  void two_way_begin() override { two_way().begin_step(); }
+  collective_result two_way_exchange(any_communicator& comm, tensor_view<float const> g, std::span<float> out,
+                                     codec_context const& ctx, collective_options const& copt,
+                                     step_check& check) override {
+    return detail::two_way_exchange(comm, two_way(), g, out, ctx, copt, check);
+  }
+  void two_way_commit() noexcept override {
+    if (two_way_) two_way_->commit_step();
+  }
+  void two_way_rollback() noexcept override {
+    try {
+      if (two_way_) two_way_->rollback_step();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while restoring
+    }
+  }
+  [[nodiscard]] std::vector<std::byte> two_way_save() const override {
+    return two_way_ ? two_way_->save() : two_way_type(codec_of(buckets_source())).save();
+  }
+  void two_way_load(std::span<std::byte const> bytes) override { two_way().load(bytes); }
+
+  [[nodiscard]] bool makes_low_rank_sessions() const noexcept override { return sessions_made; }
+  collective_result low_rank_exchange(any_communicator& comm, tensor_id id, std::size_t rows, std::size_t cols,
+                                      powersgd_options const& opt, tensor_view<float const> g,
+                                      std::span<float> out, codec_context const& ctx,
+                                      collective_options const& copt, step_check& check) override {
+    if constexpr (sessions_made) {
+      auto it = low_rank_.sessions.find(id);
+      if (it == low_rank_.sessions.end()) {
+        it = low_rank_.sessions.emplace(id, make_low_rank_session(memory_of(buckets_source()), rows, cols, opt, id)).first;
+        low_rank_.undo.emplace_back(id, std::nullopt);
+      } else {
+        low_rank_.undo.emplace_back(id, it->second.snapshot());
+      }
+      return detail::low_rank_exchange(comm, it->second, g, out, ctx, copt, check);
+    } else {
+      (void)comm, (void)id, (void)rows, (void)cols, (void)opt, (void)g, (void)out, (void)ctx, (void)copt, (void)check;
+      throw config_error("gradcomp: gradient_pipeline: this device source's memory space makes no PowerSGD sessions");
+    }
+  }
+  void low_rank_commit() noexcept override {
+    if constexpr (sessions_made) low_rank_.undo.clear();
+  }
+  void low_rank_rollback() noexcept override {
+    if constexpr (sessions_made) {
+      try {
+        for (auto& [id, before] : low_rank_.undo) {
+          if (before) low_rank_.sessions.at(id).restore(std::move(*before));
+          else low_rank_.sessions.erase(id);
+        }
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while restoring
+      }
+      low_rank_.undo.clear();
+    }
+  }
+  void low_rank_save(byte_writer& w) const override {
+    if constexpr (sessions_made) {
+      w.put_u64(low_rank_.sessions.size());
+      for (auto const& [id, s] : low_rank_.sessions) {
+        w.put_u64(static_cast<std::uint64_t>(id));
+        w.put_u64(s.state().rows());
+        w.put_u64(s.state().cols());
+        s.save_exact(w);
+      }
+    } else {
+      w.put_u64(0);
+    }
+  }
+  void low_rank_load(std::map<tensor_id, std::tuple<std::size_t, std::size_t, std::vector<std::byte>>> const& saved,
+                     powersgd_options const& opt) override {
+    if constexpr (sessions_made) {
+      decltype(low_rank_.sessions) fresh;
+      for (auto const& [id, rec] : saved) {
+        auto const& [rows, cols, bytes] = rec;
+        auto it = fresh.emplace(id, make_low_rank_session(memory_of(buckets_source()), rows, cols, opt, id)).first;
+        byte_reader r(std::span<std::byte const>(bytes), low_rank_record_magic, 1, "PowerSGD session");
+        it->second.load_exact(r);
+        r.expect_end();
+      }
+      low_rank_.sessions = std::move(fresh);
+      low_rank_.undo.clear();
+    } else if (!saved.empty()) {
+      (void)opt;
+      throw config_error("gradcomp: gradient_pipeline: this device source's memory space makes no PowerSGD sessions");
+    }
+  }
+
  private:
-  static constexpr bool residuals = requires(Source const& s, tensor_id id) {
-    { s.residual(id) } -> std::convertible_to<std::span<float const>>;
-  };
+  // The source's feedback: its rule's, or none (`stream_codec`).
+  static constexpr feedback_id feedback_kind = [] {
+    if constexpr (requires { Source::rule_type::id; }) {
+      return Source::rule_type::id;
+    } else {
+      return feedback_id::none;
+    }
+  }();
+  static constexpr bool residuals = feedback_kind == feedback_id::residual;
+  static constexpr bool receiving = feedback_kind == feedback_id::ef21;
+  // A host copy of device floats.
+  [[nodiscard]] std::vector<float> on_host(std::span<float const> d) const {
+    std::vector<float> out(d.size());
+    if (!d.empty()) {
+      memory_of(buckets_source()).read(std::as_bytes(d), [&](std::span<std::byte const> h) {
+        std::memcpy(out.data(), h.data(), h.size());
+      });
+    }
+    return out;
+  }
+  // Two-way compression with the source's codec and feedback (made at its first use).
+  using codec_type = std::remove_cvref_t<decltype(codec_of(std::declval<Source const&>()))>;
+  using two_way_feedback = std::conditional_t<residuals, residual_feedback_for<codec_type>, no_feedback>;
+  using two_way_type = two_way_compressor<codec_type, two_way_feedback, two_way_feedback>;
+  two_way_type& two_way() {
+    if (!two_way_) two_way_.emplace(codec_of(buckets_source()));
+    return *two_way_;
+  }
+  std::optional<two_way_type> two_way_;
+  // PowerSGD sessions (a "powersgd" codec spec), of the type the memory space makes.
+  using memory_type = memory_of_t<Source>;
+  static constexpr bool sessions_made = requires { typename low_rank_store<memory_type>::session_type; };
+  low_rank_store<memory_type> low_rank_;
+  bucket_options opt_;
+  std::optional<bucketed_all_reduce<codec_type>> dense_;  // the guard's dense steps
   [[nodiscard]] Source const& buckets_source() const noexcept { return buckets_.source(); }
   // A widening (16-bit source) or a rounding (16-bit destination) in the source's memory space.
   template <class A, class B>
@@ -442,14 +675,8 @@ class gradient_pipeline {
     auto refuse = [](std::string const& what) {
       throw config_error("gradcomp: gradient_pipeline with a device source: " + what);
     };
-    if (low_rank_) refuse("PowerSGD is not taken (codec '" + opt_.codec + "')");
     if (ctrl_) refuse("no controller is taken (controller '" + opt_.controller + "')");
-    if (opt_.two_way) refuse("two-way compression is not taken");
     if (hier_) refuse("the hierarchical all-reduce is not taken");
-    if (guard_->options().policy == guard_policy::dense) {
-      refuse("the divergence guard's dense action is not taken (use raise, skip or off), got '" + opt_.guard +
-             "'");
-    }
     if (opt_.measure_gain) refuse("measure_gain is not taken");
     if (opt_.buckets.checksum)
       refuse("buckets.checksum is not taken (it reads every payload on the host)");
@@ -458,11 +685,32 @@ class gradient_pipeline {
     }
     auto model =
         std::make_unique<detail::device_source_model<Source>>(std::move(src), opt_.buckets);
-    std::string const want = model->keeps_residuals() ? "residual" : "none";
-    if (opt_.feedback != want) {
-      refuse("its source keeps " +
-             std::string(model->keeps_residuals() ? "a residual per tensor" : "no residuals") +
-             ": feedback must be '" + want + "', got '" + opt_.feedback + "'");
+    if (low_rank_) {
+      // PowerSGD keeps its residuals in its sessions; the source sends the small tensors dense
+      if (model->feedback() != feedback_id::none) {
+        refuse("with PowerSGD the source keeps no feedback state (pass cuda::stream_codec<cuda::identity_codec>)");
+      }
+      if (!model->makes_low_rank_sessions()) {
+        refuse("its memory space makes no PowerSGD sessions (include gradcomp/cuda/powersgd.cuh)");
+      }
+    }
+    if (!low_rank_) {
+      // The source's feedback is the spec's: its rule (and DGC's parameters) or none.
+      feedback_id const mine = std::visit(
+          [](auto const& c) { return std::remove_cvref_t<decltype(c)>::feedback_type::id; }, comp_);
+      if (model->feedback() != mine) {
+        constexpr char const* names[] = {"none", "residual", "ef21", "dgc"};
+        refuse("its source's error feedback (" + std::string(names[static_cast<unsigned>(model->feedback()) & 3u]) +
+               ") is not feedback '" + opt_.feedback + "'");
+      }
+      if (mine == feedback_id::dgc) {
+        auto const& dgc = std::get<compressor<any_codec, dgc_feedback>>(comp_).feedback();
+        auto const [m, clip, workers] = model->dgc_parameters();
+        if (m != dgc.momentum() || clip != dgc.clip_norm() || workers != dgc.workers()) {
+          refuse("its source's DGC parameters (momentum, clip_norm, workers) differ from feedback '" +
+                 opt_.feedback + "'");
+        }
+      }
     }
     for (std::size_t const n : {std::size_t{1}, std::size_t{4099}, (std::size_t{1} << 20) + 3}) {
       if (model->fingerprint(n, opt_.buckets.op) !=
@@ -475,6 +723,7 @@ class gradient_pipeline {
       }
     }
     device_ = std::move(model);
+    two_way_.reset();  // two-way compression, if asked for, runs in the device source
   }
 
   [[nodiscard]] pipeline_options const& options() const noexcept { return opt_; }
@@ -504,7 +753,7 @@ class gradient_pipeline {
   /// "ef21", [u | v] for "dgc"); empty before its first step or without feedback.
   /// With a device source: the residual in device memory.
   [[nodiscard]] std::span<float const> feedback_state(tensor_id id) {
-    if (device_) return device_->residual(id);
+    if (device_) return device_->state(id);
     return std::visit([&](auto& c) -> std::span<float const> { return c.state(id).values(); }, comp_);
   }
 
@@ -604,14 +853,22 @@ class gradient_pipeline {
       w.put_u64(static_cast<std::uint64_t>(id));
       w.put_floats(acc);
     }
-    w.put_u64(sessions_.size());
-    for (auto const& [id, s] : sessions_) {
-      w.put_u64(static_cast<std::uint64_t>(id));
-      w.put_u64(s.state().rows());
-      w.put_u64(s.state().cols());
-      s.state().save_exact(w);
+    if (device_) {
+      device_->low_rank_save(w);
+    } else {
+      w.put_u64(sessions_.size());
+      for (auto const& [id, s] : sessions_) {
+        w.put_u64(static_cast<std::uint64_t>(id));
+        w.put_u64(s.state().rows());
+        w.put_u64(s.state().cols());
+        s.state().save_exact(w);
+      }
     }
-    w.put_bytes(two_way_ ? std::visit([](auto const& t) { return t.save(); }, *two_way_) : std::vector<std::byte>{});
+    if (device_ && opt_.two_way) {
+      w.put_bytes(device_->two_way_save());
+    } else {
+      w.put_bytes(two_way_ ? std::visit([](auto const& t) { return t.save(); }, *two_way_) : std::vector<std::byte>{});
+    }
     w.put_bytes(guard_->save());
     return w.finish();
   }
@@ -644,15 +901,19 @@ class gradient_pipeline {
     detail::pipeline_compressor comp = comp_;
     std::vector<std::byte> const cstate = r.get_bytes();
     std::visit([&](auto& c) { c.load(cstate); }, comp);
-    // A device source: the residuals validated by the host compressor above, then copied.
-    std::map<tensor_id, std::vector<float>> device_residuals;
+    // A device source: the states (and EF21's receivers) validated by the host compressor
+    // above, then copied.
+    std::map<tensor_id, std::vector<float>> device_states, device_receivers;
     std::set<tensor_id> device_tensors;
     if (device_) {
       std::visit(
           [&](auto const& c) {
             c.for_each_committed([&](tensor_id id, std::span<float const> v) {
-              device_residuals.emplace(id, std::vector<float>(v.begin(), v.end()));
+              device_states.emplace(id, std::vector<float>(v.begin(), v.end()));
               device_tensors.insert(id);
+            });
+            c.for_each_receiver([&](tensor_id id, std::span<float const> v) {
+              device_receivers.emplace(id, std::vector<float>(v.begin(), v.end()));
             });
           },
           comp);
@@ -671,6 +932,7 @@ class gradient_pipeline {
       if (!acc.emplace(id, r.get_floats()).second) r.fail("an accumulator id appears twice");
     }
     std::map<tensor_id, powersgd_session> sessions;
+    std::map<tensor_id, std::tuple<std::size_t, std::size_t, std::vector<std::byte>>> device_sessions;
     std::uint64_t const nses = r.get_u64();
     if (nses != 0 && !low_rank_) r.fail("holds PowerSGD sessions, this pipeline is not PowerSGD");
     for (std::uint64_t i = 0; i < nses; ++i) {
@@ -679,11 +941,21 @@ class gradient_pipeline {
       if (rows == 0 || cols == 0 || rows > (std::uint64_t{1} << 40) / cols) r.fail("a PowerSGD session has an invalid shape");
       powersgd_session s(static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), *low_rank_, id);
       s.state().load_exact(r);
+      if (device_) {  // validated by the host session, re-recorded for the device's
+        detail::byte_writer rec;
+        rec.begin(detail::low_rank_record_magic, 1);
+        s.state().save_exact(rec);
+        device_sessions[id] = {static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), rec.finish()};
+      }
       if (!sessions.emplace(id, std::move(s)).second) r.fail("a PowerSGD session id appears twice");
     }
     std::optional<two_way_variant> tw = two_way_;
     std::vector<std::byte> const tstate = r.get_bytes();
-    if (tw) {
+    if (device_ && opt_.two_way) {
+      // validated by a host two-way compressor of the same feedback, loaded at the end
+      two_way_variant check = make_two_way(opt_.feedback, base_);
+      std::visit([&](auto& t) { t.load(tstate); }, check);
+    } else if (tw) {
       std::visit([&](auto& t) { t.load(tstate); }, *tw);
     } else if (!tstate.empty()) {
       r.fail("holds two-way state, this pipeline is not two-way");
@@ -699,14 +971,19 @@ class gradient_pipeline {
     }
     r.expect_end();
     if (device_) {
-      device_->assign_residuals(device_residuals);  // the one step that may fail: first
+      // the steps that may fail come first; each changes nothing when it fails, and at most one
+      // of them has anything to load (two-way and PowerSGD exclude each other, and the
+      // residuals of either are empty, so their assignment allocates nothing)
+      if (opt_.two_way) device_->two_way_load(tstate);
+      if (low_rank_) device_->low_rank_load(device_sessions, *low_rank_);
+      device_->assign_states(device_states, device_receivers);
       device_tensors_ = std::move(device_tensors);
     } else {
       comp_ = std::move(comp);
     }
     ctrl_ = std::move(ctrl);
     accumulators_ = std::move(acc);
-    sessions_ = std::move(sessions);
+    if (!device_) sessions_ = std::move(sessions);
     two_way_ = std::move(tw);
     guard_ = std::move(guard);
     step_ = step;
@@ -796,20 +1073,21 @@ class gradient_pipeline {
           if (!local_) local_ = std::current_exception();
         }
       }
-      // The check the CPU pipeline's stage makes (residual_feedback), so that the step fails
-      // with the same error on the same ranks: here, before the agreement round.
-      std::size_t const held = e.large ? device_->residual(e.id).size() : 0;
-      if (held != 0 && held != e.n && !local_) {
+      // The check the CPU pipeline's stage makes (the feedback policy's), so that the step
+      // fails with the same error on the same ranks: here, before the agreement round.
+      std::size_t const held = e.large ? device_->state(e.id).size() : 0;
+      if (held != 0 && held != device_->state_floats(e.n) && !local_) {
         local_ = std::make_exception_ptr(
-            config_error("gradcomp: residual_feedback state holds " + std::to_string(held) +
-                         " elements but the gradient has " + std::to_string(e.n) +
-                         " (one state per tensor id)"));
+            config_error("gradcomp: " + opt_.feedback + " feedback state of tensor " +
+                         std::to_string(static_cast<unsigned>(e.id)) + " holds " + std::to_string(held) +
+                         " floats but the gradient has " + std::to_string(e.n) +
+                         " elements (one state per tensor id)"));
       }
       // The guard's local norms, as `stage` below computes them for host tensors (the residual
       // of a compressed tensor only), in the same canonical order on the device.
       if (guard_->enabled()) {
         guard_tensor gt{e.id, device_->sum_of_squares(e.raw32), 0.0};
-        if (e.large) gt.residual_sq = device_->sum_of_squares(device_->residual(e.id));
+        if (e.large && !opt_.two_way && !low_rank_) gt.residual_sq = device_->sum_of_squares(device_->state(e.id));
         guard_tensors_.push_back(gt);
         if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) guard_nonfinite_ = true;
       }
@@ -955,6 +1233,8 @@ class gradient_pipeline {
         else sessions_.erase(id);
       }
       if (two_way_) std::visit([](auto& tw) { tw.rollback_step(); }, *two_way_);
+      if (device_ && opt_.two_way) device_->two_way_rollback();
+      if (device_ && low_rank_) device_->low_rank_rollback();
       std::visit([&](auto& c) {
         for (tensor_id id : hier_staged_) c.discard(id);
       }, comp_);
@@ -1152,30 +1432,51 @@ class gradient_pipeline {
     bucket_result br;
     (void)agree_step(comm, items, br);
     double agree_s = seconds(t_agree, clock::now());
-    // The divergence guard, as in `run_step` (its dense action is refused at construction).
+    // The divergence guard, as in `run_step`.
     guard_verdict gv;
     if (guard_->enabled()) {
       gv = check_guard(comm, br, st, agree_s);
       if (gv.action == guard_action::skipped) return skip_step(st, gv, agree_s);
     }
+    bool const guard_dense = gv.action == guard_action::dense;
     auto const t_send = clock::now();
     bucket_result r;
+    auto run = [&](any_communicator& c) {
+      if (guard_dense) {  // every tensor's own g, dense; the residuals kept (or reset below)
+        r = device_->exchange_dense(c, std::span<bucket_item const>(items), ctx_);
+      } else if (opt_.two_way || low_rank_) {
+        r = exchange_per_tensor_on_device(c);
+      } else {
+        r = device_->exchange(c, std::span<bucket_item const>(items), ctx_);
+      }
+    };
     if constexpr (std::same_as<Comm, any_communicator>) {
-      r = device_->exchange(comm, std::span<bucket_item const>(items), ctx_);
+      run(comm);
     } else {
       any_communicator erased = any_communicator::borrow(comm);
-      r = device_->exchange(erased, std::span<bucket_item const>(items), ctx_);
+      run(erased);
     }
     for (auto const& e : pending_) {
       if (e.write_back) e.write_back();  // 16-bit gradients: the result rounded once
     }
     double const send_s = seconds(t_send, clock::now());
-    for (auto const& e : pending_) {
-      if (!e.large) continue;
-      ++st.compressed_tensors;
-      device_tensors_.insert(e.id);
+    if (guard_dense) {
+      st.sent = send_kind::dense;
+      st.factor = 1.0;
+      st.gain = 1.0;
+      if (gv.reset_residual && !opt_.two_way) {  // as the CPU's compressor reset
+        device_->reset_states();
+        device_tensors_.clear();
+      }
+    } else {
+      for (auto const& e : pending_) {
+        if (!e.large) continue;
+        ++st.compressed_tensors;
+        // two-way and PowerSGD keep their own state
+        if (!opt_.two_way && !low_rank_) device_tensors_.insert(e.id);
+      }
+      st.factor = low_rank_ ? 1.0 : 32.0 / base_.bits_per_element();
     }
-    st.factor = 32.0 / base_.bits_per_element();
     st.bytes_sent = r.packet_bytes;
     st.wire_bytes = br.wire_bytes + r.wire_bytes;
     st.buckets = r.buckets;
@@ -1196,16 +1497,49 @@ class gradient_pipeline {
     return st;
   }
 
+  // Two-way compression or PowerSGD with a device source, as `send_per_tensor` does them for
+  // host tensors: `all_reduce_two_way`'s or `all_reduce_low_rank`'s exchange per compressed
+  // tensor, the small tensors dense in the source's bucketed collective, then the step-outcome
+  // round; the two-way state or the sessions' become current only after it (a failure puts
+  // them back, `rollback`).
+  bucket_result exchange_per_tensor_on_device(any_communicator& comm) {
+    bucket_result br;
+    collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
+    if (opt_.two_way) device_->two_way_begin();
+    std::vector<bucket_item> const dense = for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
+      if (low_rank_) {
+        auto const [rows, cols] = shape_of(e.id, e.n);
+        return device_->low_rank_exchange(comm, e.id, rows, cols, *low_rank_, g, e.out32, ctx_, copt, step_check_);
+      }
+      return device_->two_way_exchange(comm, g, e.out32, ctx_, copt, step_check_);
+    });
+    if (!dense.empty()) {
+      bucket_result const d = device_->exchange(comm, std::span<bucket_item const>(dense), ctx_);
+      br.packet_bytes += d.packet_bytes;
+      br.wire_bytes += d.wire_bytes;
+      br.buckets += d.buckets;
+    }
+    detail::agree_outcome(comm, step_check_, "gradient_pipeline", step_);
+    br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
+    if (opt_.two_way) device_->two_way_commit();
+    if (low_rank_) device_->low_rank_commit();
+    return br;
+  }
+
   // The error-feedback state of a device source in `compressor::save`'s format, as the CPU
   // pipeline's compressor writes it: one record per tensor that completed a step, ascending
-  // ids, the residual copied to the host (feedback "none": no values).
+  // ids, its state copied to the host (feedback "none": no values); with EF21 then one
+  // receiver record per such tensor (the CPU's receivers are the tensors it received, the
+  // same set).
   [[nodiscard]] std::vector<std::byte> device_state() const {
-    bool const res = device_->keeps_residuals();
-    std::vector<std::byte> out = detail::feedback_state_head(
-        res ? feedback_id::residual : feedback_id::none, device_tensors_.size(), 0);
-    for (tensor_id const id : device_tensors_) {
-      detail::put_feedback_record(out, id,
-                                  res ? device_->residual_on_host(id) : std::vector<float>{});
+    feedback_id const id_of = std::visit(
+        [](auto const& c) { return std::remove_cvref_t<decltype(c)>::feedback_type::id; }, comp_);
+    bool const receivers = id_of == feedback_id::ef21;
+    std::vector<std::byte> out =
+        detail::feedback_state_head(id_of, device_tensors_.size(), receivers ? device_tensors_.size() : 0);
+    for (tensor_id const id : device_tensors_) detail::put_feedback_record(out, id, device_->state_on_host(id));
+    if (receivers) {
+      for (tensor_id const id : device_tensors_) detail::put_feedback_record(out, id, device_->receiver_on_host(id));
     }
     return out;
   }
@@ -1220,7 +1554,7 @@ class gradient_pipeline {
     std::sort(guard_tensors_.begin(), guard_tensors_.end(), [](guard_tensor const& a, guard_tensor const& b) {
       return static_cast<std::uint32_t>(a.id) < static_cast<std::uint32_t>(b.id);
     });
-    bool const watch = !low_rank_ && !two_way_ && !hier_ && opt_.feedback != "none";
+    bool const watch = !low_rank_ && !opt_.two_way && !hier_ && opt_.feedback != "none";
     guard_verdict gv = guard_->check_with([&](std::span<double> v) { sum_stats(comm, v); }, comm.size(), step_,
                                           std::span<guard_tensor const>(guard_tensors_), watch, info_.loss,
                                           br.wire_bytes);
@@ -1389,13 +1723,7 @@ class gradient_pipeline {
   void send_per_tensor(Comm& comm, bucket_result& br, double& decode) {
     collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
     if (two_way_) std::visit([](auto& tw) { tw.begin_step(); }, *two_way_);
-    std::vector<bucket_item> dense;
-    for (auto const& e : pending_) {
-      if (!e.large) {
-        dense.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
-        continue;
-      }
-      tensor_view<float const> const g(e.raw32, e.id);
+    std::vector<bucket_item> const dense = for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
       collective_result r;
       if (low_rank_) {
         auto it = sessions_.find(e.id);
@@ -1424,11 +1752,28 @@ class gradient_pipeline {
         r = std::visit([&](auto& tw) { return detail::two_way_exchange(comm, tw, g, e.out32, ctx_, copt, step_check_); },
                        *two_way_);
       }
+      return r;
+    });
+    if (!dense.empty()) send_plain_dense(comm, dense, br, decode);
+  }
+
+  // The per-tensor modes' split of the step (host and device sources): `one(entry, g)` runs
+  // the collective of each compressed tensor (its result counted in `br`, one bucket each); the
+  // small tensors are returned, to go dense in buckets.
+  template <class One>
+  std::vector<bucket_item> for_each_compressed(bucket_result& br, One&& one) {
+    std::vector<bucket_item> dense;
+    for (auto const& e : pending_) {
+      if (!e.large) {
+        dense.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
+        continue;
+      }
+      collective_result const r = one(e, tensor_view<float const>(e.raw32, e.id));
       br.packet_bytes += r.packet_bytes;
       br.wire_bytes += r.wire_bytes;
       ++br.buckets;
     }
-    if (!dense.empty()) send_plain_dense(comm, dense, br, decode);
+    return dense;
   }
 
   template <communicator Comm>

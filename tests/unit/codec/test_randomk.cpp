@@ -11,6 +11,7 @@
 #include "../support/codec_support.hpp"
 
 #include <gradcomp/codec/any_codec.hpp>
+#include <gradcomp/codec/format/support.hpp>
 #include <gradcomp/codec/randomk.hpp>
 #include <gradcomp/feedback/compressor.hpp>
 
@@ -202,6 +203,10 @@ TEST_CASE("random_k packets do not depend on threads or ISA; round trips per val
       }
       auto const ctx = serial_ctx(gc::cpu::isa::best, 9, 4);
       auto const idx = gc::random_k_packet_indices(ref, ctx);
+      // The backend-neutral support (codec/format/support.hpp, scalar) is the same set.
+      auto const support = gc::sparse_packet_support(ref, ctx);
+      REQUIRE(support.has_value());
+      CHECK(*support == idx);
       auto const y = decompress<float>(c, ref, n, ctx);
       float const s = static_cast<float>(static_cast<double>(n) / static_cast<double>(idx.size()));
       std::size_t j = 0;

@@ -114,43 +114,6 @@ inline void write_values(std::byte* p, packet_header const& h, std::vector<std::
   write_with(p, h, idx, [&](std::size_t j) { return v[j]; });
 }
 
-/// Decodes and checks the indices of a validated packet into `idx`; throws `format_error`.
-inline void read_indices(packet_header const& h, std::byte const* p, std::vector<std::uint32_t>& idx) {
-  std::size_t const m = h.param0;
-  idx.resize(m);
-  auto bad = [&](std::size_t i, std::uint64_t at) { throw_bad_index(h, i, at); };
-  if ((h.variant >> 2) == 1) {
-    unsigned const b = h.param1;
-    std::uint64_t const mask = b == 0 ? 0 : (~std::uint64_t{0} >> (64 - b));
-    std::uint64_t acc = 0;
-    unsigned fill = 0;
-    std::size_t o = 0;
-    std::uint64_t pos = 0;
-    for (std::size_t i = 0; i < m; ++i) {
-      while (fill < b) {
-        acc |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[o++])) << fill;
-        fill += 8;
-      }
-      std::uint64_t const e = acc & mask;
-      acc = b == 0 ? acc : acc >> b;
-      fill -= b;
-      pos = i == 0 ? e : pos + e + 1;
-      if (pos >= h.count) bad(i, pos);
-      idx[i] = static_cast<std::uint32_t>(pos);
-    }
-    std::size_t const ib = static_cast<std::size_t>(delta_bytes(m, b));
-    bool nonzero = acc != 0;
-    while (o < ib) nonzero |= p[o++] != std::byte{0};
-    if (nonzero) throw_bad_padding(h);
-  } else {
-    for (std::size_t i = 0; i < m; ++i) {
-      std::uint32_t const at = load_le<std::uint32_t>(p + 4 * i);
-      if (at >= h.count || (i > 0 && at <= idx[i - 1])) bad(i, at);
-      idx[i] = at;
-    }
-  }
-}
-
 }  // namespace detail::sparse
 
 namespace detail {

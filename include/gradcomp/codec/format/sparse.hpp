@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
 
@@ -238,6 +239,51 @@ inline void validate(packet_header const& h) {
 [[noreturn]] inline void throw_bad_padding(packet_header const& h) {
   throw format_error(std::string("gradcomp: ") + codec_name(h.codec) +
                      " packet has non-zero padding after its delta-coded indices");
+}
+
+/// Reads the m ascending indices of a validated topk, approx_topk or threshold packet (u32 or
+/// delta-coded) at `p` into `idx`; `format_error` for an index out of order or range, or
+/// non-zero padding.
+inline void read_indices(packet_header const& h, std::byte const* p, std::vector<std::uint32_t>& idx) {
+  std::size_t const m = h.param0;
+  idx.resize(m);
+  auto bad = [&](std::size_t i, std::uint64_t at) { throw_bad_index(h, i, at); };
+  if ((h.variant >> 2) == 1) {
+    unsigned const b = h.param1;
+    std::uint64_t const mask = b == 0 ? 0 : (~std::uint64_t{0} >> (64 - b));
+    std::uint64_t acc = 0;
+    unsigned fill = 0;
+    std::size_t o = 0;
+    std::uint64_t pos = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      while (fill < b) {
+        acc |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[o++])) << fill;
+        fill += 8;
+      }
+      std::uint64_t const e = acc & mask;
+      acc = b == 0 ? acc : acc >> b;
+      fill -= b;
+      pos = i == 0 ? e : pos + e + 1;
+      if (pos >= h.count) bad(i, pos);
+      idx[i] = static_cast<std::uint32_t>(pos);
+    }
+    std::size_t const ib = static_cast<std::size_t>(delta_bytes(m, b));
+    bool nonzero = acc != 0;
+    while (o < ib) nonzero |= p[o++] != std::byte{0};
+    if (nonzero) throw_bad_padding(h);
+  } else {
+    for (std::size_t i = 0; i < m; ++i) {
+      std::uint32_t const at = load_le<std::uint32_t>(p + 4 * i);
+      if (at >= h.count || (i > 0 && at <= idx[i - 1])) bad(i, at);
+      idx[i] = at;
+    }
+  }
+}
+
+/// Whether packets of codec `id` carry the sparse payload of this file (topk, approx_topk,
+/// threshold).
+constexpr bool is_sparse_payload(codec_id id) noexcept {
+  return id == codec_id::topk || id == codec_id::approx_topk || id == codec_id::threshold;
 }
 
 }  // namespace detail::sparse
