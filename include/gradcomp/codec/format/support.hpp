@@ -39,7 +39,7 @@ inline std::optional<std::vector<std::uint32_t>> sparse_packet_support(std::span
   }
   if (h.codec != codec_id::random_k) return std::nullopt;
   detail::randomk::validate(h);
-  detail::randomk::check(h, load_le<std::uint32_t>(packet.data() + header_bytes), ctx.seed, ctx.step);
+  detail::randomk::check(h, detail::load_le<std::uint32_t>(packet.data() + header_bytes), ctx.seed, ctx.step);
   // The coordinates of ranks 0..k−1 of the permutation, ascending (random-k's selection S(k)).
   auto const pi = detail::randomk::permutation(h.count, random_stream{ctx.seed, ctx.step, h.param1});
   idx.resize(static_cast<std::size_t>(h.param0));
