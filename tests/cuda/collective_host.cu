@@ -289,6 +289,28 @@ TEST_CASE("cuda collective: a rank without a gradient, on device memory, as on t
   });
 }
 
+namespace {
+
+// The codecs the error-feedback cases run (every family, gathered and shared support).
+template <class Fn>
+void for_each_feedback_codec(Fn&& fn) {
+  fn("fp16", gc::fp16_codec{}, gc::cuda::fp16_codec{});
+  fn("int8:rounding=stochastic", gc::int8_codec{512, gc::int8_rounding::stochastic},
+     gc::cuda::int8_codec{512, gc::int8_rounding::stochastic});
+  fn("onebit", gc::onebit_codec{}, gc::cuda::onebit_codec{});
+  fn("qsgd", gc::qsgd_codec{}, gc::cuda::qsgd_codec{});
+  fn("natural", gc::natural_codec{}, gc::cuda::natural_codec{});
+  fn("topk:ratio=0.05", gc::topk_codec::ratio(0.05), gc::cuda::topk_codec::ratio(0.05));
+  fn("topk:k=37,values=f16", gc::topk_codec::count(37, gc::sparse_values::f16),
+     gc::cuda::topk_codec::count(37, gc::sparse_values::f16));
+  fn("threshold:1.5", gc::threshold_codec{1.5f}, gc::cuda::threshold_codec{1.5f});
+  fn("random_k:ratio=0.1", gc::random_k_codec::ratio(0.1), gc::cuda::random_k_codec::ratio(0.1));
+  fn("scaled_random_k:k=99,values=f16", gc::scaled_random_k_codec::count(99, gc::sparse_values::f16),
+     gc::cuda::scaled_random_k_codec::count(99, gc::sparse_values::f16));
+}
+
+}  // namespace
+
 TEST_CASE(
     "cuda collective: device error feedback through all_reduce_compressed equals "
     "compressor<residual_feedback>",
@@ -343,17 +365,7 @@ TEST_CASE(
       }
     }
   };
-  check("fp16", gc::fp16_codec{}, gc::cuda::fp16_codec{});
-  check("int8:rounding=stochastic", gc::int8_codec{512, gc::int8_rounding::stochastic},
-        gc::cuda::int8_codec{512, gc::int8_rounding::stochastic});
-  check("onebit", gc::onebit_codec{}, gc::cuda::onebit_codec{});
-  check("qsgd", gc::qsgd_codec{}, gc::cuda::qsgd_codec{});
-  check("natural", gc::natural_codec{}, gc::cuda::natural_codec{});
-  check("topk:ratio=0.05", gc::topk_codec::ratio(0.05), gc::cuda::topk_codec::ratio(0.05));
-  check("threshold:1.5", gc::threshold_codec{1.5f}, gc::cuda::threshold_codec{1.5f});
-  check("random_k:ratio=0.1", gc::random_k_codec::ratio(0.1), gc::cuda::random_k_codec::ratio(0.1));
-  check("scaled_random_k:k=99,values=f16", gc::scaled_random_k_codec::count(99, gc::sparse_values::f16),
-        gc::cuda::scaled_random_k_codec::count(99, gc::sparse_values::f16));
+  for_each_feedback_codec(check);
 }
 
 namespace {
@@ -464,16 +476,7 @@ TEST_CASE(
       });
     }
   };
-  check("fp16", gc::fp16_codec{}, gc::cuda::fp16_codec{});
-  check("int8:rounding=stochastic", gc::int8_codec{512, gc::int8_rounding::stochastic},
-        gc::cuda::int8_codec{512, gc::int8_rounding::stochastic});
-  check("onebit", gc::onebit_codec{}, gc::cuda::onebit_codec{});
-  check("topk:ratio=0.05", gc::topk_codec::ratio(0.05), gc::cuda::topk_codec::ratio(0.05));
-  check("topk:k=37,values=f16", gc::topk_codec::count(37, gc::sparse_values::f16),
-        gc::cuda::topk_codec::count(37, gc::sparse_values::f16));
-  check("threshold:1.5", gc::threshold_codec{1.5f}, gc::cuda::threshold_codec{1.5f});
-  check("scaled_random_k:k=99,values=f16", gc::scaled_random_k_codec::count(99, gc::sparse_values::f16),
-        gc::cuda::scaled_random_k_codec::count(99, gc::sparse_values::f16));
+  for_each_feedback_codec(check);
 }
 
 TEST_CASE("cuda collective: a failed EF21 or DGC step changes no state on either backend",

@@ -4,7 +4,8 @@
 /// @file
 /// Device codecs as sources of the library's collectives: `stream_codec<C>` makes a CUDA codec
 /// (cuda/cast.cuh, int8.cuh, ...) a `codec` over device memory, bound to a CUDA stream, and
-/// `device_compressor<C>` adds residual error feedback kept on the device. Both go unchanged
+/// `device_compressor<C, Rule>` adds error feedback kept on the device (residual by default;
+/// EF21 and DGC with the rules of cuda/feedback.cuh). Both go unchanged
 /// through `all_reduce_compressed` (collective/all_reduce.hpp): the collective's algorithm is
 /// the one of the CPU codecs, and only where its payloads live differs. Two-way compression
 /// (`two_way_compressor<stream_codec<C>>` through `all_reduce_two_way`, collective/two_way.hpp)
