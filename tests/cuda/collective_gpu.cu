@@ -24,6 +24,7 @@
 #include <gradcomp/codec/onebit.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/bucket.hpp>
+#include <gradcomp/collective/hierarchical.hpp>
 #include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/cuda/cast.cuh>
@@ -42,6 +43,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -496,6 +498,62 @@ void check_pipeline(std::string const& spec, CudaCodec const& dev, int w, bool t
 }
 
 // Rank 1 never calls the collective: rank 0 must fail with comm_error near the timeout.
+// The hierarchical all-reduce over node and lane communicators split off NCCL
+// (`nccl_communicator::split`), `per_node` ranks per node, bfloat16 inside a node, residual
+// feedback on the shard owners: every output, per step and rank, the CPU hierarchical
+// all-reduce's (in-process ranks, point-to-point groups).
+template <class CpuCodec, class CudaCodec>
+void check_hierarchical(char const* name, CpuCodec const& cpu, CudaCodec const& dev, int w, int per_node) {
+  hierarchical_options opt;
+  opt.nodes = node_grouping::uniform(per_node);
+  opt.intra = dense_format::bf16;
+  opt.op = reduction::average;
+  node_layout const layout = opt.nodes.layout(w);
+  int const lanes = layout.min_node_size();
+  using comp = compressor<CpuCodec, residual_feedback>;
+  std::vector<comp> comps(static_cast<std::size_t>(w), comp(cpu));
+  auto const want = reference_steps(w, [&](in_process_communicator& comm, int r, std::uint32_t s) {
+    std::vector<float> const g = gradient(elements, r, s);
+    std::vector<float> o(elements);
+    all_reduce_hierarchical(comm, comps[static_cast<std::size_t>(r)],
+                            tensor_view<float const>(std::span<float const>(g), tensor_id{3}),
+                            std::span<float>(o), rank_context(r, s), opt);
+    return o;
+  });
+  std::string const what = std::string("hierarchical ") + name + ", " + std::to_string(per_node) + " per node";
+  on_ranks(w, what, [&](nccl_communicator& comm) {
+    int const r = comm.rank();
+    int const local = layout.local_rank(r);
+    std::optional<nccl_communicator> node = comm.split(layout.node_of(r), local);
+    std::optional<nccl_communicator> lane = comm.split(local < lanes ? local : -1, layout.node_of(r));
+    expect(node.has_value() && node->size() == per_node && node->rank() == local, r, w, what + ": node split");
+    expect(lane.has_value() == (local < lanes), r, w, what + ": lane split");
+    hierarchical_groups<nccl_communicator> const groups{&*node, lane ? &*lane : nullptr};
+    gcu::device_compressor<CudaCodec> src(gcu::stream_codec<CudaCodec>(dev, comm.stream()));
+    gcu::device_buffer g(comm.stream()), o(comm.stream());
+    g.resize(elements * sizeof(float));
+    o.resize(elements * sizeof(float));
+    for (std::uint32_t s = 0; s < steps; ++s) {
+      std::vector<float> const hg = gradient(elements, r, s);
+      cuda_ok(cudaMemcpyAsync(g.data(), hg.data(), g.size(), cudaMemcpyHostToDevice, comm.stream()),
+              "cudaMemcpyAsync");
+      all_reduce_hierarchical(
+          comm, groups, src,
+          tensor_view<float const>(std::span<float const>(reinterpret_cast<float const*>(g.data()), elements),
+                                   tensor_id{3}),
+          std::span<float>(reinterpret_cast<float*>(o.data()), elements), rank_context(r, s), opt);
+      std::vector<float> got(elements);
+      cuda_ok(cudaMemcpyAsync(got.data(), o.data(), o.size(), cudaMemcpyDeviceToHost, comm.stream()),
+              "cudaMemcpyAsync");
+      cuda_ok(cudaStreamSynchronize(comm.stream()), "cudaStreamSynchronize");
+      expect(std::memcmp(got.data(), want[s][static_cast<std::size_t>(r)].data(), elements * sizeof(float)) == 0,
+             r, w, what + ", step " + std::to_string(s) + ": output");
+    }
+  });
+  std::printf("%s on %d rank(s): %s\n", what.c_str(), w,
+              failures.load() == 0 ? "identical to the CPU" : "FAILED");
+}
+
 void absent_peer_times_out() {
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ncclGetUniqueId failed");
@@ -562,6 +620,9 @@ int run_all() {
       check_pipeline("int8:rounding=stochastic", gcu::int8_codec{512, int8_rounding::stochastic}, w, true);
       check_pipeline("onebit", gcu::onebit_codec{}, w, true);
       check_pipeline("powersgd:rank=2,min_elements=100,backend=builtin", gcu::identity_codec{}, w);
+      check_hierarchical("int8:rounding=stochastic", int8_codec{512, int8_rounding::stochastic},
+                         gcu::int8_codec{512, int8_rounding::stochastic}, w, 1);
+      check_hierarchical("onebit", onebit_codec{}, gcu::onebit_codec{}, w, w);
     }
     if (devices >= 2) {
       absent_peer_times_out();

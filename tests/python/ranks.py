@@ -116,3 +116,16 @@ def run_ranks(fn, world, *args, timeout_s=180, init_timeout_s=60, allow_missing=
                 p.kill()
                 p.join()
     return [results.get(r) for r in range(world)]
+
+
+def _each(rank, world, fn, arg_lists):
+    return [fn(rank, world, *args) for args in arg_lists]
+
+
+def run_cases(fn, world, arg_lists, timeout_s=600, **kwargs):
+    """fn(rank, world, *args) for every args of arg_lists in turn, on one launch of `world`
+    processes (starting the processes and importing torch costs seconds; the cases do not).
+    Returns, per case, the list of results by rank."""
+    arg_lists = [tuple(a) for a in arg_lists]
+    per_rank = run_ranks(_each, world, fn, arg_lists, timeout_s=timeout_s, **kwargs)
+    return [[per_rank[r][i] for r in range(world)] for i in range(len(arg_lists))]

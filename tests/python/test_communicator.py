@@ -4,12 +4,14 @@
 plain references: its all-reduce for every type and operation (native and the library's own
 reduction), unequal all-gathers, and the library's compressed all-reduce across 2 and 4 ranks."""
 
+import functools
+
 import pytest
 import torch
 import torch.distributed as dist
 
 import gradcomp
-from ranks import run_ranks
+from ranks import run_cases, run_ranks
 
 
 def values(rank, n, dtype, seed=0):
@@ -34,11 +36,20 @@ CASES = [(dt, op) for dt in (torch.float32, torch.float64, torch.float16, torch.
          for op in ("sum", "max", "min")]
 
 
+N_ALL_REDUCE = 1001  # not a multiple of the ranks: uneven shares
+
+
+@functools.cache
+def _all_reduce_results(world):
+    # every case on one launch of the ranks; each test below checks its own
+    return run_cases(_all_reduce, world, [(dt, op, N_ALL_REDUCE) for dt, op in CASES])
+
+
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("dtype,op", CASES, ids=lambda v: str(v))
 def test_all_reduce_matches_reference(world, dtype, op):
-    n = 1001  # not a multiple of the ranks: uneven shares
-    results = run_ranks(_all_reduce, world, dtype, op, n)
+    n = N_ALL_REDUCE
+    results = _all_reduce_results(world)[CASES.index((dtype, op))]
     for r in results[1:]:
         assert torch.equal(r, results[0]) or (r.isnan() == results[0].isnan()).all()
     inputs = [values(r, n, dtype) for r in range(world)]
@@ -92,10 +103,18 @@ def _compressed(rank, world, spec):
     return x
 
 
+SPECS = ["fp16", "topk:ratio=0.05", "randomk:ratio=0.05", "qsgd:levels=15"]
+
+
+@functools.cache
+def _compressed_results(world):
+    return run_cases(_compressed, world, [(spec,) for spec in SPECS])
+
+
 @pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("spec", ["fp16", "topk:ratio=0.05", "randomk:ratio=0.05", "qsgd:levels=15"])
+@pytest.mark.parametrize("spec", SPECS)
 def test_compressed_all_reduce_over_the_process_group(world, spec):
-    results = run_ranks(_compressed, world, spec)
+    results = _compressed_results(world)[SPECS.index(spec)]
     for r in results[1:]:
         assert torch.equal(r, results[0])
     inputs = [values(r, 5000, torch.float32, seed=3).nan_to_num() for r in range(world)]

@@ -4,6 +4,7 @@
 kind against a reference computed here, error-feedback conservation, the same controller
 decisions on every rank, checkpoint and resume, and failures that raise instead of hanging."""
 
+import functools
 import io
 import os
 import pickle
@@ -16,7 +17,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradcomp
-from ranks import run_ranks
+from ranks import run_cases, run_ranks
 
 
 def make_model(seed=0):
@@ -112,10 +113,16 @@ KINDS = [
 ]
 
 
+@functools.cache
+def _codec_kind_results(world):
+    # every kind on one launch of the ranks; each test below checks its own
+    return run_cases(_codec_kind, world, KINDS)
+
+
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("spec,feedback,two_way", KINDS)
 def test_codec_kinds_against_reference(world, spec, feedback, two_way):
-    results = run_ranks(_codec_kind, world, spec, feedback, two_way)
+    results = _codec_kind_results(world)[KINDS.index((spec, feedback, two_way))]
     outs0 = results[0][0]
     if spec.startswith("powersgd"):
         codec = gradcomp.Codec(spec)
@@ -265,9 +272,15 @@ RESUME = [
 ]
 
 
-@pytest.mark.parametrize("options", RESUME, ids=lambda o: o["codec"] + ("+" + o.get("controller", "")[:6]))
-def test_checkpoint_resume_bit_identical(options):
-    assert all(run_ranks(_resume, 2, options))
+@functools.cache
+def _resume_results():
+    return run_cases(_resume, 2, [(options,) for options in RESUME])
+
+
+@pytest.mark.parametrize("case", range(len(RESUME)),
+                         ids=[o["codec"] + ("+" + o.get("controller", "")[:6]) for o in RESUME])
+def test_checkpoint_resume_bit_identical(case):
+    assert all(_resume_results()[case])
 
 
 def _mismatched_state(rank, world):

@@ -81,6 +81,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -481,6 +482,38 @@ class nccl_communicator : public blocking_operations<nccl_communicator> {
     s->owned = true;
     nccl_communicator c(std::move(s));
     c.init(stream, options);
+    return c;
+  }
+
+  /// The ranks that pass the same `color` (>= 0), as a new non-blocking communicator
+  /// (`ncclCommSplit`) numbered by `key` (ties by rank), with this one's stream and options;
+  /// collective over every rank of this communicator. A rank that passes a negative color joins
+  /// none and gets `std::nullopt`. Made once and kept: the node and lane communicators of
+  /// `all_reduce_hierarchical` (collective/hierarchical.hpp, `hierarchical_groups`). If a rank
+  /// never joins within `options().timeout`, or NCCL reports an error, the new communicator is
+  /// aborted and this throws `comm_error`.
+  [[nodiscard]] std::optional<nccl_communicator> split(int color, int key) {
+    s_->check_usable();
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t sub = nullptr;
+    ncclResult_t const r =
+        ncclCommSplit(s_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, &config);
+    std::string const what = "ncclCommSplit (color " + std::to_string(color) + ", key " +
+                             std::to_string(key) + ")";
+    if (r != ncclSuccess && r != ncclInProgress) {
+      if (sub != nullptr) (void)ncclCommAbort(sub);
+      throw comm_error("gradcomp: " + what + " failed: " + ncclGetErrorString(r));
+    }
+    if (color < 0) return std::nullopt;
+    if (sub == nullptr) throw comm_error("gradcomp: " + what + " returned no communicator");
+    auto s = std::make_shared<detail::nccl::comm_state>();
+    s->comm = sub;
+    s->options = s_->options;
+    s->owned = true;  // finalized and destroyed with the last copy, aborted on failure
+    s->check(r, what.c_str());  // waits (bounded) until the split settles
+    nccl_communicator c(std::move(s));
+    c.init(s_->stream, s_->options);
     return c;
   }
 

@@ -87,6 +87,13 @@ struct widen_fn {
   GRADCOMP_HOST_DEVICE float operator()(T v) const noexcept { return to_float(v); }
 };
 
+/// `acc + float(v)`: one rounded float32 sum of the accumulator and the widened element (the
+/// host's `acc += v` after widening; `cpu::kernels::axpy_f32` with alpha 1 and `widen` with add).
+template <class T>
+struct widen_add_fn {
+  GRADCOMP_HOST_DEVICE float operator()(T v, float acc) const noexcept { return acc + to_float(v); }
+};
+
 /// A float32 rounded once to `T` (nearest even): the host's `round_from_f32`.
 template <class T>
 struct narrow_fn {
@@ -245,6 +252,17 @@ struct device_memory {
     if (src.empty()) return;
     detail::translate_thrust_errors([&] {
       thrust::transform(detail::policy(stream), src.data(), src.data() + src.size(), dst.data(), detail::widen_fn<T>{});
+    });
+  }
+  /// `acc[i] += float(x[i])`, one rounded float32 sum per element, both device memory of the
+  /// same size, enqueued on `stream`: the hierarchical all-reduce's node sums (the bits of the
+  /// host's `axpy_f32` with alpha 1, and of its `widen` with add for 16-bit `T`).
+  template <element T>
+  void add(std::span<T const> x, std::span<float> acc) const {
+    if (x.empty()) return;
+    detail::translate_thrust_errors([&] {
+      thrust::transform(detail::policy(stream), x.data(), x.data() + x.size(), acc.data(), acc.data(),
+                        detail::widen_add_fn<T>{});
     });
   }
   /// `dst` = `src` rounded once to `T` (nearest even), device memory, enqueued on `stream`: the

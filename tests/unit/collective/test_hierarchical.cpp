@@ -19,11 +19,13 @@
 
 #include "collective_support.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -570,4 +572,142 @@ TEST_CASE("hierarchical all-reduce of 16-bit gradients is the float32 one rounde
     gc::all_reduce_hierarchical(comm, codec, view(wide), std::span<float>(out32), {}, opt);
     for (std::size_t i = 0; i < n; ++i) RANK_REQUIRE(out16[i].bits == gc::bfloat16(out32[i]).bits);
   }));
+}
+
+namespace {
+
+// The node and lane communicators of every rank as their own in-process worlds, as a
+// transport's split (NCCL's ncclCommSplit, MPI_Comm_split) makes them.
+struct split_worlds {
+  gc::node_layout layout;
+  int lanes = 1;
+  std::vector<gc::in_process_world> nodes, lane_worlds;
+
+  split_worlds(gc::node_grouping const& g, int ranks, int lanes_opt)
+      : layout(g.layout(ranks)),
+        lanes(lanes_opt == 0 ? layout.min_node_size() : lanes_opt) {
+    for (int k = 0; k < layout.nodes(); ++k)
+      nodes.emplace_back(static_cast<int>(layout.node_ranks(k).size()), std::chrono::seconds(20));
+    for (int j = 0; j < lanes; ++j) lane_worlds.emplace_back(layout.nodes(), std::chrono::seconds(20));
+  }
+  gc::in_process_communicator node(int r) const {
+    return nodes[static_cast<std::size_t>(layout.node_of(r))].communicator(layout.local_rank(r));
+  }
+  std::optional<gc::in_process_communicator> lane(int r) const {
+    int const j = layout.local_rank(r);
+    if (j >= lanes) return std::nullopt;
+    return lane_worlds[static_cast<std::size_t>(j)].communicator(layout.node_of(r));
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "hierarchical all-reduce over the caller's node and lane communicators gives the bits of the "
+    "point-to-point groups",
+    "[collective][hierarchical]") {
+  std::size_t const n = 613;
+  gc::tensor_id const id{21};
+  std::vector<shape> const cases = {shapes()[0], shapes()[2], shapes()[3], shapes()[4], shapes()[6]};
+  for (std::string const spec : {"fp16", "topk:ratio=0.05", "randomk:ratio=0.1", "int8:bucket=32"}) {
+    for (shape const& s : cases) {
+      for (int lanes : {0, 1}) {
+        for (gc::dense_format intra : {gc::dense_format::f32, gc::dense_format::bf16}) {
+          CAPTURE(spec, s.name, lanes, static_cast<int>(intra));
+          gc::hierarchical_options opt;
+          opt.nodes = s.nodes;
+          opt.lanes = lanes;
+          opt.intra = intra;
+          opt.op = gc::reduction::average;
+          split_worlds const sub(s.nodes, s.ranks, lanes);
+          auto w = static_cast<std::size_t>(s.ranks);
+          std::vector<std::vector<float>> out_p2p(w), out_split(w);
+          std::vector<std::vector<std::byte>> state_p2p(w), state_split(w);
+          std::vector<gc::hierarchical_result> res_p2p(w), res_split(w);
+          for (int mode = 0; mode < 2; ++mode) {
+            REQUIRE_NOTHROW(gc::run_in_process(s.ranks, [&](gc::in_process_communicator& comm) {
+              auto const r = static_cast<std::size_t>(comm.rank());
+              comp c(gc::make_codec(spec));
+              gc::in_process_communicator node = sub.node(comm.rank());
+              std::optional<gc::in_process_communicator> lane = sub.lane(comm.rank());
+              gc::hierarchical_groups<gc::in_process_communicator> const groups{&node,
+                                                                                lane ? &*lane : nullptr};
+              std::vector<float> out(n);
+              for (int t = 0; t < 3; ++t) {
+                gc::codec_context ctx;
+                ctx.seed = 5;
+                ctx.step = static_cast<std::uint32_t>(t);
+                std::vector<float> const g = rank_gradient(n, comm.rank(), t);
+                (mode == 0 ? res_p2p : res_split)[r] =
+                    mode == 0 ? gc::all_reduce_hierarchical(comm, c, view(g, id), std::span<float>(out), ctx, opt)
+                              : gc::all_reduce_hierarchical(comm, groups, c, view(g, id),
+                                                            std::span<float>(out), ctx, opt);
+              }
+              (mode == 0 ? out_p2p : out_split)[r] = out;
+              (mode == 0 ? state_p2p : state_split)[r] = c.save();
+            }));
+          }
+          for (std::size_t r = 0; r < w; ++r) {
+            CAPTURE(r);
+            REQUIRE(out_split[r] == out_p2p[r]);
+            REQUIRE(out_split[r] == out_split.front());
+            REQUIRE(state_split[r] == state_p2p[r]);  // the owners' residuals
+            REQUIRE(res_split[r].packet_bytes == res_p2p[r].packet_bytes);
+            REQUIRE(res_split[r].wire_bytes == res_p2p[r].wire_bytes);
+            REQUIRE(res_split[r].inter_node_bytes == res_p2p[r].inter_node_bytes);
+            REQUIRE(res_split[r].inter_path == res_p2p[r].inter_path);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("hierarchical all-reduce refuses node and lane communicators that do not match the grouping",
+          "[collective][hierarchical][agreement]") {
+  std::size_t const n = 64;
+  shape const s = shapes()[1];  // 6 ranks as 3 nodes of 2
+  split_worlds const sub(s.nodes, s.ranks, 0);
+  gc::hierarchical_options opt;
+  opt.nodes = s.nodes;
+  struct bad {
+    char const* name;
+    int culprit;
+    char const* text;
+  };
+  for (bad const b : {bad{"a node communicator of another node's size", 3, "node communicator has rank"},
+                      bad{"the node's ranks in another order", 2, "node communicator has rank"},
+                      bad{"no lane on a shard owner", 5, "no lane communicator"},
+                      bad{"the lane of another shard", 4, "lane communicator has rank"},
+                      bad{"no node communicator", 1, "no node communicator"}}) {
+    CAPTURE(b.name);
+    std::string const name = b.name;
+    gc::in_process_world const three(3, std::chrono::seconds(20));
+    std::vector<std::vector<std::byte>> before(6), after(6);
+    auto const errors = run_collecting(s.ranks, [&](gc::in_process_communicator& comm) {
+      int const r = comm.rank();
+      comp c(gc::make_codec("topk:ratio=0.1"));
+      std::vector<float> const g = rank_gradient(n, r, 0);
+      std::vector<float> out(n);
+      gc::codec_context ctx;
+      gc::all_reduce_hierarchical(comm, c, view(g), std::span<float>(out), ctx, opt);  // a state
+      before[static_cast<std::size_t>(r)] = c.save();
+      gc::in_process_communicator node = sub.node(r);
+      std::optional<gc::in_process_communicator> lane = sub.lane(r);
+      gc::hierarchical_groups<gc::in_process_communicator> groups{&node, lane ? &*lane : nullptr};
+      gc::in_process_communicator other = three.communicator(r == b.culprit ? 1 : 0);
+      if (r == b.culprit) {
+        if (name.starts_with("a node")) groups.node = &other;
+        if (name.starts_with("the node's")) node = sub.node(r + 1);  // rank 3: local rank 1, not 0
+        if (name.starts_with("no lane")) groups.lane = nullptr;
+        if (name.starts_with("the lane")) lane = sub.lane(r - 1);  // lane 1's rank 1, not lane 0's rank 2
+        if (name.starts_with("no node")) groups.node = nullptr;
+      }
+      keeping_state_on_failure(c, after[static_cast<std::size_t>(r)], [&] {
+        gc::all_reduce_hierarchical(comm, groups, c, view(g), std::span<float>(out), ctx, opt);
+      });
+    });
+    check_failed_step<gc::config_error>(errors, b.culprit, b.text);
+    REQUIRE(after == before);  // nothing moved: every rank's residuals as they were
+  }
 }
