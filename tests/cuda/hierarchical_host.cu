@@ -27,12 +27,14 @@
 #include <gradcomp/cuda/memory.cuh>
 #include <gradcomp/feedback/compressor.hpp>
 #include <gradcomp/feedback/policies.hpp>
+#include <gradcomp/pipeline/pipeline.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <string>
@@ -367,4 +369,152 @@ TEST_CASE("cuda hierarchical: failures end the step alike on both backends, stat
       CHECK(same_bits(before_dev[ur], before_cpu[ur]));
     }
   }
+}
+
+namespace {
+
+std::vector<std::size_t> const pipeline_sizes = {333, 40, 1000};  // 40 goes dense
+
+struct pipeline_rank {
+  std::vector<std::vector<float>> out;
+  std::vector<std::byte> saved;
+  gc::pipeline_stats stats;
+};
+
+std::vector<float> pipeline_gradient(std::size_t t, int r, std::uint32_t step) {
+  return gct::gradient_of(pipeline_sizes[t], 0x9e37u + 7919u * static_cast<unsigned>(r) + 131u * step + 17u * t);
+}
+
+template <class Comm, class Views>
+pipeline_rank pipeline_step(Comm& comm, gc::gradient_pipeline& pipe, Views& views) {
+  pipeline_rank st;
+  st.stats = pipe.step(comm, views);
+  return st;
+}
+
+template <class D>
+gc::gradient_pipeline device_pipeline(gc::pipeline_options const& o, D const& dev) {
+  if (o.feedback == "residual") return gc::gradient_pipeline(o, gc::cuda::device_compressor<D>(gc::cuda::stream_codec<D>(dev)));
+  return gc::gradient_pipeline(o, gc::cuda::stream_codec<D>(dev));
+}
+
+void give_groups(gc::gradient_pipeline& pipe, split_worlds const& sub, int r, traffic& log) {
+  std::optional<gc::any_communicator> lane;
+  if (auto l = sub.lane(r)) lane.emplace(emulated_nccl(*l, log));
+  pipe.set_hierarchical_groups(gc::any_communicator(emulated_nccl(sub.node(r), log)), std::move(lane));
+}
+
+// `steps` steps of w CPU pipelines and w device pipelines (given split communicators) with
+// `o`, the same gradients: every output, save() and the statistics alike after every step.
+template <class D>
+void compare_pipelines(gc::pipeline_options const& o, D const& dev, shape const& s, std::deque<gc::gradient_pipeline>& cpus,
+                       std::deque<gc::gradient_pipeline>& devs, std::uint32_t first, int steps, traffic& log) {
+  int const w = s.ranks;
+  for (std::uint32_t step = first; step < first + static_cast<std::uint32_t>(steps); ++step) {
+    INFO("step " << step);
+    std::vector<pipeline_rank> want(static_cast<std::size_t>(w)), got(want.size());
+    REQUIRE_NOTHROW(gc::run_in_process(w, [&](gc::in_process_communicator& comm) {
+      int const r = comm.rank();
+      std::vector<std::vector<float>> g;
+      std::vector<gc::tensor_view<float>> views;
+      for (std::size_t t = 0; t < pipeline_sizes.size(); ++t) g.push_back(pipeline_gradient(t, r, step));
+      for (std::size_t t = 0; t < g.size(); ++t) views.emplace_back(std::span<float>(g[t]), gc::tensor_id{static_cast<std::uint32_t>(t)});
+      pipeline_rank st = pipeline_step(comm, cpus[static_cast<std::size_t>(r)], views);
+      st.out = g;
+      st.saved = cpus[static_cast<std::size_t>(r)].save();
+      want[static_cast<std::size_t>(r)] = std::move(st);
+    }));
+    REQUIRE_NOTHROW(gc::run_in_process(w, [&](gc::in_process_communicator& inner) {
+      emulated_nccl comm(inner, log);
+      int const r = comm.rank();
+      std::vector<gc::cuda::device_buffer> bufs;
+      std::vector<gc::tensor_view<float>> views;
+      for (std::size_t t = 0; t < pipeline_sizes.size(); ++t) {
+        bufs.push_back(to_device(pipeline_gradient(t, r, step)));
+        views.emplace_back(floats(bufs.back(), pipeline_sizes[t]), gc::tensor_id{static_cast<std::uint32_t>(t)});
+      }
+      pipeline_rank st = pipeline_step(comm, devs[static_cast<std::size_t>(r)], views);
+      for (std::size_t t = 0; t < bufs.size(); ++t) st.out.push_back(to_host(bufs[t], pipeline_sizes[t]));
+      st.saved = devs[static_cast<std::size_t>(r)].save();
+      got[static_cast<std::size_t>(r)] = std::move(st);
+    }));
+    for (std::size_t r = 0; r < want.size(); ++r) {
+      INFO("rank " << r);
+      for (std::size_t t = 0; t < pipeline_sizes.size(); ++t) CHECK(same_bits(want[r].out[t], got[r].out[t]));
+      CHECK(want[r].saved == got[r].saved);  // the owners' residuals, keyed by shard
+      CHECK(want[r].stats.bytes_sent == got[r].stats.bytes_sent);
+      CHECK(want[r].stats.buckets == got[r].stats.buckets);
+      CHECK(want[r].stats.compressed_tensors == got[r].stats.compressed_tensors);
+      CHECK(got[r].stats.compressed_tensors == 2);
+      CHECK(want[r].stats.factor == got[r].stats.factor);
+      CHECK(want[r].stats.guard == got[r].stats.guard);
+    }
+    CHECK(log.mixed == 0);
+  }
+  (void)o, (void)dev;
+}
+
+}  // namespace
+
+TEST_CASE("cuda hierarchical: gradient_pipeline with a device source over split communicators equals the CPU pipeline",
+          "[cuda][hierarchical][pipeline]") {
+  auto run = [](char const* spec, auto dev, std::string const& feedback, shape const& s, int lanes) {
+    INFO(spec << ", feedback " << feedback << ", " << s.name << ", lanes " << lanes);
+    gc::pipeline_options o;
+    o.codec = spec;
+    o.feedback = feedback;
+    o.seed = 5;
+    o.measured_timing = false;
+    o.buckets.min_compress_elements = 100;
+    o.hierarchical.nodes = s.nodes;
+    o.hierarchical.lanes = lanes;
+    o.hierarchical.intra = gc::dense_format::bf16;
+    split_worlds const sub(s.nodes, s.ranks, lanes);
+    traffic log;
+    std::deque<gc::gradient_pipeline> cpus, devs;
+    for (int r = 0; r < s.ranks; ++r) {
+      cpus.emplace_back(o);
+      devs.push_back(device_pipeline(o, dev));
+      give_groups(devs.back(), sub, r, log);
+    }
+    compare_pipelines(o, dev, s, cpus, devs, 0, 3, log);
+    CHECK(log.device_ops > 0);
+    // Resuming: each CPU checkpoint loaded into a fresh device pipeline, which saves it back
+    // and takes the next step as the CPU pipeline does.
+    std::deque<gc::gradient_pipeline> devs2;
+    for (int r = 0; r < s.ranks; ++r) {
+      std::vector<std::byte> const saved = cpus[static_cast<std::size_t>(r)].save();
+      devs2.push_back(device_pipeline(o, dev));
+      give_groups(devs2.back(), sub, r, log);
+      devs2.back().load(saved);
+      CHECK(devs2.back().save() == saved);
+    }
+    compare_pipelines(o, dev, s, cpus, devs2, 3, 1, log);
+  };
+  using rd = gc::int8_rounding;
+  for (shape const& s : {shapes()[0], shapes()[1]}) {
+    for (int lanes : {0, 1}) {
+      run("int8:bucket=100,rounding=stochastic", gc::cuda::int8_codec{100, rd::stochastic}, "residual", s, lanes);
+      run("topk:ratio=0.1", gc::cuda::topk_codec::ratio(0.1), "residual", s, lanes);
+      run("fp16", gc::cuda::fp16_codec{}, "none", s, lanes);
+    }
+  }
+}
+
+TEST_CASE("cuda hierarchical: a device pipeline without its node and lane communicators is refused on every rank",
+          "[cuda][hierarchical][pipeline]") {
+  gc::pipeline_options o;
+  o.codec = "int8";
+  o.feedback = "residual";
+  o.buckets.min_compress_elements = 100;
+  o.hierarchical.nodes = gc::node_grouping::uniform(2);
+  std::vector<gc::gradient_pipeline> pipes;
+  for (int r = 0; r < 4; ++r) pipes.push_back(device_pipeline(o, gc::cuda::int8_codec{}));
+  std::vector<thrown> const got = gct::run_failing<true>(4, [&](auto& comm, int r) {
+    gc::cuda::device_buffer g = to_device(pipeline_gradient(0, r, 0));
+    std::vector<gc::tensor_view<float>> views{gc::tensor_view<float>(floats(g, pipeline_sizes[0]), gc::tensor_id{0})};
+    pipes[static_cast<std::size_t>(r)].step(comm, views);
+  });
+  for (thrown t : got) CHECK(t == thrown::config);
+  for (auto const& p : pipes) CHECK(p.step_count() == 0);
 }

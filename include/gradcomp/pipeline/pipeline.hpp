@@ -64,8 +64,11 @@
 /// ("powersgd:..." codec specs) takes `cuda::stream_codec<cuda::identity_codec>` as the source
 /// (the small tensors go dense through it) and keeps one `cuda::powersgd_session` per tensor,
 /// made by the memory space (`make_low_rank_session`, cuda/powersgd.cuh); outputs and `save`
-/// are the CPU pipeline's with `backend=builtin`. Not taken by a device source (`config_error`
-/// at construction): a controller, the hierarchical all-reduce, `measure_gain`,
+/// are the CPU pipeline's with `backend=builtin`. The hierarchical all-reduce
+/// (`pipeline_options::hierarchical`) runs per compressed tensor over the node and lane
+/// communicators given to `set_hierarchical_groups` (e.g. from `nccl_communicator::split`),
+/// payloads on the device, outputs and the owners' residuals the CPU pipeline's. Not taken by a
+/// device source (`config_error` at construction): a controller, `measure_gain`,
 /// `buckets.checksum` and a 16-bit `buckets.small_format`.
 
 #include <gradcomp/adapt/any_controller.hpp>
@@ -322,6 +325,19 @@ class device_source_base {
   /// with the same feedback); `format_error` and nothing changed on a malformed one.
   virtual void two_way_load(std::span<std::byte const> bytes) = 0;
 
+  /// The hierarchical all-reduce (`pipeline_options::hierarchical`) of one compressed tensor
+  /// over the node and lane communicators of `gradient_pipeline::set_hierarchical_groups`
+  /// (`hierarchical_exchange_over`; the outcome round is the caller's). The shard owners'
+  /// feedback steps stay staged until `hierarchical_commit`; `hierarchical_rollback` discards
+  /// them.
+  virtual hierarchical_result hierarchical_exchange(any_communicator& comm, any_communicator& node,
+                                                    any_communicator* lane, hierarchical_plan const& plan,
+                                                    tensor_view<float const> g, std::span<float> out,
+                                                    codec_context const& ctx, hierarchical_options const& opt,
+                                                    step_check& check) = 0;
+  virtual void hierarchical_commit() = 0;
+  virtual void hierarchical_rollback() noexcept = 0;
+
   /// PowerSGD (a "powersgd" codec spec): whether the source's memory space makes device
   /// sessions (`make_low_rank_session`, found by argument-dependent lookup on the memory space:
   /// cuda/powersgd.cuh for `cuda::device_memory`).
@@ -472,6 +488,33 @@ class device_source_model final : public device_source_base {
   }
   void two_way_load(std::span<std::byte const> bytes) override { two_way().load(bytes); }
 
+  hierarchical_result hierarchical_exchange(any_communicator& comm, any_communicator& node, any_communicator* lane,
+                                            hierarchical_plan const& plan, tensor_view<float const> g,
+                                            std::span<float> out, codec_context const& ctx,
+                                            hierarchical_options const& opt, step_check& check) override {
+    Source& src = buckets_.source();
+    pending_commit<Source> staged(src);
+    hierarchical_result res;
+    hierarchical_exchange_over(comm, node, lane, plan, src, g, out, ctx, opt, check, staged, res);
+    for (tensor_id id : staged.release()) hier_staged_.push_back(id);
+    return res;
+  }
+  void hierarchical_commit() override {
+    if constexpr (two_phase_source<Source>) {
+      for (tensor_id id : hier_staged_) buckets_.source().apply_commit(id);
+    }
+    hier_staged_.clear();
+  }
+  void hierarchical_rollback() noexcept override {
+    try {
+      if constexpr (two_phase_source<Source>) {
+        for (tensor_id id : hier_staged_) buckets_.source().discard(id);
+      }
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while restoring
+    }
+    hier_staged_.clear();
+  }
+
   [[nodiscard]] bool makes_low_rank_sessions() const noexcept override { return sessions_made; }
   collective_result low_rank_exchange(any_communicator& comm, tensor_id id, std::size_t rows, std::size_t cols,
                                       powersgd_options const& opt, tensor_view<float const> g,
@@ -572,6 +615,7 @@ class device_source_model final : public device_source_base {
   using memory_type = memory_of_t<Source>;
   static constexpr bool sessions_made = requires { typename low_rank_store<memory_type>::session_type; };
   low_rank_store<memory_type> low_rank_;
+  std::vector<tensor_id> hier_staged_;  // the hierarchical step's staged feedback
   bucket_options opt_;
   std::optional<bucketed_all_reduce<codec_type>> dense_;  // the guard's dense steps
   [[nodiscard]] Source const& buckets_source() const noexcept { return buckets_.source(); }
@@ -676,7 +720,6 @@ class gradient_pipeline {
       throw config_error("gradcomp: gradient_pipeline with a device source: " + what);
     };
     if (ctrl_) refuse("no controller is taken (controller '" + opt_.controller + "')");
-    if (hier_) refuse("the hierarchical all-reduce is not taken");
     if (opt_.measure_gain) refuse("measure_gain is not taken");
     if (opt_.buckets.checksum)
       refuse("buckets.checksum is not taken (it reads every payload on the host)");
@@ -747,6 +790,26 @@ class gradient_pipeline {
   void set_shape(tensor_id id, std::size_t rows, std::size_t cols) {
     if (rows == 0 || cols == 0) throw config_error("gradcomp: gradient_pipeline::set_shape needs rows and cols > 0");
     shapes_[id] = {rows, cols};
+  }
+
+  /// The node and lane communicators of this rank for the hierarchical all-reduce
+  /// (`pipeline_options::hierarchical`), as `hierarchical_groups` describes them
+  /// (collective/hierarchical.hpp): `node` holds the ranks of this rank's node, numbered as the
+  /// grouping numbers them; `lane`, on a rank that owns a shard, the j-th ranks of every node,
+  /// numbered by node. Kept for every later step (pass `any_communicator::borrow(c)` to keep a
+  /// reference to a communicator that lives elsewhere, e.g. one from
+  /// `nccl_communicator::split`). Required with a device source, whose payloads stay on these
+  /// communicators; with host tensors the steps use them instead of point-to-point groups over
+  /// the step's communicator (the same bits). Every rank sets them or none does (the step's
+  /// agreement round checks, and checks them against the grouping). `config_error` without
+  /// the hierarchical option.
+  void set_hierarchical_groups(any_communicator node, std::optional<any_communicator> lane = std::nullopt) {
+    if (!hier_) {
+      throw config_error("gradcomp: gradient_pipeline::set_hierarchical_groups without pipeline_options::hierarchical");
+    }
+    if (open_) throw config_error("gradcomp: gradient_pipeline::set_hierarchical_groups during a step");
+    hier_node_.emplace(std::move(node));
+    hier_lane_ = std::move(lane);
   }
 
   /// The committed error-feedback state of tensor `id` (the residual for "residual", h for
@@ -1235,6 +1298,7 @@ class gradient_pipeline {
       if (two_way_) std::visit([](auto& tw) { tw.rollback_step(); }, *two_way_);
       if (device_ && opt_.two_way) device_->two_way_rollback();
       if (device_ && low_rank_) device_->low_rank_rollback();
+      if (device_ && hier_) device_->hierarchical_rollback();
       std::visit([&](auto& c) {
         for (tensor_id id : hier_staged_) c.discard(id);
       }, comp_);
@@ -1444,7 +1508,7 @@ class gradient_pipeline {
     auto run = [&](any_communicator& c) {
       if (guard_dense) {  // every tensor's own g, dense; the residuals kept (or reset below)
         r = device_->exchange_dense(c, std::span<bucket_item const>(items), ctx_);
-      } else if (opt_.two_way || low_rank_) {
+      } else if (opt_.two_way || low_rank_ || hier_) {
         r = exchange_per_tensor_on_device(c);
       } else {
         r = device_->exchange(c, std::span<bucket_item const>(items), ctx_);
@@ -1472,8 +1536,15 @@ class gradient_pipeline {
       for (auto const& e : pending_) {
         if (!e.large) continue;
         ++st.compressed_tensors;
-        // two-way and PowerSGD keep their own state
-        if (!opt_.two_way && !low_rank_) device_tensors_.insert(e.id);
+        // two-way and PowerSGD keep their own state; the hierarchical all-reduce's is the shard
+        // owners' (a tensor's shard, compressed between nodes)
+        if (hier_) {
+          int const local = hier_plan_.layout.local_rank(comm.rank());
+          if (local < hier_plan_.lanes && hier_plan_.layout.nodes() > 1)
+            device_tensors_.insert(hierarchical_shard_id(e.id, local, hier_plan_.lanes));
+        } else if (!opt_.two_way && !low_rank_) {
+          device_tensors_.insert(e.id);
+        }
       }
       st.factor = low_rank_ ? 1.0 : 32.0 / base_.bits_per_element();
     }
@@ -1511,6 +1582,15 @@ class gradient_pipeline {
         auto const [rows, cols] = shape_of(e.id, e.n);
         return device_->low_rank_exchange(comm, e.id, rows, cols, *low_rank_, g, e.out32, ctx_, copt, step_check_);
       }
+      if (hier_) {
+        hierarchical_result const hr =
+            device_->hierarchical_exchange(comm, *hier_node_, hier_lane_ ? &*hier_lane_ : nullptr, hier_plan_, g,
+                                           e.out32, ctx_, opt_.hierarchical, step_check_);
+        collective_result r;
+        r.packet_bytes = hr.packet_bytes;
+        r.wire_bytes = hr.wire_bytes;
+        return r;
+      }
       return device_->two_way_exchange(comm, g, e.out32, ctx_, copt, step_check_);
     });
     if (!dense.empty()) {
@@ -1523,6 +1603,7 @@ class gradient_pipeline {
     br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
     if (opt_.two_way) device_->two_way_commit();
     if (low_rank_) device_->low_rank_commit();
+    if (hier_) device_->hierarchical_commit();
     return br;
   }
 
@@ -1630,7 +1711,14 @@ class gradient_pipeline {
       fp.add("gradient_pipeline").add(opt_.codec).add(opt_.feedback).add(opt_.controller);
       if (hier_) {
         hier_plan_ = detail::plan_hierarchy(opt_.hierarchical, comm.size());
-        fp.add("hierarchical").add(hier_plan_.grouping);
+        if (hier_node_) {
+          detail::check_groups(hier_plan_, comm.rank(), &*hier_node_, hier_lane_ ? &*hier_lane_ : nullptr);
+        } else if (device_) {
+          throw config_error(
+              "gradcomp: gradient_pipeline: the hierarchical all-reduce of a device source needs the "
+              "node and lane communicators (set_hierarchical_groups)");
+        }
+        fp.add("hierarchical").add(hier_plan_.grouping).add(hier_node_ ? "own groups" : "point-to-point groups");
         fp.add(static_cast<std::uint64_t>(hier_plan_.lanes));
         fp.add(static_cast<std::uint64_t>(opt_.hierarchical.intra));
         fp.add(static_cast<std::uint64_t>(opt_.hierarchical.groups.tag_base));
@@ -1740,8 +1828,14 @@ class gradient_pipeline {
         std::visit(
             [&](auto& c) {
               detail::pending_commit<std::remove_reference_t<decltype(c)>> staged(c);
-              detail::hierarchical_exchange(comm, hier_plan_, c, g, e.out32, ctx_,
-                                            opt_.hierarchical, step_check_, staged, hr);
+              if (hier_node_) {
+                detail::hierarchical_exchange_over(comm, *hier_node_, hier_lane_ ? &*hier_lane_ : nullptr,
+                                                   hier_plan_, c, g, e.out32, ctx_, opt_.hierarchical,
+                                                   step_check_, staged, hr);
+              } else {
+                detail::hierarchical_exchange(comm, hier_plan_, c, g, e.out32, ctx_,
+                                              opt_.hierarchical, step_check_, staged, hr);
+              }
               // made current after the step's outcome round, or discarded by `rollback`
               for (tensor_id id : staged.release()) hier_staged_.push_back(id);
             },
@@ -1822,6 +1916,7 @@ class gradient_pipeline {
   std::optional<two_way_variant> two_way_;
   bool hier_ = false;                      // hierarchical all-reduce (opt_.hierarchical)
   detail::hierarchical_plan hier_plan_;    // its layout, settled by the step's agreement round
+  std::optional<any_communicator> hier_node_, hier_lane_;  // set_hierarchical_groups
   std::vector<tensor_id> hier_staged_;     // the owners' staged feedback of the step
   std::map<tensor_id, powersgd_session> sessions_;
   std::map<double, any_codec> codec_cache_;

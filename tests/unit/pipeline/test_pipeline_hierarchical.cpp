@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -159,4 +160,86 @@ TEST_CASE(
   }
   for (int r = 0; r < 4; ++r)
     CHECK(after[static_cast<std::size_t>(r)] == before[static_cast<std::size_t>(r)]);
+}
+
+TEST_CASE(
+    "pipeline with the hierarchical option over its own node and lane communicators: the same "
+    "bits and checkpoints as over point-to-point groups",
+    "[pipeline][hierarchical]") {
+  std::vector<std::size_t> const sizes = {333, 40, 1000};
+  int const w = 6;  // 3 nodes of 2
+  for (std::string const spec : {"topk:ratio=0.05", "int8"}) {
+    for (int lanes : {0, 1}) {
+      CAPTURE(spec, lanes);
+      gc::pipeline_options opt = hierarchical_pipeline(spec, "residual");
+      opt.hierarchical.lanes = lanes;
+      gc::node_layout const layout = opt.hierarchical.nodes.layout(w);
+      int const l = lanes == 0 ? layout.min_node_size() : lanes;
+      std::vector<gc::in_process_world> node_worlds, lane_worlds;
+      for (int k = 0; k < layout.nodes(); ++k) node_worlds.emplace_back(2);
+      for (int j = 0; j < l; ++j) lane_worlds.emplace_back(layout.nodes());
+      std::vector<std::vector<std::vector<float>>> out(2, std::vector<std::vector<float>>(w));
+      std::vector<std::vector<std::vector<std::byte>>> saved(2, std::vector<std::vector<std::byte>>(w));
+      for (int own : {0, 1}) {
+        REQUIRE_NOTHROW(gc::run_in_process(w, [&](gc::in_process_communicator& comm) {
+          int const r = comm.rank();
+          gc::gradient_pipeline pipe(opt);
+          if (own) {
+            int const local = layout.local_rank(r);
+            std::optional<gc::any_communicator> lane;
+            if (local < l) lane.emplace(lane_worlds[static_cast<std::size_t>(local)].communicator(layout.node_of(r)));
+            pipe.set_hierarchical_groups(node_worlds[static_cast<std::size_t>(layout.node_of(r))].communicator(local),
+                                         std::move(lane));
+          }
+          std::vector<float> flat;
+          for (std::uint64_t step = 0; step < 3; ++step) {
+            std::vector<std::vector<float>> g;
+            std::vector<gc::tensor_view<float>> views;
+            for (std::size_t t = 0; t < sizes.size(); ++t) g.push_back(grad_of(sizes[t], r, step, t));
+            for (std::size_t t = 0; t < sizes.size(); ++t)
+              views.emplace_back(std::span<float>(g[t]), static_cast<gc::tensor_id>(t));
+            pipe.step(comm, views);
+            for (auto const& x : g) flat.insert(flat.end(), x.begin(), x.end());
+          }
+          out[static_cast<std::size_t>(own)][static_cast<std::size_t>(r)] = flat;
+          saved[static_cast<std::size_t>(own)][static_cast<std::size_t>(r)] = pipe.save();
+        }));
+      }
+      CHECK(out[1] == out[0]);
+      CHECK(saved[1] == saved[0]);  // the owners' residuals, keyed by shard
+    }
+  }
+  // Without the hierarchical option, or communicators that do not fit the grouping: refused.
+  gc::pipeline_options plain = hierarchical_pipeline("int8", "residual");
+  plain.hierarchical.nodes = {};
+  gc::in_process_world const one(1);
+  gc::gradient_pipeline no_hier(plain);
+  CHECK_THROWS_AS(no_hier.set_hierarchical_groups(one.communicator(0)), gc::config_error);
+  std::vector<std::exception_ptr> errors(4);
+  gc::in_process_world const three(3), node0(2), node1(2), lane0(2), lane1(2);
+  REQUIRE_NOTHROW(gc::run_in_process(4, [&](gc::in_process_communicator& comm) {
+    int const r = comm.rank();  // 2 nodes of 2: {0, 1} {2, 3}; lane j holds the nodes' j-th ranks
+    gc::gradient_pipeline pipe(hierarchical_pipeline("int8", "residual"));
+    if (r == 2) {  // a node communicator of 3 ranks for a node of 2
+      pipe.set_hierarchical_groups(three.communicator(0), lane0.communicator(1));
+    } else {
+      pipe.set_hierarchical_groups((r < 2 ? node0 : node1).communicator(r % 2),
+                                   (r % 2 == 0 ? lane0 : lane1).communicator(r / 2));
+    }
+    std::vector<float> g = grad_of(500, r, 0, 0);
+    std::vector<gc::tensor_view<float>> views{gc::tensor_view<float>(std::span<float>(g), gc::tensor_id{0})};
+    try {
+      pipe.step(comm, views);
+    } catch (...) {
+      errors[static_cast<std::size_t>(r)] = std::current_exception();
+    }
+  }));
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    CAPTURE(r);
+    REQUIRE(errors[r] != nullptr);
+    if (r == 2)
+      CHECK_THROWS_WITH(std::rethrow_exception(errors[r]), Catch::Contains("node communicator has rank 0 of 3"));
+    else
+      CHECK_THROWS_AS(std::rethrow_exception(errors[r]), gc::comm_error);
+  }
 }
