@@ -394,8 +394,12 @@ void check_bucketed(char const* name, CpuCodec const& cpu, CudaCodec const& dev,
 // (save() as floats of its bytes, zero-padded).
 // `two_way`: two-way compression per tensor. A "powersgd" spec: PowerSGD's sessions, the
 // source `stream_codec<identity_codec>`.
-pipeline_options pipeline_opts(std::string const& spec, bool two_way = false) {
+pipeline_options pipeline_opts(std::string const& spec, bool two_way = false, int per_node = 0) {
   pipeline_options o;
+  if (per_node > 0) {  // the hierarchical all-reduce, bfloat16 inside a node
+    o.hierarchical.nodes = node_grouping::uniform(per_node);
+    o.hierarchical.intra = dense_format::bf16;
+  }
   o.codec = spec;
   o.two_way = two_way;
   o.feedback = "residual";
@@ -413,9 +417,9 @@ void append_bytes(std::vector<float>& flat, std::vector<std::byte> const& b) {
 }
 
 std::vector<std::vector<std::vector<float>>> cpu_pipeline_reference(std::string const& spec, int w,
-                                                                    bool two_way) {
+                                                                    bool two_way, int per_node) {
   std::deque<gradient_pipeline> ps;
-  for (int r = 0; r < w; ++r) ps.emplace_back(pipeline_opts(spec, two_way));
+  for (int r = 0; r < w; ++r) ps.emplace_back(pipeline_opts(spec, two_way, per_node));
   return reference_steps(w, [&](in_process_communicator& comm, int r, std::uint32_t s) {
     auto& p = ps[static_cast<std::size_t>(r)];
     std::vector<std::vector<float>> g;
@@ -446,11 +450,22 @@ gradient_pipeline device_pipeline(pipeline_options const& o, CudaCodec const& co
 
 template <class CudaCodec>
 void device_pipeline_rank(nccl_communicator& comm, std::string const& spec, CudaCodec const& codec, bool two_way,
-                          std::vector<std::vector<std::vector<float>>> const& want) {
+                          int per_node, std::vector<std::vector<std::vector<float>>> const& want) {
   int const r = comm.rank();
   int const w = comm.size();
   auto const ur = static_cast<std::size_t>(r);
-  gradient_pipeline p = device_pipeline(pipeline_opts(spec, two_way), codec, comm.stream());
+  pipeline_options const o = pipeline_opts(spec, two_way, per_node);
+  gradient_pipeline p = device_pipeline(o, codec, comm.stream());
+  std::optional<nccl_communicator> node, lane;
+  if (per_node > 0) {  // the node and lane communicators, split off once
+    node_layout const layout = o.hierarchical.nodes.layout(w);
+    int const local = layout.local_rank(r);
+    node = comm.split(layout.node_of(r), local);
+    lane = comm.split(local < layout.min_node_size() ? local : -1, layout.node_of(r));
+    std::optional<any_communicator> l;
+    if (lane) l.emplace(any_communicator::borrow(*lane));
+    p.set_hierarchical_groups(any_communicator::borrow(*node), std::move(l));
+  }
   std::vector<gcu::device_buffer> g;
   std::vector<tensor_view<float>> views;
   for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
@@ -490,10 +505,10 @@ void device_pipeline_rank(nccl_communicator& comm, std::string const& spec, Cuda
 }
 
 template <class CudaCodec>
-void check_pipeline(std::string const& spec, CudaCodec const& dev, int w, bool two_way = false) {
-  auto const want = cpu_pipeline_reference(spec, w, two_way);
-  std::string const what = spec + (two_way ? " two-way" : "") + " pipeline";
-  on_ranks(w, what, [&](nccl_communicator& comm) { device_pipeline_rank(comm, spec, dev, two_way, want); });
+void check_pipeline(std::string const& spec, CudaCodec const& dev, int w, bool two_way = false, int per_node = 0) {
+  auto const want = cpu_pipeline_reference(spec, w, two_way, per_node);
+  std::string const what = spec + (two_way ? " two-way" : "") + (per_node > 0 ? " hierarchical" : "") + " pipeline";
+  on_ranks(w, what, [&](nccl_communicator& comm) { device_pipeline_rank(comm, spec, dev, two_way, per_node, want); });
   std::printf("%s on %d rank(s): %s\n", what.c_str(), w, failures.load() == 0 ? "identical to the CPU" : "FAILED");
 }
 
@@ -623,6 +638,7 @@ int run_all() {
       check_hierarchical("int8:rounding=stochastic", int8_codec{512, int8_rounding::stochastic},
                          gcu::int8_codec{512, int8_rounding::stochastic}, w, 1);
       check_hierarchical("onebit", onebit_codec{}, gcu::onebit_codec{}, w, w);
+      check_pipeline("int8:rounding=stochastic", gcu::int8_codec{512, int8_rounding::stochastic}, w, false, 1);
     }
     if (devices >= 2) {
       absent_peer_times_out();

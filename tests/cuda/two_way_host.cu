@@ -312,7 +312,7 @@ TEST_CASE("cuda two-way: a rank without a gradient, on device memory, as on the 
 TEST_CASE("cuda two-way: the parameter-server mode with device codecs equals the CPU's",
           "[cuda][two_way][parameter_server]") {
   for_each_codec_pair([](char const* name, auto cpu, auto dev) {
-    for (auto const [w, k] : {std::pair{3, 1}, std::pair{5, 2}}) {
+    for (auto const& [w, k] : {std::pair{3, 1}, std::pair{5, 2}}) {
       INFO(name << ", " << w - k << " workers, " << k << " servers");
       compare_ps(cpu, dev, w, k, 2053, gc::reduction::average, 3);
       compare_ps(cpu, dev, w, k, 5, gc::reduction::sum, 2);
