@@ -142,6 +142,31 @@ std::vector<std::vector<std::vector<float>>> cpu_reference(CpuCodec const& codec
   });
 }
 
+// A rank's gradient and output of `elements` floats in device memory on the communicator's
+// stream: `upload` copies the gradient of a step in, `output` copies the result out.
+struct device_tensors {
+  cudaStream_t stream;
+  gcu::device_buffer g, o;
+  explicit device_tensors(cudaStream_t s) : stream(s), g(s), o(s) {
+    g.resize(elements * sizeof(float));
+    o.resize(elements * sizeof(float));
+  }
+  void upload(int r, std::uint32_t s) {
+    std::vector<float> const hg = gradient(elements, r, s);
+    cuda_ok(cudaMemcpyAsync(g.data(), hg.data(), g.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  }
+  [[nodiscard]] tensor_view<float const> grad() const {
+    return {std::span<float const>(reinterpret_cast<float const*>(g.data()), elements), tensor_id{3}};
+  }
+  [[nodiscard]] std::span<float> out() { return {reinterpret_cast<float*>(o.data()), elements}; }
+  [[nodiscard]] std::vector<float> output() {
+    std::vector<float> got(elements);
+    cuda_ok(cudaMemcpyAsync(got.data(), o.data(), o.size(), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return got;
+  }
+};
+
 // One rank of the device run: `steps` steps through NCCL, compared with the reference.
 template <class CudaCodec>
 void device_rank(nccl_communicator& comm, CudaCodec const& codec, char const* name,
@@ -150,23 +175,12 @@ void device_rank(nccl_communicator& comm, CudaCodec const& codec, char const* na
   int const w = comm.size();
   auto const ur = static_cast<std::size_t>(r);
   gcu::device_compressor<CudaCodec> comp(gcu::stream_codec<CudaCodec>(codec, comm.stream()));
-  gcu::device_buffer g(comm.stream()), o(comm.stream());
-  g.resize(elements * sizeof(float));
-  o.resize(elements * sizeof(float));
+  device_tensors io(comm.stream());
   for (std::uint32_t s = 0; s < steps; ++s) {
-    std::vector<float> const hg = gradient(elements, r, s);
-    cuda_ok(cudaMemcpyAsync(g.data(), hg.data(), g.size(), cudaMemcpyHostToDevice, comm.stream()),
-            "cudaMemcpyAsync");
-    std::span<float> const out(reinterpret_cast<float*>(o.data()), elements);
-    all_reduce_compressed(
-        comm, comp,
-        tensor_view<float const>(
-            std::span<float const>(reinterpret_cast<float const*>(g.data()), elements),
-            tensor_id{3}),
-        out, rank_context(r, s), {.op = reduction::average});
-    std::vector<float> got(elements), e(elements);
-    cuda_ok(cudaMemcpyAsync(got.data(), o.data(), o.size(), cudaMemcpyDeviceToHost, comm.stream()),
-            "cudaMemcpyAsync");
+    io.upload(r, s);
+    all_reduce_compressed(comm, comp, io.grad(), io.out(), rank_context(r, s), {.op = reduction::average});
+    std::vector<float> const got = io.output();
+    std::vector<float> e(elements);
     auto const res = comp.residual(tensor_id{3});
     cuda_ok(cudaMemcpyAsync(e.data(), res.data(), res.size_bytes(), cudaMemcpyDeviceToHost,
                             comm.stream()),
@@ -545,22 +559,11 @@ void check_hierarchical(char const* name, CpuCodec const& cpu, CudaCodec const& 
     expect(lane.has_value() == (local < lanes), r, w, what + ": lane split");
     hierarchical_groups<nccl_communicator> const groups{&*node, lane ? &*lane : nullptr};
     gcu::device_compressor<CudaCodec> src(gcu::stream_codec<CudaCodec>(dev, comm.stream()));
-    gcu::device_buffer g(comm.stream()), o(comm.stream());
-    g.resize(elements * sizeof(float));
-    o.resize(elements * sizeof(float));
+    device_tensors io(comm.stream());
     for (std::uint32_t s = 0; s < steps; ++s) {
-      std::vector<float> const hg = gradient(elements, r, s);
-      cuda_ok(cudaMemcpyAsync(g.data(), hg.data(), g.size(), cudaMemcpyHostToDevice, comm.stream()),
-              "cudaMemcpyAsync");
-      all_reduce_hierarchical(
-          comm, groups, src,
-          tensor_view<float const>(std::span<float const>(reinterpret_cast<float const*>(g.data()), elements),
-                                   tensor_id{3}),
-          std::span<float>(reinterpret_cast<float*>(o.data()), elements), rank_context(r, s), opt);
-      std::vector<float> got(elements);
-      cuda_ok(cudaMemcpyAsync(got.data(), o.data(), o.size(), cudaMemcpyDeviceToHost, comm.stream()),
-              "cudaMemcpyAsync");
-      cuda_ok(cudaStreamSynchronize(comm.stream()), "cudaStreamSynchronize");
+      io.upload(r, s);
+      all_reduce_hierarchical(comm, groups, src, io.grad(), io.out(), rank_context(r, s), opt);
+      std::vector<float> const got = io.output();
       expect(std::memcmp(got.data(), want[s][static_cast<std::size_t>(r)].data(), elements * sizeof(float)) == 0,
              r, w, what + ", step " + std::to_string(s) + ": output");
     }

@@ -17,6 +17,7 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
+#include "../unit/support/split_worlds.hpp"
 #include "device_buffers.cuh"
 #include "emulated_nccl.cuh"
 
@@ -51,6 +52,7 @@ using gct::thrown;
 using gct::to_device;
 using gct::to_host;
 using gct::traffic;
+using gradcomp_test::split_worlds;
 
 namespace {
 
@@ -67,28 +69,6 @@ std::vector<shape> shapes() {
           {"1 node of 3", 3, gc::node_grouping::uniform(3)},
           {"3 nodes of 1", 3, gc::node_grouping::uniform(1)}};
 }
-
-// The node and lane worlds of a grouping: what a transport's split makes.
-struct split_worlds {
-  gc::node_layout layout;
-  int lanes = 1;
-  std::vector<gc::in_process_world> nodes, lane_worlds;
-
-  split_worlds(gc::node_grouping const& g, int ranks, int lanes_opt)
-      : layout(g.layout(ranks)), lanes(lanes_opt == 0 ? layout.min_node_size() : lanes_opt) {
-    for (int k = 0; k < layout.nodes(); ++k)
-      nodes.emplace_back(static_cast<int>(layout.node_ranks(k).size()), std::chrono::seconds(20));
-    for (int j = 0; j < lanes; ++j) lane_worlds.emplace_back(layout.nodes(), std::chrono::seconds(20));
-  }
-  gc::in_process_communicator node(int r) const {
-    return nodes[static_cast<std::size_t>(layout.node_of(r))].communicator(layout.local_rank(r));
-  }
-  std::optional<gc::in_process_communicator> lane(int r) const {
-    int const j = layout.local_rank(r);
-    if (j >= lanes) return std::nullopt;
-    return lane_worlds[static_cast<std::size_t>(j)].communicator(layout.node_of(r));
-  }
-};
 
 std::vector<float> gradient(std::size_t n, int r, std::uint32_t step) {
   return gct::gradient_of(n, 0x41e7u + 7919u * static_cast<unsigned>(r) + 31u * step + n);

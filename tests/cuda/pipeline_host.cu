@@ -610,7 +610,15 @@ TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
     o.codec = "topk:ratio=0.01";
     o.controller = "static:factor=100";
   });
-  with("hierarchical", [](auto& o) { o.hierarchical.nodes = gc::node_grouping::uniform(2); });
+  // hierarchical is taken (its steps need set_hierarchical_groups: hierarchical_host.cu), but
+  // not with EF21
+  gc::pipeline_options hierarchical = good;
+  hierarchical.hierarchical.nodes = gc::node_grouping::uniform(2);
+  CHECK_NOTHROW(build(hierarchical));
+  with("hierarchical with EF21", [](auto& o) {
+    o.hierarchical.nodes = gc::node_grouping::uniform(2);
+    o.feedback = "ef21";
+  });
   with("another codec", [](auto& o) { o.codec = "fp16"; });
   with("another bucket size", [](auto& o) { o.codec = "int8:bucket=100"; });
   with("measure_gain", [](auto& o) { o.measure_gain = true; });

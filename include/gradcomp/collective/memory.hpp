@@ -35,6 +35,12 @@
 ///   core/quant/dither.hpp (the same bits in every space; the training pipeline's guard norms),
 ///   returned to the host.
 ///
+/// A space that is not `on_host` also gives what the 16-bit paths and the hierarchical
+/// all-reduce's node sums use in place of the host kernels: `m.widen(std::span<T const>,
+/// std::span<float>)`, `m.narrow(std::span<float const>, std::span<T>)` (T `half` or `bfloat16`)
+/// and `m.add(std::span<T const> x, std::span<float> acc)` (`acc += x` widened, T also `float`),
+/// each with the host kernels' bits (cuda/memory.cuh).
+///
 /// `host_memory` is the default. A source (codec, `any_codec`, compressor) opts into another
 /// space by a member `memory()` on its codec, which returns the space object; `memory_of`
 /// reads it. The communicator sees both kinds of buffers: an adapter for device memory tells

@@ -17,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/split_worlds.hpp"
 #include "collective_support.hpp"
 
 #include <chrono>
@@ -574,33 +575,7 @@ TEST_CASE("hierarchical all-reduce of 16-bit gradients is the float32 one rounde
   }));
 }
 
-namespace {
-
-// The node and lane communicators of every rank as their own in-process worlds, as a
-// transport's split (NCCL's ncclCommSplit, MPI_Comm_split) makes them.
-struct split_worlds {
-  gc::node_layout layout;
-  int lanes = 1;
-  std::vector<gc::in_process_world> nodes, lane_worlds;
-
-  split_worlds(gc::node_grouping const& g, int ranks, int lanes_opt)
-      : layout(g.layout(ranks)),
-        lanes(lanes_opt == 0 ? layout.min_node_size() : lanes_opt) {
-    for (int k = 0; k < layout.nodes(); ++k)
-      nodes.emplace_back(static_cast<int>(layout.node_ranks(k).size()), std::chrono::seconds(20));
-    for (int j = 0; j < lanes; ++j) lane_worlds.emplace_back(layout.nodes(), std::chrono::seconds(20));
-  }
-  gc::in_process_communicator node(int r) const {
-    return nodes[static_cast<std::size_t>(layout.node_of(r))].communicator(layout.local_rank(r));
-  }
-  std::optional<gc::in_process_communicator> lane(int r) const {
-    int const j = layout.local_rank(r);
-    if (j >= lanes) return std::nullopt;
-    return lane_worlds[static_cast<std::size_t>(j)].communicator(layout.node_of(r));
-  }
-};
-
-}  // namespace
+using gradcomp_test::split_worlds;
 
 TEST_CASE(
     "hierarchical all-reduce over the caller's node and lane communicators gives the bits of the "

@@ -15,6 +15,7 @@
 
 #include "../support/codec_support.hpp"
 #include "../support/rank_check.hpp"
+#include "../support/split_worlds.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -173,11 +174,7 @@ TEST_CASE(
       CAPTURE(spec, lanes);
       gc::pipeline_options opt = hierarchical_pipeline(spec, "residual");
       opt.hierarchical.lanes = lanes;
-      gc::node_layout const layout = opt.hierarchical.nodes.layout(w);
-      int const l = lanes == 0 ? layout.min_node_size() : lanes;
-      std::vector<gc::in_process_world> node_worlds, lane_worlds;
-      for (int k = 0; k < layout.nodes(); ++k) node_worlds.emplace_back(2);
-      for (int j = 0; j < l; ++j) lane_worlds.emplace_back(layout.nodes());
+      gradcomp_test::split_worlds const sub(opt.hierarchical.nodes, w, lanes);
       std::vector<std::vector<std::vector<float>>> out(2, std::vector<std::vector<float>>(w));
       std::vector<std::vector<std::vector<std::byte>>> saved(2, std::vector<std::vector<std::byte>>(w));
       for (int own : {0, 1}) {
@@ -185,11 +182,9 @@ TEST_CASE(
           int const r = comm.rank();
           gc::gradient_pipeline pipe(opt);
           if (own) {
-            int const local = layout.local_rank(r);
             std::optional<gc::any_communicator> lane;
-            if (local < l) lane.emplace(lane_worlds[static_cast<std::size_t>(local)].communicator(layout.node_of(r)));
-            pipe.set_hierarchical_groups(node_worlds[static_cast<std::size_t>(layout.node_of(r))].communicator(local),
-                                         std::move(lane));
+            if (auto l = sub.lane(r)) lane.emplace(*l);
+            pipe.set_hierarchical_groups(sub.node(r), std::move(lane));
           }
           std::vector<float> flat;
           for (std::uint64_t step = 0; step < 3; ++step) {
