@@ -56,11 +56,7 @@ using gradcomp_test::split_worlds;
 
 namespace {
 
-struct shape {
-  char const* name;
-  int ranks;
-  gc::node_grouping nodes;
-};
+using shape = gradcomp_test::grouping_case;
 
 std::vector<shape> shapes() {
   return {{"4 ranks as 2 nodes of 2", 4, gc::node_grouping::uniform(2)},

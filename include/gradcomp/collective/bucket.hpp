@@ -149,12 +149,6 @@ struct bucket_unit {
   std::span<float> out;
 };
 
-/// The float32 elements of a payload buffer (its first `n`).
-template <class Buffer>
-std::span<float> float_span(Buffer& b, std::size_t n) noexcept {
-  return {reinterpret_cast<float*>(b.data()), n};
-}
-
 /// The buffers and per-call state of one bucket in flight; its payload buffers (the fused
 /// bucket, the packets, the concatenated values, the gathered packets) are in memory space
 /// `Mem` (collective/memory.hpp).

@@ -328,9 +328,6 @@ void hierarchical_exchange_over(Comm& comm, Node& node_comm, Lane* lane_comm,
   auto shard = [&](std::size_t j) { return shard_range(n, j, lanes); };
   auto const [sb, se] = owner ? shard(local) : std::pair<std::size_t, std::size_t>{0, 0};
   std::size_t const m = se - sb;
-  auto floats = [](auto& buf, std::size_t count) {
-    return std::span<float>(reinterpret_cast<float*>(buf.data()), count);
-  };
 
   // 1. Intra-node reduce-scatter: slice j of this rank's gradient to the node's j-th rank.
   std::vector<std::size_t> send_counts(p, 0), recv_counts(p, 0);
@@ -349,7 +346,7 @@ void hierarchical_exchange_over(Comm& comm, Node& node_comm, Lane* lane_comm,
     if (grad.empty()) {  // this rank contributes zeros
       zero.resize(n * sizeof(float));
       mem.zero(zero.span());
-      g = floats(zero, n);
+      g = float_span(zero, n);
     }
     send.resize(n * es + lanes * tail);
     std::size_t at = 0;
@@ -371,7 +368,7 @@ void hierarchical_exchange_over(Comm& comm, Node& node_comm, Lane* lane_comm,
   reduced_buf.resize(m * sizeof(float));
   mem.zero(sum_buf.span());
   mem.zero(reduced_buf.span());
-  std::span<float> const sum = floats(sum_buf, m), reduced = floats(reduced_buf, m);
+  std::span<float> const sum = float_span(sum_buf, m), reduced = float_span(reduced_buf, m);
   if (owner) {
     check.guard([&] {
       for (std::size_t q = 0; q < p; ++q) {

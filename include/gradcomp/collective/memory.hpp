@@ -135,6 +135,12 @@ auto memory_of(X const& x) {
 template <class X>
 using memory_of_t = decltype(memory_of(std::declval<X const&>()));
 
+/// The float32 elements of a payload buffer of any space (its first `n`).
+template <class Buffer>
+std::span<float> float_span(Buffer& b, std::size_t n) noexcept {
+  return {reinterpret_cast<float*>(b.data()), n};
+}
+
 /// Whether a source's payloads live in host memory.
 template <class X>
 inline constexpr bool host_payloads = memory_of_t<X>::on_host;

@@ -158,7 +158,7 @@ class two_way_compressor {
       memory_type const mem = detail::memory_of(worker_codec_);
       if (!sum_) sum_.emplace(mem.make_buffer());
       sum_->resize(n * sizeof(float));
-      sum = std::span<float>(reinterpret_cast<float*>(sum_->data()), n);
+      sum = detail::float_span(*sum_, n);
       mem.zero(std::as_writable_bytes(sum));
     }
     for (auto const& p : packets) {

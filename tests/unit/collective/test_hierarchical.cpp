@@ -37,11 +37,7 @@ namespace {
 // A codec with residual error feedback.
 using comp = gc::compressor<gc::any_codec, gc::residual_feedback>;
 
-struct shape {
-  char const* name;
-  int ranks;
-  gc::node_grouping nodes;
-};
+using shape = gradcomp_test::grouping_case;
 
 std::vector<shape> shapes() {
   return {{"4 ranks as 2 nodes of 2", 4, gc::node_grouping::uniform(2)},

@@ -16,6 +16,13 @@
 
 namespace gradcomp_test {
 
+// A communicator size and its grouping into nodes, named for the test's messages.
+struct grouping_case {
+  char const* name;
+  int ranks;
+  gradcomp::node_grouping nodes;
+};
+
 struct split_worlds {
   gradcomp::node_layout layout;
   int lanes = 1;  // lanes of the hierarchy (0 in the options: the smallest node's size)
