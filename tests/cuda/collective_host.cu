@@ -28,6 +28,7 @@
 #include "device_buffers.cuh"
 #include "emulated_nccl.cuh"
 
+#include <gradcomp/codec/format/support.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/low_rank.hpp>
 #include <gradcomp/collective/powersgd_session.hpp>
@@ -652,6 +653,54 @@ TEST_CASE("cuda collective: device commit_lossless, stage_input and the two phas
   CHECK_THROWS_AS(gc::cuda::device_dgc_rule(1.0f), gc::config_error);
   CHECK_THROWS_AS(gc::cuda::device_dgc_rule(0.5f, -1.0), gc::config_error);
   CHECK_THROWS_AS(gc::cuda::device_dgc_rule(0.5f, 1.0, 0), gc::config_error);
+}
+
+TEST_CASE("cuda collective: device DGC zeroes the momentum on a sparse packet's whole support",
+          "[cuda][collective][feedback]") {
+  // A sparse packet whose f16 values include ones that round to zero still carries those
+  // coordinates: DGC's u becomes zero there too (the support is found on the device, not from
+  // the decoded values). Mutation check: masking where the decoded value is non-zero instead
+  // fails the state comparison below.
+  auto check = [](char const* name, auto cpu_codec, auto dev_codec) {
+    INFO(name);
+    gc::compressor<decltype(cpu_codec), gc::dgc_feedback> cpu(cpu_codec, gc::dgc_feedback(0.9f));
+    gc::cuda::device_compressor<decltype(dev_codec), gc::cuda::device_dgc_rule> dev(
+        gc::cuda::stream_codec<decltype(dev_codec)>(dev_codec), gc::cuda::device_dgc_rule(0.9f));
+    gc::tensor_id const id{5};
+    std::size_t const n = 600;
+    std::size_t const bound = cpu.max_compressed_bytes(n);
+    std::size_t zero_valued = 0;
+    for (std::uint32_t step = 0; step < 3; ++step) {
+      // Every third element of order one, the others below f16's smallest subnormal (2^-24).
+      std::vector<float> g = gradient(n, 0, step);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (i % 3 != 0) g[i] *= 1e-9f;
+      }
+      gc::codec_context const ctx = rank_context(0, step);
+      std::vector<std::byte> pc(bound);
+      std::size_t const bc = cpu.compress(gc::tensor_view<float const>(std::span<float const>(g), id), pc, ctx);
+      gc::cuda::device_buffer dg = to_device(g), pd;
+      pd.resize(bound);
+      std::size_t const bd =
+          dev.compress(gc::tensor_view<float const>(std::span<float const>(floats(dg, n)), id), pd.span(), ctx);
+      REQUIRE(bc == bd);
+      std::vector<std::byte> host(bd);
+      std::memcpy(host.data(), pd.data(), bd);
+      CHECK(std::memcmp(host.data(), pc.data(), bc) == 0);
+      // The support holds coordinates whose values decoded to zero.
+      std::vector<float> decoded(n, 0.0f);
+      cpu.codec().decompress(std::span<std::byte const>(pc.data(), bc), std::span<float>(decoded), ctx);
+      auto const support = gc::sparse_packet_support(std::span<std::byte const>(pc.data(), bc), ctx);
+      REQUIRE(support);
+      for (std::uint32_t i : *support) zero_valued += decoded[i] == 0.0f ? 1 : 0;
+      CHECK(same_bits(state_of(cpu, id), state_of(dev, id)));
+    }
+    CHECK(zero_valued > 0);
+  };
+  check("topk:ratio=0.5,values=f16", gc::topk_codec::ratio(0.5, gc::sparse_values::f16),
+        gc::cuda::topk_codec::ratio(0.5, gc::sparse_values::f16));
+  check("random_k:ratio=0.5,values=f16", gc::random_k_codec::ratio(0.5, gc::sparse_values::f16),
+        gc::cuda::random_k_codec::ratio(0.5, gc::sparse_values::f16));
 }
 
 TEST_CASE("cuda collective: a failing rank fails the device step on every rank, residuals kept",

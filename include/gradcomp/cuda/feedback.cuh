@@ -21,12 +21,11 @@
 ///
 /// Costs beyond the codec's: EF21 and DGC stage their input p in a device buffer per tensor
 /// (the residual rule does not: its codec reads g + e in its own pass); DGC with clipping reads
-/// Σ g² on the host once per tensor and step; DGC with a sparse codec reads the packet on the
-/// host to find its support (`sparse_packet_support`) and uploads the indices (k words).
+/// Σ g² on the host once per tensor and step; DGC with a sparse codec decodes the packet a
+/// second time to mark its support (n floats of scratch; nothing read on the host).
 
 #include <gradcomp/cuda/config.cuh>
 
-#include <gradcomp/codec/format/support.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/feedback.hpp>
@@ -43,11 +42,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
+#include <limits>
 #include <span>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -61,7 +59,7 @@ struct device_feedback_slot {
   device_buffer state;    ///< the committed state, `floats` floats (none: all zero)
   device_buffer next;     ///< the next state, staged or prepared
   device_buffer input;    ///< the staged input p (EF21; residual's `stage_input`), or scratch
-  device_buffer support;  ///< DGC: the packet's support, uploaded
+  device_buffer support;  ///< DGC: a sparse packet's support, marked NaN
   device_buffer status;   ///< the passes' status words
   std::size_t floats = 0;             ///< floats of `state` (0: empty, meaning zero)
   std::size_t next_floats = 0;        ///< floats of `next`, once made current
@@ -136,23 +134,18 @@ struct dgc_stage_fn {
   }
 };
 
-/// DGC's commit: v ← v − D(sent) (one rounding) and, for a codec without a support, u ← 0.
+/// DGC's commit: v ← v − D(sent) (one rounding) and u ← 0 on the packet's support: where
+/// `mark` is NaN (a sparse packet's coordinates, see `device_dgc_rule::prepare`), or everywhere
+/// when `mark` is null (a codec that sends every coordinate).
 struct dgc_commit_fn {
   float* nu;
   float* nv;
   float const* decoded;
-  bool mask_all;
+  float const* mark;
   GRADCOMP_HOST_DEVICE void operator()(std::uint64_t i) const noexcept {
     nv[i] = nv[i] - decoded[i];
-    if (mask_all) nu[i] = 0.0f;
+    if (mark == nullptr || mark[i] != mark[i]) nu[i] = 0.0f;
   }
-};
-
-/// u ← 0 at the packet's support.
-struct zero_at_fn {
-  float* u;
-  std::uint32_t const* idx;
-  GRADCOMP_HOST_DEVICE void operator()(std::uint64_t j) const noexcept { u[idx[j]] = 0.0f; }
 };
 
 /// h ← h + x (EF21's lossless commit), one rounding.
@@ -352,8 +345,11 @@ class device_dgc_rule {
     detail::check_status(st, g.data(), n, stream, g.id(), name);
     return next.last(n);
   }
-  /// v ← v − D(`sent`) and u ← 0 on `sent`'s support (`sparse_packet_support`, read on the
-  /// host; every coordinate for a codec that is not sparse), as `dgc_feedback::prepare_commit`.
+  /// v ← v − D(`sent`) and u ← 0 on `sent`'s support (every coordinate for a codec that is
+  /// not sparse), as `dgc_feedback::prepare_commit`. The support of a sparse packet (the
+  /// coordinates of `sparse_packet_support`, whatever their values decode to) is found on the
+  /// device: the packet decoded once more with a quiet-NaN scale into zeros, fma(NaN, x̂, 0),
+  /// is NaN exactly at the coordinates it carries, a value that decodes to zero included.
   template <class S>
   void prepare(S const& c, detail::device_feedback_slot& s, std::span<std::byte const> sent,
                codec_context const& ctx) const {
@@ -364,21 +360,15 @@ class device_dgc_rule {
     constexpr codec_id cid = S::id;
     constexpr bool sparse = cid == codec_id::topk || cid == codec_id::approx_topk || cid == codec_id::threshold ||
                             cid == codec_id::random_k;  // `sparse_packet_support`'s codecs
-    std::optional<std::vector<std::uint32_t>> support;
+    float const* mark = nullptr;
     if constexpr (sparse) {
-      support = device_memory{stream}.read(sent, [&](std::span<std::byte const> host) {
-        return sparse_packet_support(host, ctx);
-      });
+      std::span<float> const m = detail::device_feedback_slot::floats_of(s.support, n);
+      detail::fill_bytes(m.data(), 0, m.size_bytes(), stream);
+      c.decompress_add(sent, m, std::numeric_limits<float>::quiet_NaN(), ctx);
+      mark = m.data();
     }
     float* const nu = reinterpret_cast<float*>(s.next.data());
-    detail::for_each_index(stream, n, detail::dgc_commit_fn{nu, nu + n, decoded.data(), !support});
-    if (support && !support->empty()) {
-      s.support.resize(support->size() * sizeof(std::uint32_t));
-      detail::copy_from_host(s.support.data(), support->data(), support->size() * sizeof(std::uint32_t), stream);
-      detail::for_each_index(stream, support->size(),
-                             detail::zero_at_fn{nu, reinterpret_cast<std::uint32_t const*>(s.support.data())});
-      detail::synchronize(stream);  // the host indices are freed on return
-    }
+    detail::for_each_index(stream, n, detail::dgc_commit_fn{nu, nu + n, decoded.data(), mark});
     s.next_floats = 2 * n;
   }
   /// v was delivered exactly: u ← 0, v ← 0.

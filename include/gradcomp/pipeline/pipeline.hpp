@@ -67,9 +67,10 @@
 /// are the CPU pipeline's with `backend=builtin`. The hierarchical all-reduce
 /// (`pipeline_options::hierarchical`) runs per compressed tensor over the node and lane
 /// communicators given to `set_hierarchical_groups` (e.g. from `nccl_communicator::split`),
-/// payloads on the device, outputs and the owners' residuals the CPU pipeline's. Not taken by a
-/// device source (`config_error` at construction): a controller, `measure_gain`,
-/// `buckets.checksum` and a 16-bit `buckets.small_format`.
+/// payloads on the device, outputs and the owners' residuals the CPU pipeline's. `measure_gain`
+/// gives the CPU pipeline's gain to the bit (each compressed tensor compressed and decoded once
+/// more on the device for it). Not taken by a device source (`config_error` at construction): a
+/// controller, `buckets.checksum` and a 16-bit `buckets.small_format`.
 
 #include <gradcomp/adapt/any_controller.hpp>
 #include <gradcomp/adapt/protocol.hpp>
@@ -295,6 +296,13 @@ class device_source_base {
                              std::map<tensor_id, std::vector<float>> const& receivers) = 0;
   /// Σ x² of device floats, the bits of `norm_sq` (the memory space's `sum_of_squares`).
   [[nodiscard]] virtual double sum_of_squares(std::span<float const> x) const = 0;
+  /// The compression gain's terms of one tensor (`pipeline_options::measure_gain`): ‖p‖² and
+  /// ‖D(C(p))‖² of the input p the source compresses (g + residual, EF21's g − h, DGC's v; g
+  /// without feedback), with the bits of `norm_sq`. The packet is the one the exchange then
+  /// sends (same codec, context and tensor id), compressed once more into a scratch buffer; the
+  /// feedback state is not touched (the stage is discarded). A non-finite p throws what the
+  /// exchange would throw.
+  virtual std::pair<double, double> gain_terms(tensor_view<float const> g, codec_context const& ctx) = 0;
   /// Sets device floats to zero (the outputs of a step the guard skips).
   virtual void zero(std::span<float> x) const = 0;
   /// A device float32 buffer of `n` floats kept for tensor `id` across steps (a 16-bit
@@ -457,6 +465,29 @@ class device_source_model final : public device_source_base {
     return memory_of(buckets_source()).sum_of_squares(x);
   }
   void zero(std::span<float> x) const override { memory_of(buckets_source()).zero(std::as_writable_bytes(x)); }
+  std::pair<double, double> gain_terms(tensor_view<float const> g, codec_context const& ctx) override {
+    Source& src = buckets_.source();
+    auto const mem = memory_of(buckets_source());
+    auto const& c = codec_of(buckets_source());
+    std::span<float const> p = g.span();
+    if constexpr (feedback_kind != feedback_id::none) p = src.stage_input(g, ctx);
+    try {
+      if (!gain_packet_) gain_packet_.emplace(mem.make_buffer());
+      if (!gain_decoded_) gain_decoded_.emplace(mem.make_buffer());
+      gain_packet_->resize(c.max_compressed_bytes(g.size()));
+      std::size_t const bytes = c.compress(tensor_view<float const>(p, g.id()), gain_packet_->span(), ctx);
+      gain_decoded_->resize(g.size() * sizeof(float));
+      std::span<float> const d = float_span(*gain_decoded_, g.size());
+      mem.zero(std::as_writable_bytes(d));
+      c.decompress_add(std::span<std::byte const>(gain_packet_->span().first(bytes)), d, 1.0f, ctx);
+      std::pair<double, double> const terms{mem.sum_of_squares(p), mem.sum_of_squares(std::span<float const>(d))};
+      if constexpr (feedback_kind != feedback_id::none) src.discard(g.id());
+      return terms;
+    } catch (...) {
+      if constexpr (feedback_kind != feedback_id::none) src.discard(g.id());
+      throw;
+    }
+  }
   std::span<float> wide(tensor_id id, std::size_t n) override {
     auto it = wides_.find(id);
     if (it == wides_.end()) it = wides_.emplace(id, memory_of(buckets_source()).make_buffer()).first;
@@ -634,6 +665,7 @@ class device_source_model final : public device_source_base {
   }
   mutable bucketed_all_reduce<Source> buckets_;  // `source()` is a non-const member
   std::map<tensor_id, typename memory_of_t<Source>::buffer> wides_;  // 16-bit gradients, widened
+  std::optional<typename memory_of_t<Source>::buffer> gain_packet_, gain_decoded_;  // `gain_terms`
 };
 
 }  // namespace detail
@@ -720,7 +752,6 @@ class gradient_pipeline {
       throw config_error("gradcomp: gradient_pipeline with a device source: " + what);
     };
     if (ctrl_) refuse("no controller is taken (controller '" + opt_.controller + "')");
-    if (opt_.measure_gain) refuse("measure_gain is not taken");
     if (opt_.buckets.checksum)
       refuse("buckets.checksum is not taken (it reads every payload on the host)");
     if (opt_.buckets.small_format != dense_format::f32) {
@@ -1154,6 +1185,17 @@ class gradient_pipeline {
         guard_tensors_.push_back(gt);
         if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) guard_nonfinite_ = true;
       }
+      // The compression gain's terms, where `stage` adds them for host tensors (a tensor the
+      // CPU pipeline stages; a failure is this rank's, told in the agreement round).
+      if (opt_.measure_gain && e.large && !opt_.two_way && !low_rank_ && !hier_ && !guard_nonfinite_ && !local_) {
+        try {
+          auto const [input_sq, compressed_sq] = device_->gain_terms(tensor_view<float const>(e.raw32, e.id), ctx_);
+          ef_norm_ += input_sq;
+          comp_norms_[0] += compressed_sq;
+        } catch (...) {
+          local_ = std::current_exception();
+        }
+      }
       pending_.push_back(std::move(e));
       compress_s_ += seconds(t0, clock::now());
       return;
@@ -1503,6 +1545,14 @@ class gradient_pipeline {
       if (gv.action == guard_action::skipped) return skip_step(st, gv, agree_s);
     }
     bool const guard_dense = gv.action == guard_action::dense;
+    // `measure_gain`: the gain over all ranks, in the CPU pipeline's round (`run_step`).
+    if (!guard_dense && opt_.measure_gain && !low_rank_ && !hier_) {
+      double sums[2] = {ef_norm_, comp_norms_[0]};
+      auto const t0 = clock::now();
+      sum_stats(comm, std::span<double>(sums));
+      agree_s += seconds(t0, clock::now());
+      st.gain = sums[0] > 0.0 ? sums[1] / sums[0] : 1.0;
+    }
     auto const t_send = clock::now();
     bucket_result r;
     auto run = [&](any_communicator& c) {
