@@ -404,7 +404,7 @@ TEST_CASE("cuda pipeline: begin / submit / finish with a device source equals th
 TEST_CASE("cuda pipeline: bad inputs fail the device step as the CPU step, state unchanged",
           "[cuda][pipeline][failure]") {
   enum class mode { flat, two_way, powersgd, ef21, dgc };
-  for (auto const [w, m] : {std::pair{2, mode::flat}, std::pair{3, mode::flat}, std::pair{4, mode::flat},
+  for (auto const& [w, m] : {std::pair{2, mode::flat}, std::pair{3, mode::flat}, std::pair{4, mode::flat},
                             std::pair{2, mode::two_way}, std::pair{3, mode::two_way},
                             std::pair{2, mode::powersgd}, std::pair{3, mode::powersgd},
                             std::pair{2, mode::ef21}, std::pair{3, mode::ef21}, std::pair{3, mode::dgc}}) {
