@@ -565,6 +565,26 @@ TEST_CASE("cuda collective: a failed EF21 or DGC step changes no state on either
   check("topk:ratio=0.05", gc::topk_codec::ratio(0.05), gc::cuda::topk_codec::ratio(0.05));
 }
 
+// One compression of `g` (tensor `id`) by a CPU compressor and a device compressor: the packets
+// byte for byte alike; returns the CPU's.
+template <class Cpu, class Dev>
+std::vector<std::byte> compress_alike(Cpu& cpu, Dev& dev, std::vector<float> const& g, gc::tensor_id id,
+                                      gc::codec_context const& ctx) {
+  std::size_t const bound = cpu.max_compressed_bytes(g.size());
+  std::vector<std::byte> pc(bound);
+  std::size_t const bc = cpu.compress(gc::tensor_view<float const>(std::span<float const>(g), id), pc, ctx);
+  pc.resize(bc);
+  gc::cuda::device_buffer dg = to_device(g), pd;
+  pd.resize(bound);
+  std::size_t const bd =
+      dev.compress(gc::tensor_view<float const>(std::span<float const>(floats(dg, g.size())), id), pd.span(), ctx);
+  REQUIRE(bc == bd);
+  std::vector<std::byte> host(bd);
+  std::memcpy(host.data(), pd.data(), bd);
+  CHECK(host == pc);
+  return pc;
+}
+
 TEST_CASE("cuda collective: device commit_lossless, stage_input and the two phases equal compressor's",
           "[cuda][collective][feedback]") {
   // One rank, no collective: the compressors' own operations, step after step.
@@ -581,18 +601,7 @@ TEST_CASE("cuda collective: device commit_lossless, stage_input and the two phas
     auto same_state = [&] { return same_bits(state_of(cpu, id), state_of(dev, id)); };
     // A compressed step through the two phases: the packets and the states alike.
     auto packet_step = [&](std::uint32_t step) {
-      std::vector<float> const g = gradient(n, 0, step);
-      gc::codec_context const ctx = rank_context(0, step);
-      std::vector<std::byte> pc(bound);
-      std::size_t const bc = cpu.compress(gc::tensor_view<float const>(std::span<float const>(g), id), pc, ctx);
-      gc::cuda::device_buffer dg = to_device(g), pd;
-      pd.resize(bound);
-      std::size_t const bd =
-          dev.compress(gc::tensor_view<float const>(std::span<float const>(floats(dg, n)), id), pd.span(), ctx);
-      REQUIRE(bc == bd);
-      std::vector<std::byte> host(bd);
-      std::memcpy(host.data(), pd.data(), bd);
-      CHECK(std::memcmp(host.data(), pc.data(), bc) == 0);
+      (void)compress_alike(cpu, dev, gradient(n, 0, step), id, rank_context(0, step));
       CHECK(same_state());
     };
     // A dense step: the staged input sent as it is.
@@ -668,7 +677,6 @@ TEST_CASE("cuda collective: device DGC zeroes the momentum on a sparse packet's 
         gc::cuda::stream_codec<decltype(dev_codec)>(dev_codec), gc::cuda::device_dgc_rule(0.9f));
     gc::tensor_id const id{5};
     std::size_t const n = 600;
-    std::size_t const bound = cpu.max_compressed_bytes(n);
     std::size_t zero_valued = 0;
     for (std::uint32_t step = 0; step < 3; ++step) {
       // Every third element of order one, the others below f16's smallest subnormal (2^-24).
@@ -677,20 +685,11 @@ TEST_CASE("cuda collective: device DGC zeroes the momentum on a sparse packet's 
         if (i % 3 != 0) g[i] *= 1e-9f;
       }
       gc::codec_context const ctx = rank_context(0, step);
-      std::vector<std::byte> pc(bound);
-      std::size_t const bc = cpu.compress(gc::tensor_view<float const>(std::span<float const>(g), id), pc, ctx);
-      gc::cuda::device_buffer dg = to_device(g), pd;
-      pd.resize(bound);
-      std::size_t const bd =
-          dev.compress(gc::tensor_view<float const>(std::span<float const>(floats(dg, n)), id), pd.span(), ctx);
-      REQUIRE(bc == bd);
-      std::vector<std::byte> host(bd);
-      std::memcpy(host.data(), pd.data(), bd);
-      CHECK(std::memcmp(host.data(), pc.data(), bc) == 0);
+      std::vector<std::byte> const pc = compress_alike(cpu, dev, g, id, ctx);
       // The support holds coordinates whose values decoded to zero.
       std::vector<float> decoded(n, 0.0f);
-      cpu.codec().decompress(std::span<std::byte const>(pc.data(), bc), std::span<float>(decoded), ctx);
-      auto const support = gc::sparse_packet_support(std::span<std::byte const>(pc.data(), bc), ctx);
+      cpu.codec().decompress(std::span<std::byte const>(pc), std::span<float>(decoded), ctx);
+      auto const support = gc::sparse_packet_support(std::span<std::byte const>(pc), ctx);
       REQUIRE(support);
       for (std::uint32_t i : *support) zero_valued += decoded[i] == 0.0f ? 1 : 0;
       CHECK(same_bits(state_of(cpu, id), state_of(dev, id)));
