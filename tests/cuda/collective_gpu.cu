@@ -10,8 +10,8 @@
 // residuals byte for byte the CPU two-way collective's. The bucketed collective
 // (bucketed_all_reduce of `device_compressor<C>` over device tensors, per tensor and per bucket)
 // too: every output and residual byte for byte the CPU bucketed collective's; and the pipeline
-// with a device source (`gradient_pipeline` over `device_compressor<C>`): outputs, residuals and
-// save() byte for byte the CPU pipeline's. Then, with 2 GPUs, a
+// with a device source (`gradient_pipeline` over `device_compressor<C>`): outputs, residuals,
+// save() and the measured gain byte for byte the CPU pipeline's. Then, with 2 GPUs, a
 // rank that never joins
 // must give comm_error at the timeout on its peer, not a hang. Exits 77 (ctest: skipped) without a
 // usable CUDA device. Own harness, like nccl_comm.cu: Catch2's assertions are not thread-safe.
@@ -404,8 +404,9 @@ void check_bucketed(char const* name, CpuCodec const& cpu, CudaCodec const& dev,
 }
 
 // The pipeline with a device source: bucket_sizes' tensors, feedback "residual",
-// `steps` steps. The CPU pipeline's outputs, residuals and save() per step and rank, flattened
-// (save() as floats of its bytes, zero-padded).
+// `steps` steps, `measure_gain` on. The CPU pipeline's outputs, residuals, save() and the
+// step's gain per step and rank, flattened (save() and the gain as floats of their bytes,
+// zero-padded).
 // `two_way`: two-way compression per tensor. A "powersgd" spec: PowerSGD's sessions, the
 // source `stream_codec<identity_codec>`.
 pipeline_options pipeline_opts(std::string const& spec, bool two_way = false, int per_node = 0) {
@@ -416,6 +417,7 @@ pipeline_options pipeline_opts(std::string const& spec, bool two_way = false, in
   }
   o.codec = spec;
   o.two_way = two_way;
+  o.measure_gain = true;
   o.feedback = "residual";
   o.guard = "off";
   o.measured_timing = false;
@@ -430,6 +432,13 @@ void append_bytes(std::vector<float>& flat, std::vector<std::byte> const& b) {
   std::memcpy(flat.data() + at, b.data(), b.size());
 }
 
+// The bits of a step's gain (NaN where it is not measured), as floats.
+void append_gain(std::vector<float>& flat, double gain) {
+  std::vector<std::byte> b(sizeof gain);
+  std::memcpy(b.data(), &gain, sizeof gain);
+  append_bytes(flat, b);
+}
+
 std::vector<std::vector<std::vector<float>>> cpu_pipeline_reference(std::string const& spec, int w,
                                                                     bool two_way, int per_node) {
   std::deque<gradient_pipeline> ps;
@@ -442,7 +451,7 @@ std::vector<std::vector<std::vector<float>>> cpu_pipeline_reference(std::string 
     for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
       views.emplace_back(std::span<float>(g[i]), tensor_id{static_cast<std::uint32_t>(20 + i)});
     }
-    (void)p.step(comm, views);
+    pipeline_stats const st = p.step(comm, views);
     std::vector<float> flat;
     for (auto const& x : g) flat.insert(flat.end(), x.begin(), x.end());
     for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
@@ -450,6 +459,7 @@ std::vector<std::vector<std::vector<float>>> cpu_pipeline_reference(std::string 
       flat.insert(flat.end(), e.begin(), e.end());
     }
     append_bytes(flat, p.save());
+    append_gain(flat, st.gain);
     return flat;
   });
 }
@@ -496,7 +506,7 @@ void device_pipeline_rank(nccl_communicator& comm, std::string const& spec, Cuda
                               comm.stream()),
               "cudaMemcpyAsync");
     }
-    (void)p.step(comm, views);
+    pipeline_stats const st = p.step(comm, views);
     std::vector<float> got;
     auto append = [&](void const* d, std::size_t n) {
       std::size_t const at = got.size();
@@ -512,9 +522,10 @@ void device_pipeline_rank(nccl_communicator& comm, std::string const& spec, Cuda
       append(e.data(), e.size());
     }
     append_bytes(got, p.save());
+    append_gain(got, st.gain);
     expect(got.size() == want[s][ur].size() &&
                std::memcmp(got.data(), want[s][ur].data(), got.size() * sizeof(float)) == 0,
-           r, w, spec + " pipeline, step " + std::to_string(s) + ": outputs, residuals and save()");
+           r, w, spec + " pipeline, step " + std::to_string(s) + ": outputs, residuals, save() and gain");
   }
 }
 
