@@ -33,6 +33,7 @@
 #include <gradcomp/cuda/int8.cuh>
 #include <gradcomp/cuda/onebit.cuh>
 #include <gradcomp/cuda/powersgd.cuh>
+#include <gradcomp/cuda/topk.cuh>
 #include <gradcomp/feedback/compressor.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
 
@@ -408,9 +409,11 @@ void check_bucketed(char const* name, CpuCodec const& cpu, CudaCodec const& dev,
 // step's gain per step and rank, flattened (save() and the gain as floats of their bytes,
 // zero-padded).
 // `two_way`: two-way compression per tensor. A "powersgd" spec: PowerSGD's sessions, the
-// source `stream_codec<identity_codec>`.
-pipeline_options pipeline_opts(std::string const& spec, bool two_way = false, int per_node = 0) {
+// source `stream_codec<identity_codec>`. `controller`: a controller spec (a sparsifier's spec).
+pipeline_options pipeline_opts(std::string const& spec, bool two_way = false, int per_node = 0,
+                               std::string const& controller = "") {
   pipeline_options o;
+  o.controller = controller;
   if (per_node > 0) {  // the hierarchical all-reduce, bfloat16 inside a node
     o.hierarchical.nodes = node_grouping::uniform(per_node);
     o.hierarchical.intra = dense_format::bf16;
@@ -424,6 +427,15 @@ pipeline_options pipeline_opts(std::string const& spec, bool two_way = false, in
   o.seed = 0x5eed0000u;
   o.buckets = bucket_opts(bucket_compression::per_tensor);
   return o;
+}
+
+// What the loop tells each step (GraVAC needs the batch size; a constant backward time keeps
+// its decisions reproducible).
+pipeline_step_info step_info() {
+  pipeline_step_info info;
+  info.batch_size = 32;
+  info.backprop_s = 0.01;
+  return info;
 }
 
 void append_bytes(std::vector<float>& flat, std::vector<std::byte> const& b) {
@@ -440,9 +452,10 @@ void append_gain(std::vector<float>& flat, double gain) {
 }
 
 std::vector<std::vector<std::vector<float>>> cpu_pipeline_reference(std::string const& spec, int w,
-                                                                    bool two_way, int per_node) {
+                                                                    bool two_way, int per_node,
+                                                                    std::string const& controller) {
   std::deque<gradient_pipeline> ps;
-  for (int r = 0; r < w; ++r) ps.emplace_back(pipeline_opts(spec, two_way, per_node));
+  for (int r = 0; r < w; ++r) ps.emplace_back(pipeline_opts(spec, two_way, per_node, controller));
   return reference_steps(w, [&](in_process_communicator& comm, int r, std::uint32_t s) {
     auto& p = ps[static_cast<std::size_t>(r)];
     std::vector<std::vector<float>> g;
@@ -451,7 +464,7 @@ std::vector<std::vector<std::vector<float>>> cpu_pipeline_reference(std::string 
     for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
       views.emplace_back(std::span<float>(g[i]), tensor_id{static_cast<std::uint32_t>(20 + i)});
     }
-    pipeline_stats const st = p.step(comm, views);
+    pipeline_stats const st = p.step(comm, views, step_info());
     std::vector<float> flat;
     for (auto const& x : g) flat.insert(flat.end(), x.begin(), x.end());
     for (std::size_t i = 0; i < bucket_sizes.size(); ++i) {
@@ -474,11 +487,12 @@ gradient_pipeline device_pipeline(pipeline_options const& o, CudaCodec const& co
 
 template <class CudaCodec>
 void device_pipeline_rank(nccl_communicator& comm, std::string const& spec, CudaCodec const& codec, bool two_way,
-                          int per_node, std::vector<std::vector<std::vector<float>>> const& want) {
+                          int per_node, std::string const& controller,
+                          std::vector<std::vector<std::vector<float>>> const& want) {
   int const r = comm.rank();
   int const w = comm.size();
   auto const ur = static_cast<std::size_t>(r);
-  pipeline_options const o = pipeline_opts(spec, two_way, per_node);
+  pipeline_options const o = pipeline_opts(spec, two_way, per_node, controller);
   gradient_pipeline p = device_pipeline(o, codec, comm.stream());
   std::optional<nccl_communicator> node, lane;
   if (per_node > 0) {  // the node and lane communicators, split off once
@@ -506,7 +520,7 @@ void device_pipeline_rank(nccl_communicator& comm, std::string const& spec, Cuda
                               comm.stream()),
               "cudaMemcpyAsync");
     }
-    pipeline_stats const st = p.step(comm, views);
+    pipeline_stats const st = p.step(comm, views, step_info());
     std::vector<float> got;
     auto append = [&](void const* d, std::size_t n) {
       std::size_t const at = got.size();
@@ -530,10 +544,14 @@ void device_pipeline_rank(nccl_communicator& comm, std::string const& spec, Cuda
 }
 
 template <class CudaCodec>
-void check_pipeline(std::string const& spec, CudaCodec const& dev, int w, bool two_way = false, int per_node = 0) {
-  auto const want = cpu_pipeline_reference(spec, w, two_way, per_node);
-  std::string const what = spec + (two_way ? " two-way" : "") + (per_node > 0 ? " hierarchical" : "") + " pipeline";
-  on_ranks(w, what, [&](nccl_communicator& comm) { device_pipeline_rank(comm, spec, dev, two_way, per_node, want); });
+void check_pipeline(std::string const& spec, CudaCodec const& dev, int w, bool two_way = false, int per_node = 0,
+                    std::string const& controller = "") {
+  auto const want = cpu_pipeline_reference(spec, w, two_way, per_node, controller);
+  std::string const what = spec + (two_way ? " two-way" : "") + (per_node > 0 ? " hierarchical" : "") +
+                           (controller.empty() ? "" : " " + controller) + " pipeline";
+  on_ranks(w, what, [&](nccl_communicator& comm) {
+    device_pipeline_rank(comm, spec, dev, two_way, per_node, controller, want);
+  });
   std::printf("%s on %d rank(s): %s\n", what.c_str(), w, failures.load() == 0 ? "identical to the CPU" : "FAILED");
 }
 
@@ -649,6 +667,12 @@ int run_all() {
       check_pipeline("int8:rounding=stochastic", gcu::int8_codec{512, int8_rounding::stochastic}, w, true);
       check_pipeline("onebit", gcu::onebit_codec{}, w, true);
       check_pipeline("powersgd:rank=2,min_elements=100,backend=builtin", gcu::identity_codec{}, w);
+      // controllers: GraVAC's levels (the candidate re-compressed from the θmin packet) and
+      // Accordion's layer accumulators in device memory
+      check_pipeline("topk:ratio=0.01", gcu::topk_codec::ratio(0.01), w, false, 0,
+                     "gravac:theta_min=4,theta_max=64,window=2");
+      check_pipeline("topk:ratio=0.01", gcu::topk_codec::ratio(0.01), w, false, 0,
+                     "accordion:low=2,high=8,interval=2,accumulation=2");
       check_hierarchical("int8:rounding=stochastic", int8_codec{512, int8_rounding::stochastic},
                          gcu::int8_codec{512, int8_rounding::stochastic}, w, 1);
       check_hierarchical("onebit", onebit_codec{}, gcu::onebit_codec{}, w, w);

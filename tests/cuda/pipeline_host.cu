@@ -36,6 +36,8 @@
 #include <gradcomp/cuda/memory.cuh>
 #include <gradcomp/cuda/onebit.cuh>
 #include <gradcomp/cuda/powersgd.cuh>
+#include <gradcomp/cuda/randomk.cuh>
+#include <gradcomp/cuda/topk.cuh>
 #include <gradcomp/pipeline/pipeline.hpp>
 
 #include <algorithm>
@@ -123,7 +125,7 @@ void expect_same(std::vector<rank_state> const& want, std::vector<rank_state> co
     CHECK(want[r].stats.buckets == got[r].stats.buckets);
     CHECK(want[r].stats.tensors == got[r].stats.tensors);
     CHECK(want[r].stats.compressed_tensors == got[r].stats.compressed_tensors);
-    if (got[r].stats.guard == gc::guard_action::none)
+    if (got[r].stats.guard == gc::guard_action::none && got[r].stats.sent != gc::send_kind::dense)
       CHECK(got[r].stats.compressed_tensors == compressed_tensors);
     CHECK(want[r].stats.factor == got[r].stats.factor);
     // The guard's norms: the same bits (the canonical sum of squares on both backends).
@@ -137,6 +139,15 @@ void expect_same(std::vector<rank_state> const& want, std::vector<rank_state> co
   }
 }
 
+// What the training loop tells every step (a controller's statistics: GraVAC needs the batch
+// size; the backward time is a constant, so that the decisions are reproducible).
+gc::pipeline_step_info step_info() {
+  gc::pipeline_step_info info;
+  info.batch_size = 32;
+  info.backprop_s = 0.01;
+  return info;
+}
+
 // One CPU step of rank r: host gradients averaged in place.
 template <class Comm>
 rank_state cpu_step(Comm& comm, gc::gradient_pipeline& pipe,
@@ -145,7 +156,7 @@ rank_state cpu_step(Comm& comm, gc::gradient_pipeline& pipe,
   for (std::size_t i = 0; i < grads.size(); ++i)
     views.emplace_back(std::span<float>(grads[i]), id_of(i));
   rank_state st;
-  st.stats = pipe.step(comm, views);
+  st.stats = pipe.step(comm, views, step_info());
   st.out = std::move(grads);
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     auto const e = pipe.feedback_state(id_of(i));
@@ -169,12 +180,12 @@ rank_state device_step(Comm& comm, gc::gradient_pipeline& pipe,
   rank_state st;
   if (overlapped) {
     auto const half = static_cast<std::ptrdiff_t>(views.size() / 2);
-    pipe.begin(comm);
+    pipe.begin(comm, step_info());
     pipe.submit(std::vector<gc::tensor_view<float>>(views.begin(), views.begin() + half));
     pipe.submit(std::vector<gc::tensor_view<float>>(views.begin() + half, views.end()));
     st.stats = pipe.finish(comm);
   } else {
-    st.stats = pipe.step(comm, views);
+    st.stats = pipe.step(comm, views, step_info());
   }
   for (std::size_t i = 0; i < grads.size(); ++i)
     st.out.push_back(to_host(bufs[i], grads[i].size()));
@@ -207,15 +218,20 @@ gc::gradient_pipeline device_pipeline(gc::pipeline_options const& o, D const& dc
 }
 
 // w ranks, each with a CPU pipeline and a device pipeline of the same configuration.
+// Returns rank 0's statistics of every step (the resumed one last).
 template <class D>
-void compare(char const* spec, D const& dc, std::string const& feedback, int w, int steps,
-             bool pipelined, bool two_way = false, bool measure_gain = false) {
+std::vector<gc::pipeline_stats> compare(char const* spec, D const& dc, std::string const& feedback, int w, int steps,
+                                        bool pipelined, bool two_way = false, bool measure_gain = false,
+                                        std::string const& controller = "") {
   INFO(spec << ", feedback " << feedback << ", " << w << " ranks"
             << (pipelined ? "" : ", not pipelined") << (two_way ? ", two-way" : "")
-            << (measure_gain ? ", measure_gain" : ""));
+            << (measure_gain ? ", measure_gain" : "") << (controller.empty() ? "" : ", controller ")
+            << controller);
   gc::pipeline_options o = options(spec, feedback, pipelined);
   o.two_way = two_way;
   o.measure_gain = measure_gain;
+  o.controller = controller;
+  std::vector<gc::pipeline_stats> seen;
   std::deque<gc::gradient_pipeline> cpus, devs;
   for (int r = 0; r < w; ++r) {
     cpus.emplace_back(o);
@@ -231,6 +247,7 @@ void compare(char const* spec, D const& dc, std::string const& feedback, int w, 
       },
       [&](std::vector<rank_state> const& want, std::vector<rank_state> const& got, traffic& log) {
         expect_same(want, got);
+        seen.push_back(got[0].stats);
         // Payloads on the device, control messages on the host, never mixed.
         CHECK(log.mixed == 0);
         CHECK(log.device_ops > 0);
@@ -260,7 +277,9 @@ void compare(char const* spec, D const& dc, std::string const& feedback, int w, 
       [&](std::vector<rank_state> const& want, std::vector<rank_state> const& got, traffic&) {
         INFO("resumed");
         expect_same(want, got);
+        seen.push_back(got[0].stats);
       });
+  return seen;
 }
 
 }  // namespace
@@ -341,6 +360,49 @@ TEST_CASE("cuda pipeline: EF21 and DGC with a device source equal the CPU pipeli
                                              gc::cuda::stream_codec<gc::cuda::int8_codec>{})));
 }
 
+TEST_CASE("cuda pipeline: controllers with a device source equal the CPU pipeline's",
+          "[cuda][pipeline][controller]") {
+  // Static, schedule (with a dense step), GraVAC (several levels measured each step, the
+  // further ones re-compressed from the first packet) and Accordion (layer accumulators in
+  // device memory, saved and resumed) over every sparsifier with a selection size and every
+  // feedback rule: outputs, states, save(), factor and gain the CPU pipeline's.
+  std::vector<std::string> const controllers = {"static:factor=8", "schedule:0=8,2=1,3=16",
+                                                "gravac:theta_min=4,theta_max=64,window=2",
+                                                "accordion:low=2,high=8,interval=2,accumulation=2"};
+  for (std::string const& ctl : controllers) {
+    compare("topk:ratio=0.1", gc::cuda::topk_codec::ratio(0.1), "residual", 2, 4, true, false, false, ctl);
+    compare("topk:ratio=0.1,values=f16", gc::cuda::topk_codec::ratio(0.1, gc::sparse_values::f16), "none", 3, 4,
+            true, false, true, ctl);
+    compare("approx_topk:ratio=0.1", gc::cuda::approx_topk_codec::ratio(0.1), "ef21", 2, 4, true, false, true, ctl);
+    compare("randomk:ratio=0.25,scale=true", gc::cuda::scaled_random_k_codec::ratio(0.25), "residual", 2, 4, false,
+            false, true, ctl);
+    compare("randomk:ratio=0.25,values=bf16", gc::cuda::random_k_codec::ratio(0.25, gc::sparse_values::bf16),
+            "dgc:momentum=0.5,clip_norm=3", 3, 4, true, false, false, ctl);
+  }
+  // What these runs cover: GraVAC sends its candidate (factor 8, the packet re-compressed on
+  // the host from the θmin packet) and later its θmin packet (factor 4); the schedule a dense
+  // step (factor 1) between compressed ones.
+  std::vector<gc::send_kind> sent;
+  std::vector<double> factors;
+  for (auto const& st : compare("topk:ratio=0.1", gc::cuda::topk_codec::ratio(0.1), "residual", 2, 4, true, false,
+                                true, "gravac:theta_min=4,theta_max=64,window=2")) {
+    sent.push_back(st.sent);
+    factors.push_back(st.factor);
+  }
+  CHECK(sent == std::vector<gc::send_kind>{gc::send_kind::candidate, gc::send_kind::candidate, gc::send_kind::minimum,
+                                           gc::send_kind::minimum, gc::send_kind::minimum});
+  CHECK(factors == std::vector<double>{8, 8, 4, 4, 4});
+  sent.clear();
+  factors.clear();
+  for (auto const& st : compare("topk:ratio=0.1", gc::cuda::topk_codec::ratio(0.1), "ef21", 2, 4, true, false,
+                                true, "schedule:0=8,2=1,3=16")) {
+    sent.push_back(st.sent);
+    factors.push_back(st.factor);
+  }
+  CHECK(sent[2] == gc::send_kind::dense);
+  CHECK(factors == std::vector<double>{8, 8, 1, 16, 16});
+}
+
 TEST_CASE("cuda pipeline: two-way compression with a device source equals the CPU pipeline's",
           "[cuda][pipeline][two_way]") {
   // The worker and server residuals live in the device source's two-way compressor; save()
@@ -403,22 +465,30 @@ TEST_CASE("cuda pipeline: begin / submit / finish with a device source equals th
 
 TEST_CASE("cuda pipeline: bad inputs fail the device step as the CPU step, state unchanged",
           "[cuda][pipeline][failure]") {
-  enum class mode { flat, two_way, powersgd, ef21, dgc };
+  enum class mode { flat, two_way, powersgd, ef21, dgc, gravac, accordion };
   for (auto const& [w, m] : {std::pair{2, mode::flat}, std::pair{3, mode::flat}, std::pair{4, mode::flat},
                             std::pair{2, mode::two_way}, std::pair{3, mode::two_way},
                             std::pair{2, mode::powersgd}, std::pair{3, mode::powersgd},
-                            std::pair{2, mode::ef21}, std::pair{3, mode::ef21}, std::pair{3, mode::dgc}}) {
+                            std::pair{2, mode::ef21}, std::pair{3, mode::ef21}, std::pair{3, mode::dgc},
+                            std::pair{2, mode::gravac}, std::pair{3, mode::accordion}}) {
     INFO(w << " ranks, mode " << static_cast<int>(m));
     // The guard off: the codecs' own checks (the guard's are the next test's). Two-way: the
     // worker and server residuals are rolled back; PowerSGD: the sessions (save() compares
     // them all).
     char const* const feedback = m == mode::ef21 ? "ef21" : m == mode::dgc ? "dgc:momentum=0.5,clip_norm=3" : "residual";
-    gc::pipeline_options o = options(m == mode::powersgd ? powersgd_spec : "int8", feedback, true, "off");
+    // A controller (GraVAC: its state and history; Accordion: the layer accumulators) over
+    // top-k: the controller and the accumulators rolled back as well.
+    bool const controlled = m == mode::gravac || m == mode::accordion;
+    gc::pipeline_options o =
+        options(m == mode::powersgd ? powersgd_spec : controlled ? "topk:ratio=0.1" : "int8", feedback, true, "off");
     o.two_way = m == mode::two_way;
+    if (m == mode::gravac) o.controller = "gravac:theta_min=4,theta_max=64,window=2";
+    if (m == mode::accordion) o.controller = "accordion:low=2,high=8,interval=2,accumulation=2";
     std::deque<gc::gradient_pipeline> cpus, devs;
     for (int r = 0; r < w; ++r) {
       cpus.emplace_back(o);
       if (m == mode::powersgd) devs.push_back(device_pipeline(o, gc::cuda::identity_codec{}));
+      else if (controlled) devs.push_back(device_pipeline(o, gc::cuda::topk_codec::ratio(0.1)));
       else devs.push_back(device_pipeline(o, gc::cuda::int8_codec{}));
     }
     auto cpu = [&](auto& comm, int r, std::vector<std::vector<float>> const& g) {
@@ -646,7 +716,7 @@ TEST_CASE("cuda pipeline: what a device source does not take is a config_error",
     edit(o);
     bad.emplace_back(what, o);
   };
-  with("a controller", [](auto& o) {
+  with("a controller over a codec without a selection size", [](auto& o) {
     o.codec = "topk:ratio=0.01";
     o.controller = "static:factor=100";
   });

@@ -139,6 +139,14 @@ class stream_codec {
 
   /// The CUDA codec.
   [[nodiscard]] C const& device_codec() const noexcept { return codec_; }
+  /// This codec with another selection size (a sparsifier's `with_budget`, given a
+  /// `gradcomp::sparse_budget`), on the same stream, with a workspace of its own.
+  template <class Budget>
+  [[nodiscard]] stream_codec with_budget(Budget const& b) const
+    requires requires(C const& c, Budget const& x) { c.with_budget(x); }
+  {
+    return stream_codec(codec_.with_budget(b), stream_);
+  }
   /// The stream every operation is enqueued on.
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
   /// The memory space of this codec's payloads (collective/memory.hpp).

@@ -115,6 +115,13 @@ class basic_random_k_codec : public detail::sparse_device_codec<basic_random_k_c
     return basic_random_k_codec(detail::sparse_budget::of_ratio(r, values, "random_k"));
   }
 
+  /// This codec with another selection size (a `gradcomp::sparse_budget`, codec/budget.hpp),
+  /// the value type kept: the CPU codec's `with_budget`.
+  template <class Budget>
+  [[nodiscard]] basic_random_k_codec with_budget(Budget const& b) const {
+    return basic_random_k_codec(b_.with(b, "random_k"));
+  }
+
   [[nodiscard]] sparse_values value_type() const noexcept { return b_.values; }
 
   /// Elements selected from a tensor of n (the rule of `topk_codec::k_for`).

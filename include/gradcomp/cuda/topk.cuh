@@ -268,6 +268,13 @@ class topk_codec : public detail::sparse_device_codec<topk_codec>,
     return topk_codec(detail::sparse_budget::of_ratio(r, values, "topk"));
   }
 
+  /// This codec with another selection size (a `gradcomp::sparse_budget`, codec/budget.hpp),
+  /// the value type kept: the CPU codec's `with_budget`.
+  template <class Budget>
+  [[nodiscard]] topk_codec with_budget(Budget const& b) const {
+    return topk_codec(b_.with(b, "topk"));
+  }
+
   [[nodiscard]] bool by_ratio() const noexcept { return b_.by_ratio; }
   [[nodiscard]] double ratio_value() const noexcept { return b_.ratio; }
   [[nodiscard]] std::uint64_t count_value() const noexcept { return b_.k; }
@@ -331,6 +338,13 @@ class approx_topk_codec : public detail::sparse_device_codec<approx_topk_codec>,
                                  sparse_values values = sparse_values::f32) {
     return approx_topk_codec(detail::sparse_budget::of_ratio(r, values, "approx_topk"), sample,
                              tolerance);
+  }
+
+  /// This codec with another selection size (a `gradcomp::sparse_budget`, codec/budget.hpp),
+  /// sample fraction, tolerance and value type kept: the CPU codec's `with_budget`.
+  template <class Budget>
+  [[nodiscard]] approx_topk_codec with_budget(Budget const& b) const {
+    return approx_topk_codec(b_.with(b, "approx_topk"), sample_, tolerance_);
   }
 
   [[nodiscard]] double sample_fraction() const noexcept { return sample_; }

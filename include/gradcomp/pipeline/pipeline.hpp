@@ -69,8 +69,13 @@
 /// communicators given to `set_hierarchical_groups` (e.g. from `nccl_communicator::split`),
 /// payloads on the device, outputs and the owners' residuals the CPU pipeline's. `measure_gain`
 /// gives the CPU pipeline's gain to the bit (each compressed tensor compressed and decoded once
-/// more on the device for it). Not taken by a device source (`config_error` at construction): a
-/// controller, `buckets.checksum` and a 16-bit `buckets.small_format`.
+/// more on the device for it). A controller over a device sparsifier stages each tensor's
+/// packets at every level of its plan on the device (`device_source_base::stage_levels`; the
+/// further levels re-compressed from a host copy of the first packet), keeps Accordion's layer
+/// accumulators in device memory and sends the decided level's packets (or a dense step) with
+/// the CPU pipeline's outputs, states, statistics and `save`. Not taken by a device source
+/// (`config_error` at construction): `buckets.checksum`, a 16-bit `buckets.small_format` and a
+/// controller over a codec without a selection size.
 
 #include <gradcomp/adapt/any_controller.hpp>
 #include <gradcomp/adapt/protocol.hpp>
@@ -303,6 +308,44 @@ class device_source_base {
   /// feedback state is not touched (the stage is discarded). A non-finite p throws what the
   /// exchange would throw.
   virtual std::pair<double, double> gain_terms(tensor_view<float const> g, codec_context const& ctx) = 0;
+  /// Controllers (`pipeline_options::controller`). Whether the source's codec takes a selection
+  /// size (`with_budget`: top-k, approximate top-k, random-k).
+  [[nodiscard]] virtual bool has_budget() const noexcept = 0;
+  /// A controller's stage of one tensor, as the CPU pipeline's `stage`: the source's input p is
+  /// staged (g + residual, EF21's g − h, DGC's v; g without feedback) and, for each factor of
+  /// `factors`, a packet written in device memory and kept for the exchange — the codec at the
+  /// first factor compresses p, each further level is `recompress_sparse` of the level before
+  /// (on a host copy of the first packet, m elements, then copied back: its bytes are the CPU's
+  /// by construction). With `norms`, ‖p‖² is added to `input_sq` and ‖D(packet l)‖² to
+  /// `level_sq[l]` (the bits of `norm_sq`). A failure discards the stage and throws.
+  virtual void stage_levels(tensor_view<float const> g, codec_context const& ctx, std::span<double const> factors,
+                            bool norms, double& input_sq, std::span<double> level_sq) = 0;
+  /// One step of the bucketed collective sending the level-`level` packets of the staged
+  /// tensors (written by `stage_levels`, the codec at `factor`), the small tensors of `items`
+  /// dense; the feedback steps are prepared from the packets sent and committed after the
+  /// outcome round (EF21's receivers take the outputs then).
+  virtual bucket_result exchange_level(any_communicator& comm, std::span<bucket_item const> items, std::size_t level,
+                                       double factor, codec_context const& ctx) = 0;
+  /// The staged input p of `id` (device memory; g itself for a source without feedback: empty).
+  [[nodiscard]] virtual std::span<float const> staged_input(tensor_id id) const = 0;
+  /// The staged input of `id` was delivered exactly (a dense send of p): the residual becomes
+  /// zero, EF21's h takes p, DGC's u and v become zero.
+  virtual void commit_lossless(tensor_id id) = 0;
+  /// Drops the staged step of `id` (the state stays).
+  virtual void discard(tensor_id id) noexcept = 0;
+  /// EF21's receiver side for a dense output of `id` (nothing for another rule).
+  virtual void receive(tensor_id id, std::span<float> io) = 0;
+  /// Accordion's per-layer gradients (the CPU pipeline's `accumulate_layer`), in device memory:
+  /// with `accumulate` x is added to the accumulator of `id` (zeros when its size differs);
+  /// with `report` its ‖·‖² is returned (0 when empty) and it is emptied. Staged until
+  /// `layers_commit`; `layers_rollback` puts every accumulator back.
+  virtual double accumulate_layer(tensor_id id, std::span<float const> x, bool accumulate, bool report) = 0;
+  virtual void layers_commit() noexcept = 0;
+  virtual void layers_rollback() noexcept = 0;
+  /// Host copies of the accumulators (as the CPU pipeline saves them: an emptied one is empty).
+  [[nodiscard]] virtual std::map<tensor_id, std::vector<float>> layers_on_host() const = 0;
+  /// Replaces every accumulator by host values; nothing changes on an error.
+  virtual void layers_assign(std::map<tensor_id, std::vector<float>> const& acc) = 0;
   /// Sets device floats to zero (the outputs of a step the guard skips).
   virtual void zero(std::span<float> x) const = 0;
   /// A device float32 buffer of `n` floats kept for tensor `id` across steps (a 16-bit
@@ -389,6 +432,70 @@ struct low_rank_store<M> {
   std::vector<std::pair<tensor_id, std::optional<decltype(std::declval<session_type const&>().snapshot())>>> undo;
 };
 
+/// The packet source of a controller's exchange (`device_source_base::exchange_level`): its
+/// codec is the source's codec at the decided level, its packets are the ones written before
+/// the decision (copied into the collective's buffers), and the feedback steps go to the source
+/// that staged them (`Source`'s `prepare_commit`, `apply_commit`, `discard`, EF21's `receive`).
+template <class Source, class Codec>
+class prepared_source {
+ public:
+  prepared_source(Source& src, Codec const& codec) noexcept : src_(&src), codec_(&codec) {}
+  /// The level's codec and packets of the step (the packets stay owned by the caller).
+  void bind(Codec const& codec, std::map<tensor_id, std::span<std::byte const>> packets) {
+    codec_ = &codec;
+    packets_ = std::move(packets);
+  }
+  [[nodiscard]] Codec const& codec() const noexcept { return *codec_; }
+  std::size_t compress(tensor_view<float const> g, std::span<std::byte> out, codec_context const& = {}) {
+    return copy(g.id(), out);
+  }
+  std::size_t stage(tensor_view<float const> g, std::span<std::byte> out, codec_context const& = {})
+    requires two_phase_source<Source>
+  {
+    return copy(g.id(), out);
+  }
+  template <class D>
+  void prepare_commit(tensor_id id, D const& codec, std::span<std::byte const> sent, codec_context const& ctx = {})
+    requires two_phase_source<Source>
+  {
+    src_->prepare_commit(id, codec, sent, ctx);
+  }
+  void apply_commit(tensor_id id)
+    requires two_phase_source<Source>
+  {
+    src_->apply_commit(id);
+  }
+  void discard(tensor_id id)
+    requires two_phase_source<Source>
+  {
+    src_->discard(id);
+  }
+  void receive(tensor_id id, std::span<float> io)
+    requires requires(Source& x, tensor_id i, std::span<float> o) { x.receive(i, o); }
+  {
+    src_->receive(id, io);
+  }
+
+ private:
+  std::size_t copy(tensor_id id, std::span<std::byte> out) const {
+    auto const it = packets_.find(id);
+    if (it == packets_.end()) {
+      throw config_error("gradcomp: gradient_pipeline: tensor " + std::to_string(static_cast<unsigned>(id)) +
+                         " has no staged packet for the controller's exchange");
+    }
+    std::span<std::byte const> const p = it->second;
+    if (out.size() < p.size()) {
+      throw config_error("gradcomp: gradient_pipeline: a staged packet of " + std::to_string(p.size()) +
+                         " bytes does not fit the collective's buffer of " + std::to_string(out.size()));
+    }
+    memory_of(*codec_).copy(out.first(p.size()), p);
+    return p.size();
+  }
+  Source* src_;
+  Codec const* codec_;
+  std::map<tensor_id, std::span<std::byte const>> packets_;
+};
+
 /// `device_source_base` over a `Source` (its payloads in device memory, a `bucketed_all_reduce`
 /// of it doing the exchange).
 template <class Source>
@@ -466,27 +573,179 @@ class device_source_model final : public device_source_base {
   }
   void zero(std::span<float> x) const override { memory_of(buckets_source()).zero(std::as_writable_bytes(x)); }
   std::pair<double, double> gain_terms(tensor_view<float const> g, codec_context const& ctx) override {
-    Source& src = buckets_.source();
     auto const mem = memory_of(buckets_source());
     auto const& c = codec_of(buckets_source());
-    std::span<float const> p = g.span();
-    if constexpr (feedback_kind != feedback_id::none) p = src.stage_input(g, ctx);
+    std::span<float const> const p = stage_input(g, ctx);
     try {
       if (!gain_packet_) gain_packet_.emplace(mem.make_buffer());
-      if (!gain_decoded_) gain_decoded_.emplace(mem.make_buffer());
       gain_packet_->resize(c.max_compressed_bytes(g.size()));
       std::size_t const bytes = c.compress(tensor_view<float const>(p, g.id()), gain_packet_->span(), ctx);
-      gain_decoded_->resize(g.size() * sizeof(float));
-      std::span<float> const d = float_span(*gain_decoded_, g.size());
-      mem.zero(std::as_writable_bytes(d));
-      c.decompress_add(std::span<std::byte const>(gain_packet_->span().first(bytes)), d, 1.0f, ctx);
-      std::pair<double, double> const terms{mem.sum_of_squares(p), mem.sum_of_squares(std::span<float const>(d))};
-      if constexpr (feedback_kind != feedback_id::none) src.discard(g.id());
+      std::pair<double, double> const terms{
+          mem.sum_of_squares(p),
+          decoded_norm(c, std::span<std::byte const>(gain_packet_->span().first(bytes)), g.size(), ctx)};
+      discard(g.id());
       return terms;
     } catch (...) {
-      if constexpr (feedback_kind != feedback_id::none) src.discard(g.id());
+      discard(g.id());
       throw;
     }
+  }
+
+  [[nodiscard]] bool has_budget() const noexcept override { return budgeted; }
+  void stage_levels(tensor_view<float const> g, codec_context const& ctx, std::span<double const> factors,
+                    bool norms, double& input_sq, std::span<double> level_sq) override {
+    if constexpr (!budgeted) {
+      (void)g, (void)ctx, (void)factors, (void)norms, (void)input_sq, (void)level_sq;
+      throw config_error("gradcomp: gradient_pipeline: the device source's codec has no selection size");
+    } else {
+      auto const mem = memory_of(buckets_source());
+      std::span<float const> const p = stage_input(g, ctx);
+      try {
+        if (norms) input_sq += mem.sum_of_squares(p);
+        if (factors.empty()) return;  // a dense step: the input only
+        std::vector<level_packet>& lv = levels_[g.id()];
+        while (lv.size() < factors.size()) lv.push_back({mem.make_buffer(), 0});
+        codec_type const& c0 = level_codec(factors[0]);
+        lv[0].buf.resize(c0.max_compressed_bytes(g.size()));
+        lv[0].bytes = c0.compress(tensor_view<float const>(p, g.id()), lv[0].buf.span(), ctx);
+        if (factors.size() > 1 && direct_levels()) {
+          // Re-compression equals compressing p at the level's size: on the device.
+          for (std::size_t l = 1; l < factors.size(); ++l) {
+            codec_type const& c = level_codec(factors[l]);
+            lv[l].buf.resize(c.max_compressed_bytes(g.size()));
+            lv[l].bytes = c.compress(tensor_view<float const>(p, g.id()), lv[l].buf.span(), ctx);
+          }
+        } else if (factors.size() > 1) {
+          // The further levels from the packet before, on the host (m elements, not n).
+          std::vector<std::byte> prev(lv[0].bytes);
+          mem.read(std::span<std::byte const>(lv[0].packet()),
+                   [&](std::span<std::byte const> h) { std::memcpy(prev.data(), h.data(), h.size()); });
+          for (std::size_t l = 1; l < factors.size(); ++l) {
+            std::uint64_t const k = sparse_budget::factor(factors[l]).kept(g.size());
+            std::vector<std::byte> next(max_recompressed_bytes(std::span<std::byte const>(prev), k));
+            next.resize(recompress_sparse(std::span<std::byte const>(prev), k, std::span<std::byte>(next), ctx));
+            lv[l].buf.resize(next.size());
+            mem.write(lv[l].buf.span(), std::span<std::byte const>(next));
+            lv[l].bytes = next.size();
+            prev = std::move(next);
+          }
+        }
+        if (norms) {
+          for (std::size_t l = 0; l < factors.size(); ++l)
+            level_sq[l] += decoded_norm(level_codec(factors[l]), lv[l].packet(), g.size(), ctx);
+        }
+      } catch (...) {
+        discard(g.id());
+        throw;
+      }
+    }
+  }
+  bucket_result exchange_level(any_communicator& comm, std::span<bucket_item const> items, std::size_t level,
+                               double factor, codec_context const& ctx) override {
+    if constexpr (!budgeted) {
+      (void)comm, (void)items, (void)level, (void)factor, (void)ctx;
+      throw config_error("gradcomp: gradient_pipeline: the device source's codec has no selection size");
+    } else {
+      codec_type const& c = level_codec(factor);
+      std::map<tensor_id, std::span<std::byte const>> packets;
+      for (auto const& it : items) {
+        auto const found = levels_.find(it.grad.id());
+        if (found != levels_.end() && found->second.size() > level)
+          packets.emplace(it.grad.id(), found->second[level].packet());
+      }
+      if (!prepared_) prepared_.emplace(prepared_type(buckets_.source(), c), opt_);
+      prepared_->source().bind(c, std::move(packets));
+      return prepared_->run(comm, items, ctx);
+    }
+  }
+  [[nodiscard]] std::span<float const> staged_input(tensor_id id) const override {
+    if constexpr (feedback_kind != feedback_id::none) {
+      return buckets_source().staged_input(id);
+    } else {
+      (void)id;
+      return {};
+    }
+  }
+  void commit_lossless(tensor_id id) override {
+    if constexpr (feedback_kind != feedback_id::none) buckets_.source().commit_lossless(id);
+  }
+  void discard(tensor_id id) noexcept override {
+    if constexpr (feedback_kind != feedback_id::none) buckets_.source().discard(id);
+  }
+  void receive(tensor_id id, std::span<float> io) override {
+    if constexpr (receiving) {
+      buckets_.source().receive(id, io);
+    } else {
+      (void)id, (void)io;
+    }
+  }
+  double accumulate_layer(tensor_id id, std::span<float const> x, bool accumulate, bool report) override {
+    auto const mem = memory_of(buckets_source());
+    auto const [it, fresh] = layers_.try_emplace(id, layer_slot{mem.make_buffer(), mem.make_buffer()});
+    if (fresh) layers_fresh_.push_back(id);
+    layers_touched_.push_back(id);
+    layer_slot& a = it->second;
+    // The step's value goes to `a.next` (accumulated) or stays `a.cur`; made current at
+    // `layers_commit`.
+    a.use_next = accumulate;
+    a.next_n = a.n;
+    if (accumulate) {
+      a.next.resize(x.size_bytes());
+      std::span<float> const nx = float_span(a.next, x.size());
+      if (a.n == x.size()) {
+        mem.copy(std::as_writable_bytes(nx), a.cur.span().first(x.size_bytes()));
+      } else {
+        mem.zero(std::as_writable_bytes(nx));
+      }
+      mem.add(x, nx);
+      a.next_n = x.size();
+    }
+    if (!report) return 0.0;
+    auto const& v = a.use_next ? a.next : a.cur;
+    double const sq =
+        a.next_n == 0 ? 0.0 : mem.sum_of_squares(std::span<float const>(reinterpret_cast<float const*>(v.data()), a.next_n));
+    a.next_n = 0;  // emptied once reported
+    return sq;
+  }
+  void layers_commit() noexcept override {
+    for (tensor_id id : layers_touched_) {
+      layer_slot& a = layers_.at(id);
+      if (a.use_next) std::swap(a.cur, a.next);
+      a.n = a.next_n;
+      a.use_next = false;
+    }
+    layers_touched_.clear();
+    layers_fresh_.clear();
+  }
+  void layers_rollback() noexcept override {
+    for (tensor_id id : layers_touched_) {
+      auto const it = layers_.find(id);
+      if (it != layers_.end()) it->second.use_next = false;
+    }
+    for (tensor_id id : layers_fresh_) layers_.erase(id);
+    layers_touched_.clear();
+    layers_fresh_.clear();
+  }
+  [[nodiscard]] std::map<tensor_id, std::vector<float>> layers_on_host() const override {
+    std::map<tensor_id, std::vector<float>> out;
+    for (auto const& [id, a] : layers_) {
+      if (std::find(layers_fresh_.begin(), layers_fresh_.end(), id) != layers_fresh_.end()) continue;
+      out.emplace(id, on_host(std::span<float const>(reinterpret_cast<float const*>(a.cur.data()), a.n)));
+    }
+    return out;
+  }
+  void layers_assign(std::map<tensor_id, std::vector<float>> const& acc) override {
+    auto const mem = memory_of(buckets_source());
+    std::map<tensor_id, layer_slot> fresh;
+    for (auto const& [id, v] : acc) {
+      layer_slot& a = fresh.try_emplace(id, layer_slot{mem.make_buffer(), mem.make_buffer()}).first->second;
+      a.cur.resize(v.size() * sizeof(float));
+      mem.write(a.cur.span(), std::as_bytes(std::span<float const>(v)));
+      a.n = v.size();
+    }
+    layers_ = std::move(fresh);
+    layers_touched_.clear();
+    layers_fresh_.clear();
   }
   std::span<float> wide(tensor_id id, std::size_t n) override {
     auto it = wides_.find(id);
@@ -666,6 +925,69 @@ class device_source_model final : public device_source_base {
   mutable bucketed_all_reduce<Source> buckets_;  // `source()` is a non-const member
   std::map<tensor_id, typename memory_of_t<Source>::buffer> wides_;  // 16-bit gradients, widened
   std::optional<typename memory_of_t<Source>::buffer> gain_packet_, gain_decoded_;  // `gain_terms`
+
+  // The source's input p of g, staged (g itself without feedback).
+  std::span<float const> stage_input(tensor_view<float const> g, codec_context const& ctx) {
+    if constexpr (feedback_kind != feedback_id::none) {
+      return buckets_.source().stage_input(g, ctx);
+    } else {
+      (void)ctx;
+      return g.span();
+    }
+  }
+  // ‖D(packet)‖², decoded into zeros (the CPU pipeline's `packet_norm_sq`).
+  template <class Codec>
+  double decoded_norm(Codec const& c, std::span<std::byte const> packet, std::size_t n, codec_context const& ctx) {
+    auto const mem = memory_of(buckets_source());
+    if (!gain_decoded_) gain_decoded_.emplace(mem.make_buffer());
+    gain_decoded_->resize(n * sizeof(float));
+    std::span<float> const d = float_span(*gain_decoded_, n);
+    mem.zero(std::as_writable_bytes(d));
+    c.decompress_add(packet, d, 1.0f, ctx);
+    return mem.sum_of_squares(std::span<float const>(d));
+  }
+
+  // Controllers: the source's codec at each factor (made once per factor, as the CPU
+  // pipeline's `codec_cache_`), the packets of each level per tensor, the exchange of a level.
+  static constexpr bool budgeted = requires(codec_type const& c) { c.with_budget(sparse_budget::factor(1.0)); };
+  codec_type const& level_codec(double f)
+    requires budgeted
+  {
+    auto it = level_codecs_.find(f);
+    if (it == level_codecs_.end())
+      it = level_codecs_.emplace(f, codec_of(buckets_source()).with_budget(sparse_budget::factor(f))).first;
+    return it->second;
+  }
+  // Whether `recompress_sparse` of a packet gives the packet of p compressed directly at the
+  // smaller size (codec/recompress.hpp): exact top-k with float32 values, unscaled random-k.
+  // Approximate top-k, 16-bit top-k values and scaled random-k are re-compressed from the
+  // packet.
+  [[nodiscard]] bool direct_levels() const noexcept {
+    if constexpr (codec_type::id == codec_id::topk) {
+      return codec_of(buckets_source()).device_codec().value_type() == sparse_values::f32;
+    } else if constexpr (codec_type::id == codec_id::random_k) {
+      return !codec_type::device_codec_type::scaled;
+    } else {
+      return false;
+    }
+  }
+  struct level_packet {
+    typename memory_of_t<Source>::buffer buf;
+    std::size_t bytes = 0;
+    [[nodiscard]] std::span<std::byte const> packet() const noexcept { return buf.span().first(bytes); }
+  };
+  std::map<double, codec_type> level_codecs_;
+  std::map<tensor_id, std::vector<level_packet>> levels_;
+  using prepared_type = prepared_source<Source, codec_type>;
+  std::optional<bucketed_all_reduce<prepared_type>> prepared_;
+  // Accordion's accumulators: the current value (`n` floats, 0: empty) and the step's next one.
+  struct layer_slot {
+    typename memory_of_t<Source>::buffer cur, next;
+    std::size_t n = 0, next_n = 0;
+    bool use_next = false;
+  };
+  std::map<tensor_id, layer_slot> layers_;
+  std::vector<tensor_id> layers_touched_, layers_fresh_;
 };
 
 }  // namespace detail
@@ -751,7 +1073,6 @@ class gradient_pipeline {
     auto refuse = [](std::string const& what) {
       throw config_error("gradcomp: gradient_pipeline with a device source: " + what);
     };
-    if (ctrl_) refuse("no controller is taken (controller '" + opt_.controller + "')");
     if (opt_.buckets.checksum)
       refuse("buckets.checksum is not taken (it reads every payload on the host)");
     if (opt_.buckets.small_format != dense_format::f32) {
@@ -759,6 +1080,10 @@ class gradient_pipeline {
     }
     auto model =
         std::make_unique<detail::device_source_model<Source>>(std::move(src), opt_.buckets);
+    if (ctrl_ && !model->has_budget()) {
+      refuse("a controller sets the selection size of the device codec, which has none (controller '" +
+             opt_.controller + "')");
+    }
     if (low_rank_) {
       // PowerSGD keeps its residuals in its sessions; the source sends the small tensors dense
       if (model->feedback() != feedback_id::none) {
@@ -942,8 +1267,11 @@ class gradient_pipeline {
     w.put_bytes(device_ ? device_state()
                         : std::visit([](auto const& c) { return c.save(); }, comp_));
     w.put_bytes(ctrl_ ? ctrl_->save() : std::vector<std::byte>{});
-    w.put_u64(accumulators_.size());
-    for (auto const& [id, acc] : accumulators_) {
+    std::map<tensor_id, std::vector<float>> const device_layers =
+        device_ ? device_->layers_on_host() : std::map<tensor_id, std::vector<float>>{};
+    auto const& accumulators = device_ ? device_layers : accumulators_;
+    w.put_u64(accumulators.size());
+    for (auto const& [id, acc] : accumulators) {
       w.put_u64(static_cast<std::uint64_t>(id));
       w.put_floats(acc);
     }
@@ -1070,13 +1398,14 @@ class gradient_pipeline {
       // residuals of either are empty, so their assignment allocates nothing)
       if (opt_.two_way) device_->two_way_load(tstate);
       if (low_rank_) device_->low_rank_load(device_sessions, *low_rank_);
+      device_->layers_assign(acc);  // (empty but for a controller, which excludes both above)
       device_->assign_states(device_states, device_receivers);
       device_tensors_ = std::move(device_tensors);
     } else {
       comp_ = std::move(comp);
     }
     ctrl_ = std::move(ctrl);
-    accumulators_ = std::move(acc);
+    if (!device_) accumulators_ = std::move(acc);
     if (!device_) sessions_ = std::move(sessions);
     two_way_ = std::move(tw);
     guard_ = std::move(guard);
@@ -1187,7 +1516,20 @@ class gradient_pipeline {
       }
       // The compression gain's terms, where `stage` adds them for host tensors (a tensor the
       // CPU pipeline stages; a failure is this rank's, told in the agreement round).
-      if (opt_.measure_gain && e.large && !opt_.two_way && !low_rank_ && !hier_ && !guard_nonfinite_ && !local_) {
+      // A controller: the tensor staged and its packets written at every level of the plan, as
+      // `stage` does for host tensors, with the statistics the controller needs.
+      if (ctrl_ && e.large && !guard_nonfinite_ && !local_) {
+        try {
+          device_->stage_levels(tensor_view<float const>(e.raw32, e.id), ctx_,
+                                std::span<double const>(plan_.measure).first(levels_),
+                                opt_.measure_gain || ctrl_needs_gains(), ef_norm_, std::span<double>(comp_norms_));
+          e.staged = true;
+        } catch (...) {
+          local_ = std::current_exception();
+        }
+      }
+      if (!ctrl_ && opt_.measure_gain && e.large && !opt_.two_way && !low_rank_ && !hier_ && !guard_nonfinite_ &&
+          !local_) {
         try {
           auto const [input_sq, compressed_sq] = device_->gain_terms(tensor_view<float const>(e.raw32, e.id), ctx_);
           ef_norm_ += input_sq;
@@ -1307,7 +1649,12 @@ class gradient_pipeline {
   // Leaves the step without sending: every stage is discarded, nothing is committed.
   void abandon() noexcept {
     for (auto const& e : pending_) {
-      if (e.staged) std::visit([&](auto& c) { c.discard(e.id); }, comp_);
+      if (!e.staged) continue;
+      if (device_) {
+        device_->discard(e.id);
+      } else {
+        std::visit([&](auto& c) { c.discard(e.id); }, comp_);
+      }
     }
     pending_.clear();
     open_ = false;
@@ -1317,7 +1664,7 @@ class gradient_pipeline {
   pipeline_stats finish_step(Comm& comm) {
     std::optional<any_controller> snapshot;
     try {
-      pipeline_stats st = device_ ? run_device_step(comm) : run_step(comm, snapshot);
+      pipeline_stats st = device_ ? run_device_step(comm, snapshot) : run_step(comm, snapshot);
       open_ = false;
       pending_.clear();
       return st;
@@ -1341,6 +1688,7 @@ class gradient_pipeline {
       if (device_ && opt_.two_way) device_->two_way_rollback();
       if (device_ && low_rank_) device_->low_rank_rollback();
       if (device_ && hier_) device_->hierarchical_rollback();
+      if (device_ && ctrl_) device_->layers_rollback();
       std::visit([&](auto& c) {
         for (tensor_id id : hier_staged_) c.discard(id);
       }, comp_);
@@ -1355,28 +1703,49 @@ class gradient_pipeline {
     hier_staged_.clear();
   }
 
+  // The opening of every step: the statistics' counts, the pending tensors as bucket items, the
+  // agreement round (layout, configuration and every rank's local success, in one round), which
+  // gives the bucket `plan`, and the divergence guard's round (every rank gets the same verdict
+  // `gv`); their time is added to `communicate`. Returns true for a step the guard skips, which
+  // is then complete (`st` its statistics).
   template <communicator Comm>
-  pipeline_stats run_step(Comm& comm, std::optional<any_controller>& snapshot) {
-    pipeline_stats st;
+  bool open_step(Comm& comm, pipeline_stats& st, std::vector<bucket_item>& items, bucket_result& br,
+                 double& communicate, guard_verdict& gv, std::vector<detail::bucket_plan>& plan) {
     st.step = step_;
     st.tensors = pending_.size();
     auto const t_agree = clock::now();
-    double communicate = 0.0;
-
-    // Layout, configuration and every rank's local success, in one round.
-    std::vector<bucket_item> items;
     items.reserve(pending_.size());
     for (auto const& e : pending_) items.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
-    bucket_result br;
-    std::vector<detail::bucket_plan> plan = agree_step(comm, items, br);
+    plan = agree_step(comm, items, br);
     communicate += seconds(t_agree, clock::now());
+    if (!guard_->enabled()) return false;
+    gv = check_guard(comm, br, st, communicate);
+    if (gv.action != guard_action::skipped) return false;
+    st = skip_step(st, gv, communicate);
+    return true;
+  }
 
-    // The divergence guard (guard.hpp): every rank gets the same verdict.
-    guard_verdict gv;
-    if (guard_->enabled()) {
-      gv = check_guard(comm, br, st, communicate);
-      if (gv.action == guard_action::skipped) return skip_step(st, gv, communicate);
+  // Runs `f` with `comm` as an `any_communicator` (the device source's exchanges take one).
+  template <communicator Comm, class F>
+  static void with_erased(Comm& comm, F&& f) {
+    if constexpr (std::same_as<Comm, any_communicator>) {
+      f(comm);
+    } else {
+      any_communicator erased = any_communicator::borrow(comm);
+      f(erased);
     }
+  }
+
+  template <communicator Comm>
+  pipeline_stats run_step(Comm& comm, std::optional<any_controller>& snapshot) {
+    pipeline_stats st;
+    double communicate = 0.0;
+    std::vector<bucket_item> items;
+    bucket_result br;
+    guard_verdict gv;
+    std::vector<detail::bucket_plan> plan;
+    if (open_step(comm, st, items, br, communicate, gv, plan)) return st;
+
     bool const guard_dense = gv.action == guard_action::dense;
     // Accordion's per-layer gradients, once the step is known to go through.
     if (plan_.accumulate_layers || plan_.report_layers) {
@@ -1394,31 +1763,7 @@ class gradient_pipeline {
       st.factor = 1.0;
       st.gain = 1.0;
     } else if (ctrl_) {
-      auto const t0 = clock::now();
-      step_stats s;
-      s.step = plan_.step;
-      s.ef_norm_sq = ef_norm_;
-      s.compressed_norm_sq = comp_norms_;
-      s.layer_norms_sq = layer_norms_;
-      s.last_step = last_timing_;
-      s.batch_size = info_.batch_size;
-      s.workers = static_cast<std::uint32_t>(size_);
-      s.learning_rate = info_.learning_rate;
-      s.next_learning_rate = info_.next_learning_rate;
-      if (info_.loss) s.loss = *info_.loss;
-      agree(s, [&](std::span<double> v) { sum_stats(comm, v); }, [&](std::span<double> v) { max_stats(comm, v); });
-      communicate += seconds(t0, clock::now());
-      snapshot.emplace(*ctrl_);
-      decision const d = ctrl_->decide(s);
-      k = d.packet(levels_);
-      rule = d.residual;
-      st.sent = d.send;
-      st.factor = d.factor;
-      if (k != decision::npos && s.ef_norm_sq > 0.0 && (opt_.measure_gain || ctrl_needs_gains())) {
-        st.gain = s.compressed_norm_sq[k] / s.ef_norm_sq;
-      } else if (k == decision::npos) {
-        st.gain = 1.0;
-      }
+      std::tie(k, rule) = decide_step(comm, st, snapshot, communicate);
     } else if (opt_.measure_gain && !low_rank_ && !hier_) {
       double sums[2] = {ef_norm_, levels_ > 0 ? comp_norms_[0] : 0.0};
       auto const t0 = clock::now();
@@ -1426,10 +1771,6 @@ class gradient_pipeline {
       communicate += seconds(t0, clock::now());
       st.gain = sums[0] > 0.0 ? sums[1] / sums[0] : 1.0;
     }
-    // A receiving policy (EF21) sends increments: g with the residual kept is no increment.
-    bool const receives = std::visit([](auto const& c) { return std::remove_cvref_t<decltype(c)>::receives; }, comp_);
-    if (k == decision::npos && rule == residual_rule::keep && receives && !guard_dense)
-      rule = residual_rule::zero;
 
     bool const compressing = low_rank_ || two_way_ || hier_ || k != decision::npos;
     for (auto const& e : pending_) st.compressed_tensors += e.large && !guard_dense && compressing ? 1 : 0;
@@ -1508,6 +1849,127 @@ class gradient_pipeline {
     st.compress_s = compress_s_ + prepare_s + commit_s;
     st.communicate_s = communicate;
     st.decode_s = decode;
+    return close_step(st, gv);
+  }
+
+  // The controller's decision (host and device steps): the step's statistics summed over the
+  // ranks (`agree`), the level k to send (`decision::npos`: dense) and the residual rule, the
+  // sent kind, factor and gain in `st`; the controller before the decision kept in `snapshot`
+  // (put back if the step fails). Its time is added to `communicate`.
+  template <communicator Comm>
+  std::pair<std::size_t, residual_rule> decide_step(Comm& comm, pipeline_stats& st,
+                                                    std::optional<any_controller>& snapshot, double& communicate) {
+    auto const t0 = clock::now();
+    step_stats s;
+    s.step = plan_.step;
+    s.ef_norm_sq = ef_norm_;
+    s.compressed_norm_sq = comp_norms_;
+    s.layer_norms_sq = layer_norms_;
+    s.last_step = last_timing_;
+    s.batch_size = info_.batch_size;
+    s.workers = static_cast<std::uint32_t>(size_);
+    s.learning_rate = info_.learning_rate;
+    s.next_learning_rate = info_.next_learning_rate;
+    if (info_.loss) s.loss = *info_.loss;
+    agree(s, [&](std::span<double> v) { sum_stats(comm, v); }, [&](std::span<double> v) { max_stats(comm, v); });
+    communicate += seconds(t0, clock::now());
+    snapshot.emplace(*ctrl_);
+    decision const d = ctrl_->decide(s);
+    std::size_t const k = d.packet(levels_);
+    residual_rule rule = d.residual;
+    st.sent = d.send;
+    st.factor = d.factor;
+    if (k != decision::npos && s.ef_norm_sq > 0.0 && (opt_.measure_gain || ctrl_needs_gains())) {
+      st.gain = s.compressed_norm_sq[k] / s.ef_norm_sq;
+    } else if (k == decision::npos) {
+      st.gain = 1.0;
+    }
+    // A receiving policy (EF21) sends increments: g with the residual kept is no increment.
+    bool const receives = std::visit([](auto const& c) { return std::remove_cvref_t<decltype(c)>::receives; }, comp_);
+    if (k == decision::npos && rule == residual_rule::keep && receives) rule = residual_rule::zero;
+    return {k, rule};
+  }
+
+  // The rest of a device source's step with a controller (after `run_device_step`'s agreement
+  // and guard rounds), as `run_step` does it for host tensors: the layer accumulators, the
+  // decision, then the packets of the decided level (staged by `add_tensor`) in the source's
+  // bucketed collective, or every tensor dense (p = g + residual, or g with the residual kept,
+  // as the decision says).
+  template <communicator Comm>
+  pipeline_stats run_device_controlled_step(Comm& comm, std::optional<any_controller>& snapshot, pipeline_stats& st,
+                                            std::vector<bucket_item> const& items, bucket_result const& br,
+                                            guard_verdict const& gv, double communicate) {
+    bool const guard_dense = gv.action == guard_action::dense;
+    if (plan_.accumulate_layers || plan_.report_layers) {
+      for (auto const& e : pending_) {
+        double const sq = device_->accumulate_layer(e.id, e.raw32, plan_.accumulate_layers, plan_.report_layers);
+        if (plan_.report_layers) layer_norms_.push_back(sq);
+      }
+    }
+    std::size_t k = decision::npos;
+    residual_rule rule = residual_rule::keep;
+    if (guard_dense) {  // every tensor's own g, dense; the controller is not asked
+      st.sent = send_kind::dense;
+      st.factor = 1.0;
+      st.gain = 1.0;
+    } else {
+      std::tie(k, rule) = decide_step(comm, st, snapshot, communicate);
+    }
+    for (auto const& e : pending_) st.compressed_tensors += e.large && !guard_dense && k != decision::npos ? 1 : 0;
+
+    // The exchange: the decided level's packets, or dense.
+    bool const lossless = !guard_dense && k == decision::npos && rule != residual_rule::keep;
+    auto const t_send = clock::now();
+    bucket_result r;
+    with_erased(comm, [&](any_communicator& c) {
+      if (k != decision::npos && !guard_dense) {
+        r = device_->exchange_level(c, std::span<bucket_item const>(items), k, plan_.measure[k], ctx_);
+      } else if (lossless) {  // p sent dense, delivered exactly
+        std::vector<bucket_item> sent = items;
+        for (std::size_t i = 0; i < sent.size(); ++i) {
+          std::span<float const> const p =
+              pending_[i].staged ? device_->staged_input(pending_[i].id) : std::span<float const>{};
+          if (!p.empty()) sent[i].grad = tensor_view<float const>(p, pending_[i].id);
+        }
+        r = device_->exchange_dense(c, std::span<bucket_item const>(sent), ctx_);
+      } else {  // g dense, the residual kept
+        r = device_->exchange_dense(c, std::span<bucket_item const>(items), ctx_);
+      }
+    });
+    device_->layers_commit();
+    // Commit: a level's packets were committed by the exchange after its outcome round.
+    for (auto const& e : pending_) {
+      if (!e.staged) continue;
+      if (lossless) device_->commit_lossless(e.id);
+      if (guard_dense || (k == decision::npos && !lossless)) {
+        device_->discard(e.id);
+      } else {
+        device_tensors_.insert(e.id);
+      }
+    }
+    if (gv.reset_residual) {
+      device_->reset_states();
+      device_tensors_.clear();
+    }
+    if (lossless) {  // EF21's receiver side (the exchange did it for a level's packets)
+      for (auto const& e : pending_) {
+        if (e.staged) device_->receive(e.id, e.out32);
+      }
+    }
+    for (auto const& e : pending_) {
+      if (e.write_back) e.write_back();
+    }
+    st.bytes_sent = r.packet_bytes;
+    st.wire_bytes = br.wire_bytes + r.wire_bytes;
+    st.buckets = r.buckets;
+    st.compress_s = compress_s_;
+    st.communicate_s = communicate + seconds(t_send, clock::now());
+    return close_step(st, gv);
+  }
+
+  // The end of a completed step (every kind): timing for the controller, the step counter, the
+  // guard's history and report, the statistics and the hook.
+  pipeline_stats close_step(pipeline_stats& st, guard_verdict const& gv) {
     st.total_s = seconds(t_begin_, clock::now());
     last_timing_ = opt_.measured_timing ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
                                         : step_timing{info_.backprop_s, 0.0, 0.0};
@@ -1526,24 +1988,15 @@ class gradient_pipeline {
   // status), then the source's bucketed collective, which compresses, exchanges, decodes and,
   // after its outcome round, commits the residuals.
   template <communicator Comm>
-  pipeline_stats run_device_step(Comm& comm) {
+  pipeline_stats run_device_step(Comm& comm, std::optional<any_controller>& snapshot) {
     pipeline_stats st;
-    st.step = step_;
-    st.tensors = pending_.size();
-    auto const t_agree = clock::now();
+    double agree_s = 0.0;
     std::vector<bucket_item> items;
-    items.reserve(pending_.size());
-    for (auto const& e : pending_)
-      items.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
     bucket_result br;
-    (void)agree_step(comm, items, br);
-    double agree_s = seconds(t_agree, clock::now());
-    // The divergence guard, as in `run_step`.
     guard_verdict gv;
-    if (guard_->enabled()) {
-      gv = check_guard(comm, br, st, agree_s);
-      if (gv.action == guard_action::skipped) return skip_step(st, gv, agree_s);
-    }
+    std::vector<detail::bucket_plan> plan;  // (the source's collective plans its own buckets)
+    if (open_step(comm, st, items, br, agree_s, gv, plan)) return st;
+    if (ctrl_) return run_device_controlled_step(comm, snapshot, st, items, br, gv, agree_s);
     bool const guard_dense = gv.action == guard_action::dense;
     // `measure_gain`: the gain over all ranks, in the CPU pipeline's round (`run_step`).
     if (!guard_dense && opt_.measure_gain && !low_rank_ && !hier_) {
@@ -1555,7 +2008,7 @@ class gradient_pipeline {
     }
     auto const t_send = clock::now();
     bucket_result r;
-    auto run = [&](any_communicator& c) {
+    with_erased(comm, [&](any_communicator& c) {
       if (guard_dense) {  // every tensor's own g, dense; the residuals kept (or reset below)
         r = device_->exchange_dense(c, std::span<bucket_item const>(items), ctx_);
       } else if (opt_.two_way || low_rank_ || hier_) {
@@ -1563,13 +2016,7 @@ class gradient_pipeline {
       } else {
         r = device_->exchange(c, std::span<bucket_item const>(items), ctx_);
       }
-    };
-    if constexpr (std::same_as<Comm, any_communicator>) {
-      run(comm);
-    } else {
-      any_communicator erased = any_communicator::borrow(comm);
-      run(erased);
-    }
+    });
     for (auto const& e : pending_) {
       if (e.write_back) e.write_back();  // 16-bit gradients: the result rounded once
     }
@@ -1603,19 +2050,7 @@ class gradient_pipeline {
     st.buckets = r.buckets;
     st.compress_s = compress_s_;
     st.communicate_s = agree_s + send_s;  // compression and decoding run inside the exchange
-    st.total_s = seconds(t_begin_, clock::now());
-    last_timing_ = opt_.measured_timing
-                       ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
-                       : step_timing{info_.backprop_s, 0.0, 0.0};
-    ++step_;
-    if (guard_->enabled()) {
-      guard_->commit(gv);
-      st.guard = gv.action;
-      if (gv.tripped) report_guard(gv);
-    }
-    last_ = st;
-    if (hook_) hook_(st);
-    return st;
+    return close_step(st, gv);
   }
 
   // Two-way compression or PowerSGD with a device source, as `send_per_tensor` does them for
@@ -1701,7 +2136,8 @@ class gradient_pipeline {
   // counter kept); the gradient tensors are set to zero on every rank.
   pipeline_stats skip_step(pipeline_stats st, guard_verdict const& gv, double communicate) {
     for (auto const& e : pending_) {
-      if (e.staged) std::visit([&](auto& c) { c.discard(e.id); }, comp_);
+      if (e.staged && device_) device_->discard(e.id);
+      if (e.staged && !device_) std::visit([&](auto& c) { c.discard(e.id); }, comp_);
       if (device_) {
         device_->zero(e.out32);
       } else {

@@ -546,6 +546,12 @@ struct sparse_budget {
     gradcomp::detail::sparse::check_values(v);
     return {true, r, 0, v};
   }
+  /// This budget with the selection size of `b` (a `gradcomp::sparse_budget`, codec/budget.hpp:
+  /// a count or a factor), the value type kept; the checks of `of_count` and `of_ratio`.
+  template <class Budget>
+  [[nodiscard]] sparse_budget with(Budget const& b, char const* codec) const {
+    return b.by_count() ? of_count(b.count_value(), values) : of_ratio(b.ratio(), values, codec);
+  }
   /// Elements selected from a tensor of n.
   [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept {
     return gradcomp::detail::sparse::kept_count(by_ratio, ratio, k, n);
