@@ -728,8 +728,7 @@ class device_source_model final : public device_source_base {
   }
   [[nodiscard]] std::map<tensor_id, std::vector<float>> layers_on_host() const override {
     std::map<tensor_id, std::vector<float>> out;
-    for (auto const& [id, a] : layers_) {
-      if (std::find(layers_fresh_.begin(), layers_fresh_.end(), id) != layers_fresh_.end()) continue;
+    for (auto const& [id, a] : layers_) {  // (between steps: nothing is staged)
       out.emplace(id, on_host(std::span<float const>(reinterpret_cast<float const*>(a.cur.data()), a.n)));
     }
     return out;
