@@ -2,7 +2,7 @@
 # SPDX-FileCopyrightText: 2026 The gradcomp authors
 # SPDX-License-Identifier: Apache-2.0
 #
-# Sourced by scripts/test, scripts/fuzz and scripts/demo.
+# Sourced by scripts/test, scripts/fuzz, scripts/demo and scripts/gpu-check.
 
 # The repository root, whatever directory the script was started from.
 gradcomp_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -63,4 +63,30 @@ gradcomp_leak_detection() {
   fi
   rm -rf "$probe"
   echo "$works"
+}
+
+# gradcomp_venv: makes sure the project's virtual environment build/venv exists with the
+# packages of python/requirements.txt (torch from PyPI, pytest, the build tools of
+# pyproject.toml), and prints its interpreter's path. The environment is made once per checkout
+# from Debian's /usr/bin/python3 (python3-venv, python3-dev: the headers the extension compiles
+# against) and reused; it is brought up to date when python/requirements.txt changes (a stamp
+# holds the file's checksum). pip keeps its download cache (~/.cache/pip), so a new checkout on
+# the same machine installs torch without downloading it again. GRADCOMP_VENV names another
+# directory. Progress goes to stderr; the return status is non-zero when it cannot be set up.
+gradcomp_venv() {
+  local venv=${GRADCOMP_VENV:-$gradcomp_root/build/venv}
+  local requirements=$gradcomp_root/python/requirements.txt stamp sum
+  gradcomp_need_packages python3 python3-venv python3-dev >&2 || return 1
+  if [[ ! -x $venv/bin/python ]]; then
+    gradcomp_log "creating the virtual environment $venv" >&2
+    /usr/bin/python3 -m venv "$venv" >&2 || return 1
+  fi
+  stamp=$venv/.gradcomp-requirements
+  sum=$(sha256sum "$requirements" | cut -d' ' -f1)
+  if [[ ! -f $stamp || $(cat "$stamp") != "$sum" ]]; then
+    gradcomp_log "installing python/requirements.txt into $venv (torch is a large download the first time)" >&2
+    "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$requirements" >&2 || return 1
+    echo "$sum" >"$stamp"
+  fi
+  echo "$venv/bin/python"
 }
