@@ -50,11 +50,6 @@ struct engine_options {
   std::uint64_t batch_size = 0;      // samples per worker per step (GraVAC's throughput)
   std::int64_t log_every = 0;        // print a line every this many steps on rank 0 (0: never)
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  // Completes a bucket's future with its tensor. DDP's Python-hook path expects the value as a
-  // Python object, which only the binding (with the GIL) can make; empty: the tensor itself.
-  std::function<void(future_ptr const&, at::Tensor const&)> complete;
-  // The type of the futures' value (the binding's Python-object type).
-  c10::TypePtr value_type = c10::TensorType::get();
 };
 
 // Statistics the Python side reads.
@@ -111,7 +106,7 @@ class ddp_engine {
   // Queues bucket `index` (its flat buffer and the pieces to compress) and returns the future
   // DDP waits for. Never blocks.
   future_ptr submit(std::int64_t index, at::Tensor buffer, std::vector<piece> pieces, bool is_last) {
-    auto fut = c10::make_intrusive<c10::ivalue::Future>(opt_.value_type);
+    auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(task{index, std::move(buffer), std::move(pieces), is_last, fut, clock::now()});
@@ -321,8 +316,7 @@ class ddp_engine {
 
   void finish_future(future_ptr const& f, at::Tensor const& t) {
     try {
-      if (opt_.complete) opt_.complete(f, t);
-      else f->markCompleted(c10::IValue(t));
+      f->markCompleted(c10::IValue(t));
     } catch (...) {
       if (!f->completed()) f->setError(std::current_exception());
     }

@@ -20,8 +20,6 @@
 #include <gradcomp/pipeline/pipeline.hpp>
 #include <gradcomp/version.hpp>
 
-#include <torch/csrc/jit/python/pybind_utils.h>
-#include <torch/csrc/jit/python/python_ivalue.h>
 #include <torch/extension.h>
 
 #include <cstring>
@@ -35,6 +33,65 @@ namespace gc = gradcomp;
 using namespace gradcomp_python;
 
 namespace {
+
+// The Python exception types of the library's errors (made once, in the module's init).
+struct error_types {
+  PyObject* error = nullptr;
+  PyObject* config = nullptr;
+  PyObject* format = nullptr;
+  PyObject* numeric = nullptr;
+  PyObject* comm = nullptr;
+};
+error_types errors;
+
+// The Python exception for a C++ one: the library's errors as their kinds, anything else as
+// gradcomp.Error with its message. Needs the GIL.
+py::object python_exception(std::exception_ptr const& e) {
+  PyObject* type = errors.error;
+  std::string what = "gradcomp: unknown error";
+  try {
+    std::rethrow_exception(e);
+  } catch (gc::config_error const& x) {
+    type = errors.config, what = x.what();
+  } catch (gc::format_error const& x) {
+    type = errors.format, what = x.what();
+  } catch (gc::numeric_error const& x) {
+    type = errors.numeric, what = x.what();
+  } catch (gc::comm_error const& x) {
+    type = errors.comm, what = x.what();
+  } catch (std::exception const& x) {
+    what = x.what();
+  } catch (...) {
+  }
+  return py::reinterpret_borrow<py::object>(type)(what);
+}
+
+// A Python object held from C++ threads: dropped with the GIL.
+std::shared_ptr<py::object> hold(py::object o) {
+  return {new py::object(std::move(o)), [](py::object* p) {
+            py::gil_scoped_acquire gil;
+            delete p;
+          }};
+}
+
+// The torch.futures.Future DDP waits for, completed when the engine's future completes: with
+// the bucket, or with the step's error as the library's Python exception. Made in Python so
+// that the extension needs none of torch's JIT binding internals (pybind_utils.h), whose
+// symbols libtorch_python does not export in every release.
+py::object python_future(future_ptr const& f) {
+  py::object fut = py::module_::import("torch.futures").attr("Future")();
+  auto held = hold(fut);
+  f->addCallback([held](c10::ivalue::Future& done) {
+    py::gil_scoped_acquire gil;
+    try {
+      if (done.hasError()) held->attr("set_exception")(python_exception(done.exception_ptr()));
+      else held->attr("set_result")(py::cast(done.value().toTensor()));
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("gradcomp: completing a DDP hook future");
+    }
+  });
+  return fut;
+}
 
 // A contiguous CPU tensor of float32 / float16 / bfloat16 (checked), for the codec API.
 void check_values(at::Tensor const& t, char const* what) {
@@ -236,24 +293,32 @@ PYBIND11_MODULE(_C, m) {
                           std::to_string(GRADCOMP_VERSION_PATCH);
 
   // Exceptions: gradcomp.Error (a RuntimeError) and its kinds, with the library's messages.
-  static py::exception<gc::error> error(m, "Error", PyExc_RuntimeError);
-  static py::exception<gc::config_error> config(m, "ConfigError", error.ptr());
-  static py::exception<gc::format_error> format(m, "FormatError", error.ptr());
-  static py::exception<gc::numeric_error> numeric(m, "NumericError", error.ptr());
-  static py::exception<gc::comm_error> comm(m, "CommError", error.ptr());
+  // The types live as long as the module (one reference each, never dropped).
+  auto new_error = [&](char const* name, PyObject* base) {
+    std::string const qualified = std::string("gradcomp._C.") + name;
+    PyObject* t = PyErr_NewException(qualified.c_str(), base, nullptr);
+    if (t == nullptr) throw py::error_already_set();
+    m.add_object(name, py::handle(t));
+    return t;
+  };
+  errors.error = new_error("Error", PyExc_RuntimeError);
+  errors.config = new_error("ConfigError", errors.error);
+  errors.format = new_error("FormatError", errors.error);
+  errors.numeric = new_error("NumericError", errors.error);
+  errors.comm = new_error("CommError", errors.error);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (gc::config_error const& e) {
-      PyErr_SetString(config.ptr(), e.what());
+      PyErr_SetString(errors.config, e.what());
     } catch (gc::format_error const& e) {
-      PyErr_SetString(format.ptr(), e.what());
+      PyErr_SetString(errors.format, e.what());
     } catch (gc::numeric_error const& e) {
-      PyErr_SetString(numeric.ptr(), e.what());
+      PyErr_SetString(errors.numeric, e.what());
     } catch (gc::comm_error const& e) {
-      PyErr_SetString(comm.ptr(), e.what());
+      PyErr_SetString(errors.comm, e.what());
     } catch (gc::error const& e) {
-      PyErr_SetString(error.ptr(), e.what());
+      PyErr_SetString(errors.error, e.what());
     }
   });
 
@@ -328,15 +393,6 @@ PYBIND11_MODULE(_C, m) {
                if (!(s > 0)) throw gc::config_error("gradcomp: timeout_s must be positive");
                e.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0));
              }
-             e.value_type = c10::PyObjectType::get();
-             e.complete = [](future_ptr const& f, at::Tensor const& t) {
-               c10::IValue v;
-               {
-                 py::gil_scoped_acquire gil;
-                 v = c10::IValue(c10::ivalue::ConcretePyObjectHolder::create(py::cast(t)));
-               }
-               f->markCompleted(std::move(v));
-             };
              return std::unique_ptr<ddp_engine, engine_deleter>(new ddp_engine(std::move(pg), std::move(e)));
            }),
            py::arg("process_group"), py::arg("options"))
@@ -371,7 +427,7 @@ PYBIND11_MODULE(_C, m) {
               py::gil_scoped_release nogil;
               f = e.submit(index, std::move(buffer), std::move(pieces), is_last);
             }
-            return std::make_shared<torch::jit::PythonFutureWrapper>(f);
+            return python_future(f);
           },
           py::arg("index"), py::arg("buffer"), py::arg("views"), py::arg("shapes"), py::arg("keys"),
           py::arg("is_last"))
