@@ -54,4 +54,4 @@ python3 "$root/bench/summarize.py" "$json" | tee "$build/codecs.md"
 # PyTorch reference points (prints one "skipped" line when PyTorch is not installed).
 echo
 # Debian's interpreter has torch; the python3 first on PATH may not (docs/pytorch.md).
-/usr/bin/python3 "$root/bench/torch_baseline.py" "$json" | tee -a "$build/codecs.md"
+"$root/build/venv/bin/python" "$root/bench/torch_baseline.py" "$json" | tee -a "$build/codecs.md"

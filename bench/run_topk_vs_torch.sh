@@ -14,8 +14,8 @@
 # The torch part is skipped with a message when no Python with PyTorch is found.
 # Results: build/bench/topk.json (raw) and build/bench/topk.md (table).
 # Environment: BUILD_DIR (default build/bench), JSON (default $BUILD_DIR/topk.json),
-#   PYTHON (the interpreter with torch; default: the first of python3, /usr/bin/python3 that
-#   imports torch; Debian's python3-torch lives in /usr/bin/python3's dist-packages).
+#   PYTHON (the interpreter with torch; default: the first of build/venv/bin/python (the
+#   project's environment, scripts/build-python) and python3 that imports torch).
 
 set -euo pipefail
 
@@ -70,7 +70,7 @@ echo "==> $(uptime)" >&2
 
 python=${PYTHON:-}
 if [[ -z $python ]]; then
-  for p in python3 /usr/bin/python3; do
+  for p in "$root/build/venv/bin/python" python3; do
     if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch' >/dev/null 2>&1; then
       python=$p
       break

@@ -3,9 +3,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """PyTorch DistributedDataParallel with PyTorch's communication hooks and gradcomp's, side by side.
 
-    /usr/bin/python3 examples/04_torch_ddp/train_ddp.py [--demo] [--rows A,B,...] [--data DIR]
-    /usr/bin/python3 examples/04_torch_ddp/train_ddp.py --bench
-    /usr/bin/python3 examples/04_torch_ddp/train_ddp.py --netlab [--rate 1gbit]
+    build/venv/bin/python examples/04_torch_ddp/train_ddp.py [--demo] [--rows A,B,...] [--data DIR]
+    build/venv/bin/python examples/04_torch_ddp/train_ddp.py --bench
+    build/venv/bin/python examples/04_torch_ddp/train_ddp.py --netlab [--rate 1gbit]
 
 Starts N processes (torch.multiprocessing, default 2) that form a gloo process group on
 127.0.0.1 and train torchvision's ResNet-18 (num_classes from the data; a 3x3 first convolution
@@ -37,8 +37,8 @@ accuracy at each evaluation), OUT/plot.gp and, when gnuplot is installed, OUT/pl
 against DDP's own all-reduce, on 4 processes and a communication-bound wide MLP, inside
 bench/netlab.sh (a loopback shaped to 1 Gbit/s; needs root). README.md has the details.
 
-gradcomp must be importable: `eval "$(scripts/build-python)"` first (this script also looks in
-build/python/python of the checkout). Use /usr/bin/python3, Debian's interpreter with torch.
+gradcomp must be importable: `scripts/build-python` installs it into the project's environment
+build/venv (torch from PyPI) and prints its interpreter; run this script with that interpreter.
 """
 
 import argparse
@@ -71,17 +71,13 @@ ROOT = HERE.parent.parent
 
 
 def import_gradcomp():
-    """gradcomp, from PYTHONPATH or from this checkout's build/python/python."""
+    """gradcomp, as installed for this interpreter (scripts/build-python: build/venv)."""
     try:
         import gradcomp
-    except ImportError:
-        sys.path.insert(0, str(ROOT / "build" / "python" / "python"))
-        try:
-            import gradcomp
-        except ImportError as e:
-            raise SystemExit(
-                "train_ddp.py: cannot import gradcomp (%s); build it first: "
-                'eval "$(scripts/build-python)"' % e)
+    except ImportError as e:
+        raise SystemExit(
+            "train_ddp.py: cannot import gradcomp (%s); install it first: scripts/build-python "
+            "(into build/venv), then run this script with build/venv/bin/python" % e)
     return gradcomp
 
 

@@ -38,6 +38,31 @@ _DEFAULTS = {
 }
 
 
+def process_group_of(group):
+    """The ``torch.distributed.ProcessGroup`` to exchange over: ``group`` itself (the default
+    group, ``dist.group.WORLD``, or one of ``dist.new_group()``), or the default group for None.
+    A backend object (``ProcessGroupGloo``, ``ProcessGroupNCCL``: since torch 2.0 these are
+    ``Backend``s behind a ``ProcessGroup``) or anything else raises ConfigError saying what to
+    pass instead."""
+    if group is None:
+        if not dist.is_available() or not dist.is_initialized():
+            raise _C.ConfigError(
+                "gradcomp: torch.distributed is not initialized: call "
+                "torch.distributed.init_process_group() first, or pass process_group=")
+        group = dist.distributed_c10d._get_default_group()
+    if isinstance(group, dist.ProcessGroup):
+        return group
+    backend_type = getattr(torch._C._distributed_c10d, "Backend", None)
+    if backend_type is not None and isinstance(group, backend_type):
+        raise _C.ConfigError(
+            "gradcomp: got a %s, a torch.distributed backend object; pass the process group "
+            "it belongs to instead (dist.group.WORLD, dist.new_group(...), or None for the "
+            "default group)" % type(group).__name__)
+    raise _C.ConfigError(
+        "gradcomp: process_group must be a torch.distributed.ProcessGroup (dist.group.WORLD, "
+        "dist.new_group(...)) or None, got %s" % type(group).__name__)
+
+
 # The states whose engine is open: closed at interpreter exit (see GradcompState.close).
 _open_states = weakref.WeakSet()
 
@@ -105,10 +130,7 @@ class GradcompState:
         return self._options["codec"].split(":", 1)[0] == "powersgd"
 
     def _group(self):
-        pg = self.process_group
-        if pg is None:
-            pg = dist.distributed_c10d._get_default_group()
-        return pg
+        return process_group_of(self.process_group)
 
     def _make_engine(self):
         self._engine = _C.Engine(self._group(), dict(self._options))

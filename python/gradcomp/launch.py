@@ -1,12 +1,12 @@
 # SPDX-FileCopyrightText: 2026 The gradcomp authors
 # SPDX-License-Identifier: Apache-2.0
-"""A minimal local launcher: ``/usr/bin/python3 -m gradcomp.launch -n 2 train.py [ARG...]``.
+"""A minimal local launcher: ``python -m gradcomp.launch -n 2 train.py [ARG...]``.
 
 Starts N copies of a script on this machine with the variables ``init_process_group("gloo")``
 reads from the environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT), as torchrun does, and returns the first non-zero exit status (ending the other
-ranks when one fails). It exists because Debian 12's torchrun (PyTorch 1.13 on Python 3.11) stops
-in its elastic agent before starting any worker; elsewhere torchrun works the same way.
+ranks when one fails). It was written for Debian 12's torch 1.13, whose torchrun stopped in its
+elastic agent before starting any worker; with torch 2.x torchrun works the same way.
 """
 
 import argparse

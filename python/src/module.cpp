@@ -401,7 +401,10 @@ PYBIND11_MODULE(_C, m) {
           [](ddp_engine& e, std::int64_t index, at::Tensor buffer, py::list views, py::list shapes,
              py::list keys, bool is_last) {
             if (!buffer.device().is_cpu()) {
-              throw gc::config_error("gradcomp: the DDP hook runs on CPU tensors (the CUDA path is docs/cuda.md's)");
+              throw gc::config_error(
+                  "gradcomp: the DDP hook compresses CPU tensors; this bucket is on " + buffer.device().str() +
+                  " (CUDA tensors are not supported by this release of the Python package: docs/pytorch.md, "
+                  "\"CUDA tensors\")");
             }
             std::vector<piece> pieces;
             if (views.empty()) {
@@ -470,6 +473,19 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](c10::intrusive_ptr<::c10d::ProcessGroup> pg, double timeout_s) {
              return gc::c10d_communicator(std::move(pg),
                                           gc::c10d_options{std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000))});
+           }),
+           py::arg("process_group"), py::arg("timeout_s") = 300.0)
+      // Anything else, a backend object in particular (torch 2.x: ProcessGroupGloo and
+      // ProcessGroupNCCL are Backends behind a ProcessGroup), is a ConfigError saying so.
+      .def(py::init([](py::object const& other, double) -> gc::c10d_communicator {
+             std::string const type = py::str(py::type::of(other).attr("__name__"));
+             bool const backend = py::isinstance(other, py::module_::import("torch._C._distributed_c10d").attr("Backend"));
+             if (backend) {
+               throw gc::config_error("gradcomp: got a " + type +
+                                      ", a torch.distributed backend object; pass the process group it belongs "
+                                      "to instead (dist.group.WORLD, dist.new_group(...))");
+             }
+             throw gc::config_error("gradcomp: process_group must be a torch.distributed.ProcessGroup, got " + type);
            }),
            py::arg("process_group"), py::arg("timeout_s") = 300.0)
       .def_property_readonly("rank", &gc::c10d_communicator::rank)

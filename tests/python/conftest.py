@@ -1,7 +1,8 @@
 # SPDX-FileCopyrightText: 2026 The gradcomp authors
 # SPDX-License-Identifier: Apache-2.0
-# pytest configuration of the Python package's tests: they import `gradcomp` from PYTHONPATH
-# (scripts/build-python prints it; the ctest `python.pytest` sets it) and `ranks` from here.
+# pytest configuration of the Python package's tests: they import `gradcomp` as installed for
+# the interpreter (scripts/test: `pip install .` into build/venv) or from PYTHONPATH (a CMake
+# build with GRADCOMP_BUILD_PYTHON=ON), and `ranks` from here.
 import os
 import sys
 

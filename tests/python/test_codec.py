@@ -154,3 +154,14 @@ def test_malformed_packets_raise():
             gradcomp.decompress(junk, out)
         except gradcomp.Error:
             pass
+
+
+def test_tensors_off_the_cpu_are_refused_with_the_device():
+    # a meta tensor stands in for a CUDA one on a machine without a GPU: the same check refuses
+    # both, naming the device
+    c = gradcomp.Codec("fp16")
+    x = torch.empty(16, device="meta")
+    with pytest.raises(gradcomp.ConfigError, match="must be a CPU tensor, got one on meta"):
+        c.compress(x)
+    with pytest.raises(gradcomp.ConfigError, match="must be a CPU tensor, got one on meta"):
+        c.decompress(c.compress(torch.ones(16)), x)

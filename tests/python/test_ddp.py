@@ -460,3 +460,39 @@ def _close(rank, world):
 
 def test_close_stops_the_worker():
     assert run_ranks(_close, 2) == [1, 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# torch 2.x process groups: the default group, dist.group.WORLD and a new group work; a backend
+# object (since torch 2.0 a Backend behind a ProcessGroup) and other objects are a ConfigError
+
+def _process_groups(rank, world):
+    sums = []
+    for group in (None, dist.group.WORLD, dist.new_group(list(range(world)))):
+        model = DDP(make_model(), process_group=group, bucket_cap_mb=0.05)
+        state = gradcomp.GradcompState(process_group=group, codec="fp16", feedback="none")
+        model.register_comm_hook(state, gradcomp.hook)
+        train(model, 2, rank)
+        state.close()
+        sums.append(float(params(model).double().sum()))
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    with pytest.raises(gradcomp.ConfigError, match="backend object.*pass the process group"):
+        gradcomp.GradcompState(process_group=backend)
+    with pytest.raises(gradcomp.ConfigError, match="backend object"):
+        gradcomp.Communicator(backend)
+    with pytest.raises(gradcomp.ConfigError, match="must be a torch.distributed.ProcessGroup"):
+        gradcomp.GradcompState(process_group="world")
+    return sums
+
+
+def test_process_groups_and_backends():
+    a, b = run_ranks(_process_groups, 2)
+    # every rank holds the same replica, and the three ways to name the group train alike
+    assert a == b and a[0] == a[1] == a[2]
+
+
+def test_uninitialized_default_group_is_a_config_error():
+    if dist.is_initialized():
+        pytest.skip("a default process group exists in this process")
+    with pytest.raises(gradcomp.ConfigError, match="not initialized"):
+        gradcomp.GradcompState(codec="fp16")

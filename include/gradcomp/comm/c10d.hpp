@@ -5,8 +5,9 @@
 /// The torch.distributed adapter: `c10d_communicator` models `communicator` over a PyTorch
 /// process group (`c10d::ProcessGroup`: gloo on CPU, NCCL or MPI where PyTorch has them), so the
 /// library's collectives, agreement rounds and gossip run over the process group a training
-/// script already has. Needs libtorch's headers and libraries (PyTorch 1.13 or later): link the
-/// CMake target `gradcomp::torch` (created where `find_package(Torch)` succeeds). Not included by
+/// script already has. Needs libtorch's headers and libraries (PyTorch 2.4 or later): link the
+/// CMake target `gradcomp::torch` (created where `find_package(Torch)` succeeds). Pass a
+/// `c10d::ProcessGroup` (the default group, `dist.new_group()`), not one of its `Backend`s. Not included by
 /// `gradcomp/gradcomp.hpp`. The Python package (python/, docs/pytorch.md) builds on it.
 ///
 /// How operations map onto the process group (every buffer is wrapped, not copied, as a tensor
@@ -74,6 +75,18 @@ struct c10d_options {
 namespace detail::c10d_comm {
 
 using work_ptr = c10::intrusive_ptr<::c10d::Work>;
+
+// The process group's all-to-all with splits: `all_to_all_single` where the process group has
+// it (torch 2.10 and later, which deprecate `alltoall_base`), else `alltoall_base`.
+template <class PG>
+work_ptr all_to_all(PG& pg, at::Tensor& out, at::Tensor& in, std::vector<std::int64_t>& recv,
+                    std::vector<std::int64_t>& send) {
+  if constexpr (requires { pg.all_to_all_single(out, in, recv, send); }) {
+    return pg.all_to_all_single(out, in, recv, send);
+  } else {
+    return pg.alltoall_base(out, in, recv, send);
+  }
+}
 
 // A byte range as a tensor of `n` elements of `dtype`, without a copy. An empty range still
 // gets a valid pointer: some backends reject null data.
@@ -304,7 +317,7 @@ class c10d_communicator : public blocking_operations<c10d_communicator> {
     at::Tensor i = detail::c10d_comm::bytes(in);
     at::Tensor o = detail::c10d_comm::bytes(std::span<std::byte const>(out));
     return post("all_to_all_v (" + std::to_string(in.size()) + " bytes out, " + std::to_string(out.size()) + " in)",
-                {[pg = s_->pg, i, o, sc, rc]() mutable { return pg->alltoall_base(o, i, rc, sc); }});
+                {[pg = s_->pg, i, o, sc, rc]() mutable { return detail::c10d_comm::all_to_all(*pg, o, i, rc, sc); }});
   }
 
   request isend(std::span<std::byte const> in, int peer, int tag) {
@@ -356,7 +369,7 @@ class c10d_communicator : public blocking_operations<c10d_communicator> {
     std::vector<std::int64_t> rc(n, static_cast<std::int64_t>(own));
     at::Tensor i = detail::c10d_comm::bytes(in);
     at::Tensor o = detail::c10d_comm::bytes(std::span<std::byte const>(*recv));
-    return {[pg = s_->pg, i, o, sc, rc]() mutable { return pg->alltoall_base(o, i, rc, sc); },
+    return {[pg = s_->pg, i, o, sc, rc]() mutable { return detail::c10d_comm::all_to_all(*pg, o, i, rc, sc); },
             [recv, mine, own, n, t, op]() -> detail::c10d_comm::work_ptr {
               if (own != 0) {
                 std::memcpy(mine->data(), recv->data(), own);
