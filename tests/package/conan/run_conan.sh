@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # run_conan.sh --source <repo> --work <scratch> --expected-version x.y.z [--conan <conan>]
-#              [--cxx <compiler>]
+#              [--cxx <compiler>] [--registry <dist/conan of scripts/release>]
 #
 # package.conan: the recipe through the real Conan 2 client, as a user runs it. Conan comes
 # from PyPI: python/requirements.txt pins it, and without --conan the project's virtual
@@ -20,13 +20,16 @@
 #   4. the package in the cache           headers, CMake package, licence; no lib/ or bin/
 #   5. conan create -s compiler.version=11  refused by validate() (compiler minimum)
 #   6. conan export                       the recipe and its sources in the cache
+#   7. with --registry: conan create <registry>/all --version x.y.z, the recipe as a registry
+#      holds it (no exports_sources): source() downloads the release archive of its
+#      conandata.yml (package.release: a file:// URL) and Conan checks its SHA-256
 #
 # The recipe is copied (with what exports_sources names and test_package/) into <scratch>/src,
 # so test_package's build folder does not land in the checkout.
 
 set -euo pipefail
 
-source_dir='' work='' expected='' conan='' cxx=''
+source_dir='' work='' expected='' conan='' cxx='' registry=''
 while (($#)); do
   case $1 in
     --source) source_dir=$2 ;;
@@ -34,6 +37,7 @@ while (($#)); do
     --expected-version) expected=$2 ;;
     --conan) conan=$2 ;;
     --cxx) cxx=$2 ;;
+    --registry) registry=$2 ;;
     *) echo "run_conan.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -134,4 +138,11 @@ grep -q "$ref" "$work/export.log" || fail "conan export did not export $ref"
 export_sources=$("$conan" cache path "$ref" --folder export_source)
 [[ -f $export_sources/include/gradcomp/gradcomp.hpp && -f $export_sources/CMakeLists.txt ]] ||
   fail "the exported sources lack the headers or CMakeLists.txt ($export_sources)"
+if [[ -n $registry ]]; then
+  step "conan create <registry copy> --version $expected (sources from the release archive)"
+  "$conan" create "$registry/all" --version "$expected" 2>&1 | tee "$work/registry.log"
+  grep -q "^gradcomp $expected: " "$work/registry.log" || fail "the registry recipe's test_package did not run"
+  url=$(sed -n "s/^    url: \"\(.*\)\"$/\1/p" "$registry/all/conandata.yml" | head -n 1)
+  grep -qF "$(basename "$url")" "$work/registry.log" || fail "the registry recipe did not download $url"
+fi
 echo "package.conan: $ref created, tested and exported with Conan $("$conan" --version | awk '{print $3}')"
