@@ -25,19 +25,19 @@ int main() {
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 7) % 13) - 6.0f;
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i * 5) % 11) * 0.25f;
   std::vector<float> blas(m * n), builtin(m * n);
-  gemm(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, blas.data(),
-       n, {}, gemm_backend::blas);
-  gemm(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
-       builtin.data(), n, {}, gemm_backend::builtin);
+  gemm(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, blas.data(), n,
+       {}, gemm_backend::blas);
+  gemm(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, builtin.data(),
+       n, {}, gemm_backend::builtin);
   for (std::size_t i = 0; i < blas.size(); ++i) {
     // Small integers and quarters: every partial sum is exact, so both must agree exactly.
     if (blas[i] != builtin[i]) {
-      std::fprintf(stderr, "C[%zu]: cblas_sgemm %g, built-in %g\n", i,
-                   static_cast<double>(blas[i]), static_cast<double>(builtin[i]));
+      std::fprintf(stderr, "C[%zu]: cblas_sgemm %g, built-in %g\n", i, static_cast<double>(blas[i]),
+                   static_cast<double>(builtin[i]));
       return 1;
     }
   }
-  std::printf("gradcomp::blas: %zu x %zu x %zu GEMM through cblas_sgemm matches the built-in\n",
-              m, n, k);
+  std::printf("gradcomp::blas: %zu x %zu x %zu GEMM through cblas_sgemm matches the built-in\n", m,
+              n, k);
   return 0;
 }
