@@ -7,8 +7,9 @@
 # Requests the installed package cannot satisfy, each configuring refusal/ and expecting the
 # configure to fail with the message that says why. CASES picks from:
 #
-#   older_minor    find_package(gradcomp x.(y-1)): before 1.0 the minor version breaks the API,
-#                  so the package is SameMinorVersion-compatible and refuses (needs y > 0)
+#   older_minor    find_package(gradcomp 0.(y-1)): before 1.0 the minor version breaks the API,
+#                  so the package is SameMinorVersion-compatible and refuses (needs y > 0); from
+#                  1.0 on, SameMajorVersion, the request is (x-1).0
 #   newer_minor    find_package(gradcomp x.(y+1)): a newer minor version than installed
 #   blas_missing   COMPONENTS blas where no CBLAS can be found (the searches for cblas.h and the
 #                  library are rerooted into an empty directory): gradcomp_NOT_FOUND_MESSAGE
@@ -34,12 +35,18 @@ file(MAKE_DIRECTORY "${WORK}/empty")
 foreach(case IN LISTS CASES)
   set(options "")
   if(case STREQUAL "older_minor")
-    if(minor EQUAL 0)
+    if(NOT major EQUAL 0)
+      # From 1.0 on the package is SameMajorVersion: the older major version is what it refuses.
+      math(EXPR older_major "${major} - 1")
+      set(options "-DREQUEST_VERSION=${older_major}.0")
+      set(expect "compatible with requested version \"${older_major}\\.0\".*version: ${VERSION}")
+    elseif(minor EQUAL 0)
       message(STATUS "${case}: skipped, the version is ${VERSION}")
       continue()
+    else()
+      set(options "-DREQUEST_VERSION=${major}.${older}")
+      set(expect "compatible with requested version \"${major}\\.${older}\".*version: ${VERSION}")
     endif()
-    set(options "-DREQUEST_VERSION=${major}.${older}")
-    set(expect "compatible with requested version \"${major}\\.${older}\".*version: ${VERSION}")
   elseif(case STREQUAL "newer_minor")
     set(options "-DREQUEST_VERSION=${major}.${newer}")
     set(expect "compatible with requested version \"${major}\\.${newer}\".*version: ${VERSION}")
