@@ -5,6 +5,13 @@
 /// Configuration macros shared by every gradcomp header: the ABI namespace, the one
 /// host/device macro family, and the compile-time ISA switches of the CPU backend.
 
+// gradcomp is C++20; without it the first error would come from deep inside the concepts. MSVC
+// reports __cplusplus as 199711L unless /Zc:__cplusplus is given, and _MSVC_LANG instead.
+#if !defined(__cplusplus) || \
+    (__cplusplus < 202002L && !(defined(_MSVC_LANG) && _MSVC_LANG >= 202002L))
+#  error "gradcomp needs C++20: compile with -std=c++20 or later (MSVC: /std:c++20)"
+#endif
+
 #include <gradcomp/version.hpp>
 
 /// Opens `namespace gradcomp { inline namespace v1 {`. The inline namespace carries the ABI

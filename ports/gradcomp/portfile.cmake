@@ -1,14 +1,11 @@
 # SPDX-FileCopyrightText: 2026 The gradcomp authors
 # SPDX-License-Identifier: Apache-2.0
 #
-# vcpkg port of gradcomp (header-only). As an overlay port it builds the checkout it lives in:
+# vcpkg port of gradcomp (header-only). It builds the release archive that scripts/release
+# makes with `git archive` and publishes (URLS, SHA512: scripts/release VERSION rewrites both),
+# never the checkout it sits in, so vcpkg's binary cache key covers every source file:
 #
 #   vcpkg install gradcomp[mpi] --overlay-ports=<repo>/ports
-#
-# A copy for a registry replaces the SOURCE_PATH line with the release archive:
-#
-#   vcpkg_from_github(OUT_SOURCE_PATH SOURCE_PATH REPO <owner>/gradcomp REF "v${VERSION}"
-#                     SHA512 <sha512 of the archive> HEAD_REF main)
 #
 # Features `mpi` and `cuda` only add dependencies: gradcomp::mpi and gradcomp::cuda are defined
 # by gradcompConfig.cmake wherever the consumer finds MPI or the CUDA toolkit, so nothing about
@@ -16,7 +13,12 @@
 
 set(VCPKG_BUILD_TYPE release)  # headers only: no debug tree
 
-get_filename_component(SOURCE_PATH "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
+vcpkg_download_distfile(ARCHIVE
+  URLS "https://github.com/gradcomp/gradcomp/releases/download/v${VERSION}/gradcomp-${VERSION}.tar.gz"
+  FILENAME "gradcomp-${VERSION}.tar.gz"
+  SHA512 b74b3d4b7d24d415c0ab4cc0dc4e28c8a76576a64b615503d14a1130f3f7a96de60fb2b74081a4abb0f3dbf29e3ad52e6f3e7638346072fce419ac0774614f76
+)
+vcpkg_extract_source_archive(SOURCE_PATH ARCHIVE "${ARCHIVE}")
 
 vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS
   FEATURES

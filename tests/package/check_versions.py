@@ -7,8 +7,8 @@
 
 The library version is written once, in include/gradcomp/version.hpp; CMake reads it from there
 (--cmake-version is the project version CMake ended up with), the Conan recipe's set_version()
-reads it too (run against a stand-in for Conan's API), and the vcpkg manifest, the installed
-gradcomp.pc and CHANGELOG.md's latest release must repeat it. The wire-format version
+reads it too (no literal version in conanfile.py; package.conan runs the real client), and the
+vcpkg manifest, the installed gradcomp.pc and CHANGELOG.md's latest release must repeat it. The wire-format version
 (core/wire.hpp) must be the one docs/wire-format.md documents and the one the changelog entry of
 that release names. Policy: docs/packaging.md, "Versions".
 """
@@ -20,7 +20,6 @@ import re
 import sys
 
 sys.dont_write_bytecode = True
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def read(path):
@@ -48,16 +47,13 @@ def main():
     version = ".".join(parts)
     found = {"version.hpp": version, "CMake project()": args.cmake_version}
 
-    sys.path.insert(0, os.path.join(HERE, "conan", "stub"))
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gradcomp_conanfile", os.path.join(src, "conanfile.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    recipe = module.GradcompConan()
-    recipe.recipe_folder = src
-    recipe.set_version()
-    found["conanfile.py set_version()"] = recipe.version
+    # The recipe has no version of its own: set_version() reads version.hpp (package.conan checks
+    # what the real client makes of it with `conan inspect`); a literal one would drift.
+    recipe = read(os.path.join(src, "conanfile.py"))
+    if re.search(r"^    version *=", recipe, re.M):
+        problems.append("conanfile.py sets a literal version; set_version() reads version.hpp")
+    if "version.hpp" not in recipe:
+        problems.append("conanfile.py's set_version() does not read version.hpp")
 
     found["ports/gradcomp/vcpkg.json"] = json.loads(
         read(os.path.join(src, "ports", "gradcomp", "vcpkg.json")))["version"]

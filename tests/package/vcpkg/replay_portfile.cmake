@@ -1,12 +1,17 @@
 # SPDX-FileCopyrightText: 2026 The gradcomp authors
 # SPDX-License-Identifier: Apache-2.0
 #
-# cmake -DPORT_DIR=<repo>/ports/gradcomp -DWORK=<scratch> [-DFEATURES=core;mpi]
-#       [-DGENERATOR=Ninja] [-DCXX=<compiler>] -P replay_portfile.cmake
+# cmake -DPORT_DIR=<port> -DWORK=<scratch> [-DFEATURES=core;mpi] [-DGENERATOR=Ninja]
+#       [-DCXX=<compiler>] [-DARCHIVE_SHA512_FILE=<archive.sha512>] -P replay_portfile.cmake
 #
-# package.vcpkg_port: runs ports/gradcomp/portfile.cmake without vcpkg. The vcpkg helpers it
-# calls are defined here with the behaviour of vcpkg's own (scripts/cmake and the vcpkg-cmake,
-# vcpkg-cmake-config ports) that matters for this port: a Release-only CMake configure and install
+# package.vcpkg_port: runs a port's portfile.cmake without vcpkg. PORT_DIR is the copy of
+# ports/gradcomp that package.release updated with scripts/release for an archive of this
+# checkout (file:// URL, its SHA-512), so the replay builds that archive, not the checkout. The
+# vcpkg helpers it calls are defined here with the behaviour of vcpkg's own (scripts/cmake and
+# the vcpkg-cmake, vcpkg-cmake-config ports) that matters for this port: the download into
+# downloads/ checked against the SHA-512 (a placeholder `SHA512 0` is an error that prints the
+# real hash, as in vcpkg), the extraction without the archive's top directory, a Release-only
+# CMake configure and install
 # into ${CURRENT_PACKAGES_DIR}, vcpkg's warning about unused -D options turned into an error,
 # the move of the CMake package to share/<port> and its PACKAGE_PREFIX_DIR rewrite, the .pc
 # prefix rewrite, the copyright file. Then a few of vcpkg's post-build checks run on the result.
@@ -31,9 +36,10 @@ string(JSON PORT GET "${manifest}" name)
 string(JSON VERSION GET "${manifest}" version)
 set(CURRENT_PACKAGES_DIR "${WORK}/packages")
 set(CURRENT_BUILDTREES_DIR "${WORK}/buildtrees")
+set(DOWNLOADS "${WORK}/downloads")
 set(TARGET_TRIPLET x64-linux)
 file(REMOVE_RECURSE "${WORK}")
-file(MAKE_DIRECTORY "${CURRENT_PACKAGES_DIR}" "${CURRENT_BUILDTREES_DIR}")
+file(MAKE_DIRECTORY "${CURRENT_PACKAGES_DIR}" "${CURRENT_BUILDTREES_DIR}" "${DOWNLOADS}")
 foreach(feature IN LISTS FEATURES)
   if(NOT feature STREQUAL "core")
     string(JSON description ERROR_VARIABLE missing GET "${manifest}" features ${feature} description)
@@ -42,6 +48,52 @@ foreach(feature IN LISTS FEATURES)
     endif()
   endif()
 endforeach()
+
+# vcpkg_download_distfile(<var> URLS <url>... FILENAME <name> SHA512 <hash>)
+function(vcpkg_download_distfile out)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "SKIP_SHA512" "FILENAME;SHA512" "URLS;HEADERS")
+  if(arg_SKIP_SHA512 OR NOT arg_SHA512 OR NOT arg_FILENAME OR NOT arg_URLS)
+    message(FATAL_ERROR "vcpkg_download_distfile: URLS, FILENAME and SHA512 are required "
+                        "(SKIP_SHA512 is not accepted in a port)")
+  endif()
+  set(file "${DOWNLOADS}/${arg_FILENAME}")
+  if(NOT EXISTS "${file}")
+    list(GET arg_URLS 0 url)
+    file(DOWNLOAD "${url}" "${file}" STATUS status)
+    list(GET status 0 code)
+    if(NOT code EQUAL 0)
+      file(REMOVE "${file}")
+      message(FATAL_ERROR "vcpkg_download_distfile: downloading ${url} failed: ${status}")
+    endif()
+  endif()
+  file(SHA512 "${file}" actual)
+  if(NOT actual STREQUAL arg_SHA512)
+    message(FATAL_ERROR "vcpkg_download_distfile: File does not have expected hash:\n"
+                        "  File path: ${file}\n  Expected hash: ${arg_SHA512}\n"
+                        "  Actual hash: ${actual}")
+  endif()
+  set(${out} "${file}" PARENT_SCOPE)
+endfunction()
+
+# vcpkg_extract_source_archive(<var> ARCHIVE <archive>): the contents of its one top directory.
+function(vcpkg_extract_source_archive out)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "ARCHIVE;SOURCE_BASE;WORKING_DIRECTORY" "PATCHES")
+  if(NOT arg_ARCHIVE)
+    message(FATAL_ERROR "vcpkg_extract_source_archive: ARCHIVE is required")
+  endif()
+  set(base "${CURRENT_BUILDTREES_DIR}/src")
+  file(REMOVE_RECURSE "${base}/extract")
+  file(ARCHIVE_EXTRACT INPUT "${arg_ARCHIVE}" DESTINATION "${base}/extract")
+  file(GLOB top LIST_DIRECTORIES true "${base}/extract/*")
+  list(LENGTH top n)
+  if(NOT n EQUAL 1 OR NOT IS_DIRECTORY "${top}")
+    message(FATAL_ERROR "vcpkg_extract_source_archive: ${arg_ARCHIVE} has no single top directory")
+  endif()
+  get_filename_component(name "${top}" NAME)
+  file(REMOVE_RECURSE "${base}/${name}.clean")
+  file(RENAME "${top}" "${base}/${name}.clean")
+  set(${out} "${base}/${name}.clean" PARENT_SCOPE)
+endfunction()
 
 # vcpkg_check_features(OUT_FEATURE_OPTIONS <var> FEATURES <feature> <option>...)
 function(vcpkg_check_features)
@@ -176,6 +228,21 @@ foreach(file IN ITEMS copyright usage gradcompConfig.cmake gradcompConfigVersion
 endforeach()
 if(NOT EXISTS "${CURRENT_PACKAGES_DIR}/include/gradcomp/gradcomp.hpp")
   list(APPEND problems "missing include/gradcomp/gradcomp.hpp")
+endif()
+# With -DARCHIVE_SHA512_FILE=<the archive's .sha512>: what the port built is that archive.
+if(DEFINED ARCHIVE_SHA512_FILE)
+  file(READ "${ARCHIVE_SHA512_FILE}" expected)
+  string(REGEX MATCH "^[0-9a-f]+" expected "${expected}")
+  file(GLOB archives "${DOWNLOADS}/*")
+  if(NOT archives)
+    list(APPEND problems "the port downloaded nothing: it must build the release archive")
+  endif()
+  foreach(archive IN LISTS archives)
+    file(SHA512 "${archive}" sha512)
+    if(NOT sha512 STREQUAL expected)
+      list(APPEND problems "${archive} is not the release archive under test")
+    endif()
+  endforeach()
 endif()
 if(NOT Z_GRADCOMP_PC_FILES)
   list(APPEND problems "no .pc file was installed (vcpkg_fixup_pkgconfig found none)")

@@ -1,2 +1,0 @@
-# SPDX-FileCopyrightText: 2026 The gradcomp authors
-# SPDX-License-Identifier: Apache-2.0
