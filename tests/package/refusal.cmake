@@ -14,6 +14,8 @@
 #   blas_missing   COMPONENTS blas where no CBLAS can be found (the searches for cblas.h and the
 #                  library are rerooted into an empty directory): gradcomp_NOT_FOUND_MESSAGE
 #                  names what is missing
+#   torch_missing  COMPONENTS torch where torch's CMake package cannot be found: the message
+#                  says to put torch.utils.cmake_prefix_path on CMAKE_PREFIX_PATH
 #   unknown        COMPONENTS nosuch: the message lists the components that exist
 
 cmake_policy(VERSION 3.23)
@@ -54,9 +56,12 @@ foreach(case IN LISTS CASES)
     set(options -DREQUEST_COMPONENTS=blas "-DCMAKE_FIND_ROOT_PATH=${WORK}/empty"
                 -DCMAKE_FIND_ROOT_PATH_MODE_INCLUDE=ONLY -DCMAKE_FIND_ROOT_PATH_MODE_LIBRARY=ONLY)
     set(expect "Reason given by package:.*required components are missing:.*gradcomp::blas needs a CBLAS: cblas\\.h.*libopenblas")
+  elseif(case STREQUAL "torch_missing")
+    set(options -DREQUEST_COMPONENTS=torch)
+    set(expect "Reason given by package:.*required components are missing:.*gradcomp::torch needs torch's CMake package.*torch\\.utils\\.cmake_prefix_path")
   elseif(case STREQUAL "unknown")
     set(options -DREQUEST_COMPONENTS=blas,nosuch)
-    set(expect "gradcomp has no component 'nosuch' \\(it has cuda, mpi, nccl, blas")
+    set(expect "gradcomp has no component 'nosuch' \\(it has cuda, mpi, nccl, blas, torch")
   else()
     message(FATAL_ERROR "unknown case '${case}'")
   endif()
