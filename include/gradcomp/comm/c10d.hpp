@@ -6,7 +6,8 @@
 /// process group (`c10d::ProcessGroup`: gloo on CPU, NCCL or MPI where PyTorch has them), so the
 /// library's collectives, agreement rounds and gossip run over the process group a training
 /// script already has. Needs libtorch's headers and libraries (PyTorch 2.4 or later): link the
-/// CMake target `gradcomp::torch` (created where `find_package(Torch)` succeeds). Pass a
+/// CMake target `gradcomp::torch` (`find_package(gradcomp COMPONENTS torch)` with
+/// `torch.utils.cmake_prefix_path` on `CMAKE_PREFIX_PATH`; docs/packaging.md). Pass a
 /// `c10d::ProcessGroup` (the default group, `dist.new_group()`), not one of its `Backend`s. Not included by
 /// `gradcomp/gradcomp.hpp`. The Python package (python/, docs/pytorch.md) builds on it.
 ///
