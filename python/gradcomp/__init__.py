@@ -13,6 +13,9 @@ kinds (``ConfigError``, ``FormatError``, ``NumericError``, ``CommError``), with 
 messages. See docs/pytorch.md.
 """
 
+# torch first: it loads libtorch and libtorch_python, which the extension links against.
+import torch  # noqa: F401
+
 from ._C import (  # noqa: F401
     Codec,
     CommError,

@@ -165,3 +165,13 @@ def test_tensors_off_the_cpu_are_refused_with_the_device():
         c.compress(x)
     with pytest.raises(gradcomp.ConfigError, match="must be a CPU tensor, got one on meta"):
         c.decompress(c.compress(torch.ones(16)), x)
+
+
+def test_the_package_imports_in_a_fresh_interpreter():
+    # what a user types first: `python -c "import gradcomp"`, torch not imported beforehand
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "import gradcomp; print(gradcomp.__version__)"],
+                         capture_output=True, text=True, cwd="/", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == gradcomp.__version__
