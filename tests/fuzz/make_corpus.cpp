@@ -27,6 +27,7 @@
 #include <gradcomp/feedback/policies.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -168,6 +169,29 @@ bytes feedback_state(Compressor c) {
   return c.save();
 }
 
+// feedback_state case 6: codec byte, policy byte, then 16 floats per step: a spike beyond
+// binary16's range, then an ordinary step.
+void half_feedback(writer& w) {
+  for (std::uint8_t codec : {0, 1, 5}) {
+    for (std::uint8_t policy = 0; policy < 4; ++policy) {
+      bytes b{std::byte{6}, std::byte{codec}, std::byte{policy}};
+      for (int step = 0; step < 2; ++step) {
+        std::vector<float> x = sample_tensor(16, static_cast<std::uint32_t>(step));
+        if (step == 0) {
+          x[3] = 1e5f;
+          x[9] = -3e38f;
+        }
+        for (float v : x) {
+          auto const u = std::bit_cast<std::uint32_t>(v);
+          for (int k = 0; k < 4; ++k) b.push_back(static_cast<std::byte>((u >> (8 * k)) & 0xffu));
+        }
+      }
+      w.put("feedback_state",
+            "half_codec" + std::to_string(codec) + "_policy" + std::to_string(policy), b);
+    }
+  }
+}
+
 void states(writer& w) {
   gc::any_codec const topk = gc::make_codec("topk:k=2");
   w.put("feedback_state", "none",
@@ -305,6 +329,7 @@ int main(int argc, char** argv) {
     writer w{argv[1]};
     packets(w, small);
     states(w);
+    half_feedback(w);
     specs(w);
     exchanges(w, small);
     idx(w);
