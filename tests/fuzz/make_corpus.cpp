@@ -37,6 +37,7 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -265,6 +266,28 @@ void specs(writer& w) {
   for (std::string_view s : codec_specs) put(0, "codec_" + safe_name(std::string(s)), s);
   for (std::string_view s : controller_specs)
     put(1, "controller_" + safe_name(std::string(s)).substr(0, 60), s);
+  // The runtime model (bit 7): ranks, ranks per node, 15 doubles, the topology name.
+  for (auto const& [ranks, per_node, name] :
+       {std::tuple<std::uint32_t, std::uint32_t, char const*>{16, 4, "aer"},
+        {8, 8, "ring"},
+        {6, 1, "static-ring"},
+        {32, 4, "exp"},
+        {12, 3, "complete"}}) {
+    bytes b{std::byte{0x80}};
+    auto u32 = [&](std::uint32_t v) {
+      for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xffu));
+    };
+    u32(ranks);
+    u32(per_node);
+    for (double d : {1e-6, 100e9, 10e-6, 3e9, 12e9, 0.1, 0.01, 2.0 / 3.0, 0.005, 32.0, 4e9, 8e9,
+                     2.0, 20e9, 4e8}) {
+      auto const v = std::bit_cast<std::uint64_t>(d);
+      u32(static_cast<std::uint32_t>(v));
+      u32(static_cast<std::uint32_t>(v >> 32));
+    }
+    for (char const* c = name; *c != 0; ++c) b.push_back(static_cast<std::byte>(*c));
+    w.put("spec", std::string("model_") + name, b);
+  }
   put(2, "powersgd", "powersgd");
   put(2, "powersgd_all", "powersgd:rank=2,min_elements=16,backend=builtin");
   for (unsigned i = 0; i < std::size(pipeline_setups); ++i) {

@@ -72,7 +72,7 @@ class identity_codec : public detail::codec_base<identity_codec> {
   static constexpr aggregation_kind aggregation = aggregation_kind::summable;
   static constexpr bool unbiased = true;
 
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
     return identity_format::max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept { return 32.0; }
@@ -128,7 +128,7 @@ class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
   static constexpr aggregation_kind aggregation = aggregation_kind::summable;
   static constexpr bool unbiased = false;
 
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
     return half_cast_format<Wire>::max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept { return 16.0; }

@@ -607,9 +607,14 @@ class powersgd {
   /// Forgets all state.
   void reset() noexcept { states_.clear(); }
 
-  /// Exact packet size for a rows × cols matrix.
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t rows,
-                                                 std::size_t cols) const noexcept {
+  /// Exact packet size for a rows × cols matrix; `config_error` for more than
+  /// `max_packet_elements` elements (the size would overflow).
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t rows, std::size_t cols) const {
+    if (cols != 0 && rows > max_packet_elements / cols) {
+      throw config_error("gradcomp: powersgd: cannot size a packet of " + std::to_string(rows) +
+                         " x " + std::to_string(cols) +
+                         " elements (at most 2^56; the size would overflow)");
+    }
     bool const dense =
         powersgd_mode_for(rows, cols, opt_.rank, opt_.min_elements) == powersgd_mode::dense;
     return header_bytes + 4 * (dense ? rows * cols : std::size_t{opt_.rank} * (rows + cols));

@@ -177,7 +177,8 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
   }
 
   /// Exact packet size: header, check word, k_for(n) values.
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
+    detail::check_packet_elements(id, n);
     return header_bytes + 4 +
            k_for(n) * static_cast<std::size_t>(detail::sparse::value_bytes(values_));
   }
