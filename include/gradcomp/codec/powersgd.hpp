@@ -31,6 +31,7 @@
 /// Factors are stored column by column: column c of P is `p()[c * rows, (c + 1) * rows)`, of
 /// Q `q()[c * cols, (c + 1) * cols)`, so M̂(i, j) = Σ_c P[c][i] Q[c][j].
 
+#include <gradcomp/codec/format/common.hpp>
 #include <gradcomp/codec/format/powersgd.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
