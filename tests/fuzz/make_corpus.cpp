@@ -27,6 +27,7 @@
 #include <gradcomp/feedback/policies.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +37,7 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -168,6 +170,29 @@ bytes feedback_state(Compressor c) {
   return c.save();
 }
 
+// feedback_state case 6: codec byte, policy byte, then 16 floats per step: a spike beyond
+// binary16's range, then an ordinary step.
+void half_feedback(writer& w) {
+  for (std::uint8_t codec : {0, 1, 5}) {
+    for (std::uint8_t policy = 0; policy < 4; ++policy) {
+      bytes b{std::byte{6}, std::byte{codec}, std::byte{policy}};
+      for (int step = 0; step < 2; ++step) {
+        std::vector<float> x = sample_tensor(16, static_cast<std::uint32_t>(step));
+        if (step == 0) {
+          x[3] = 1e5f;
+          x[9] = -3e38f;
+        }
+        for (float v : x) {
+          auto const u = std::bit_cast<std::uint32_t>(v);
+          for (int k = 0; k < 4; ++k) b.push_back(static_cast<std::byte>((u >> (8 * k)) & 0xffu));
+        }
+      }
+      w.put("feedback_state",
+            "half_codec" + std::to_string(codec) + "_policy" + std::to_string(policy), b);
+    }
+  }
+}
+
 void states(writer& w) {
   gc::any_codec const topk = gc::make_codec("topk:k=2");
   w.put("feedback_state", "none",
@@ -241,6 +266,28 @@ void specs(writer& w) {
   for (std::string_view s : codec_specs) put(0, "codec_" + safe_name(std::string(s)), s);
   for (std::string_view s : controller_specs)
     put(1, "controller_" + safe_name(std::string(s)).substr(0, 60), s);
+  // The runtime model (bit 7): ranks, ranks per node, 15 doubles, the topology name.
+  for (auto const& [ranks, per_node, name] :
+       {std::tuple<std::uint32_t, std::uint32_t, char const*>{16, 4, "aer"},
+        {8, 8, "ring"},
+        {6, 1, "static-ring"},
+        {32, 4, "exp"},
+        {12, 3, "complete"}}) {
+    bytes b{std::byte{0x80}};
+    auto u32 = [&](std::uint32_t v) {
+      for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xffu));
+    };
+    u32(ranks);
+    u32(per_node);
+    for (double d : {1e-6, 100e9, 10e-6, 3e9, 12e9, 0.1, 0.01, 2.0 / 3.0, 0.005, 32.0, 4e9, 8e9,
+                     2.0, 20e9, 4e8}) {
+      auto const v = std::bit_cast<std::uint64_t>(d);
+      u32(static_cast<std::uint32_t>(v));
+      u32(static_cast<std::uint32_t>(v >> 32));
+    }
+    for (char const* c = name; *c != 0; ++c) b.push_back(static_cast<std::byte>(*c));
+    w.put("spec", std::string("model_") + name, b);
+  }
   put(2, "powersgd", "powersgd");
   put(2, "powersgd_all", "powersgd:rank=2,min_elements=16,backend=builtin");
   for (unsigned i = 0; i < std::size(pipeline_setups); ++i) {
@@ -305,6 +352,7 @@ int main(int argc, char** argv) {
     writer w{argv[1]};
     packets(w, small);
     states(w);
+    half_feedback(w);
     specs(w);
     exchanges(w, small);
     idx(w);

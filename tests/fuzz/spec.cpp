@@ -1,12 +1,14 @@
 // SPDX-FileCopyrightText: 2026 The gradcomp authors
 // SPDX-License-Identifier: Apache-2.0
 //
-// Fuzz target: the spec parsers, `make_codec`, `make_controller`, `make_powersgd`, and the
-// gradient pipeline's options (codec, feedback and controller specs together).
+// Fuzz target: the spec parsers, `make_codec`, `make_controller`, `make_powersgd`, the
+// gradient pipeline's options (codec, feedback and controller specs together), and the runtime
+// model's inputs with the topologies' `from_name`.
 //
 // Input: one byte choosing the parser (modulo 4: codec, controller, powersgd, pipeline), then
 // the spec text; for the pipeline, three lines (codec, feedback, controller), and bit 2 of the
-// first byte sets two_way.
+// first byte sets two_way. With bit 7 of the first byte set: the runtime model, from
+// `model_input` below (rank count, ranks per node, 15 raw doubles, then the topology name).
 //
 // Oracles, for a spec that parses:
 // - the same spec with its options in reverse order parses to the same thing (option order
@@ -15,7 +17,10 @@
 //   packet decodes with decompress_any;
 // - controller: both save the same state, and still do after two decisions each; a controller
 //   rebuilt from its name() saves the same state;
-// - pipeline: its (empty) checkpoint loads back.
+// - pipeline: its (empty) checkpoint loads back;
+// - model: parameters that validate give finite, non-negative predictions from every
+//   predict_* function; a topology that builds has rows and groups of ranks in [0, n), its
+//   groups partition the ranks, and the runtime model's gossip over it is finite.
 
 #include "controller_steps.hpp"
 #include "fuzz.hpp"
@@ -25,7 +30,12 @@
 #include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/core/spec.hpp>
 #include <gradcomp/core/tensor.hpp>
+#include <gradcomp/model/runtime.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
+#include <gradcomp/topology/topology.hpp>
+
+#include <bit>
+#include <cmath>
 
 #include <cstddef>
 #include <cstdint>
@@ -148,11 +158,85 @@ void pipeline(std::string_view text, bool two_way) {
                       "a new pipeline's checkpoint does not load back");
 }
 
+bool finite_time(gc::iteration_time const& t) {
+  for (double v :
+       {t.compute, t.codec, t.communication, t.exposed, t.optimizer, t.bytes_sent, t.total()}) {
+    if (!(std::isfinite(v) && v >= 0.0)) return false;
+  }
+  return true;
+}
+
+// Model inputs: u32 ranks, u32 ranks per node, 15 doubles (intra latency and bandwidth, inter
+// latency and bandwidth, fabric bandwidth, compute mean, stddev, backward fraction, optimizer,
+// codec ratio, compress and decompress bandwidth, hierarchical intra ratio and conversion
+// bandwidth, message bytes), then the topology name.
+void model(input& in) {
+  gc::cluster_params cl;
+  cl.ranks = static_cast<int>(in.u32());
+  cl.ranks_per_node = static_cast<int>(in.u32());
+  auto f64 = [&] {
+    return std::bit_cast<double>(static_cast<std::uint64_t>(in.u32()) |
+                                 static_cast<std::uint64_t>(in.u32()) << 32);
+  };
+  cl.intra = {f64(), f64()};
+  cl.inter = {f64(), f64()};
+  cl.fabric_bandwidth = f64();
+  gc::compute_params c;
+  c.mean = f64();
+  c.stddev = f64();
+  c.backward_fraction = f64();
+  c.optimizer = f64();
+  gc::codec_params k;
+  k.ratio = f64();
+  k.compress_bandwidth = f64();
+  k.decompress_bandwidth = f64();
+  gc::hierarchical_params h;
+  h.intra_ratio = f64();
+  h.intra_convert_bandwidth = f64();
+  double const bytes = f64();
+  auto const rest = in.rest();
+  std::string_view const name(reinterpret_cast<char const*>(rest.data()), rest.size());
+
+  auto check = [](auto&& predict) {
+    gc::iteration_time t;
+    if (accepted_only<gc::config_error>([&] { t = predict(); }, "runtime model"))
+      GRADCOMP_FUZZ_CHECK(finite_time(t), "validated model inputs gave a non-finite prediction");
+  };
+  check([&] { return gc::predict_allreduce(bytes, cl, c); });
+  check([&] { return gc::predict_compressed_allreduce(bytes, cl, c, k); });
+  check([&] { return gc::predict_two_way(bytes, cl, c, k); });
+  check([&] { return gc::predict_hierarchical_allreduce(bytes, cl, c, k, h); });
+
+  std::optional<gc::topology> topo;
+  if (!accepted_only<gc::config_error>(
+          [&] { topo.emplace(gc::topology::from_name(name, cl.ranks, cl.ranks_per_node)); },
+          "topology"))
+    return;
+  int const n = topo->size();
+  GRADCOMP_FUZZ_CHECK(n >= 1 && n <= gc::topology::max_ranks,
+                      "a topology accepted a rank count it cannot index");
+  auto in_range = [&](gc::mixing_row const& row) {
+    for (auto const& e : row.entries)
+      GRADCOMP_FUZZ_CHECK(e.rank >= 0 && e.rank < n, "a mixing row names a rank outside [0, n)");
+  };
+  for (std::uint64_t s = 0; s < std::min<std::uint64_t>(topo->period(), 64); ++s) {
+    for (int r : {0, 1, n / 2, n - 2, n - 1}) {
+      if (r >= 0 && r < n) in_range(topo->row(s, r));
+    }
+    if (n <= 256 && topo->group_based()) gc::check_partition(topo->groups(s), n);
+  }
+  if (n <= 256) check([&] { return gc::predict_gossip(bytes, cl, c, *topo, &k); });
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size) {
   input in(data, size);
   std::uint8_t const which = in.u8();
+  if ((which & 0x80u) != 0) {
+    model(in);
+    return 0;
+  }
   auto const rest = in.rest();
   std::string_view const text(reinterpret_cast<char const*>(rest.data()), rest.size());
   switch (which % 4) {

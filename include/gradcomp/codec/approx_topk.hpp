@@ -89,7 +89,8 @@ class approx_topk_codec : public detail::sparse_codec_base<approx_topk_codec> {
   }
 
   /// Header plus absolute indices plus values for the most elements the window allows.
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
+    detail::check_packet_elements(id, n);
     std::size_t const m =
         std::min<std::size_t>(n, static_cast<std::size_t>(window(k_for(n)).second));
     return header_bytes + m * static_cast<std::size_t>(4 + detail::sparse::value_bytes(values_));

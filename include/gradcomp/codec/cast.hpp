@@ -3,8 +3,9 @@
 #pragma once
 /// @file
 /// Element-type codecs: `identity_codec` (the tensor as it is), `fp16_codec` and `bf16_codec`
-/// (round to nearest even into a 16-bit float). These are the dense baselines; their packets
-/// are summable, and they carry NaN and infinities through unchanged.
+/// (round to nearest even into a 16-bit float, saturating finite values at the format's
+/// largest). These are the dense baselines; their packets are summable, and they carry NaN and
+/// infinities through unchanged.
 
 #include <gradcomp/codec/detail/codec_base.hpp>
 #include <gradcomp/codec/format/cast.hpp>
@@ -71,7 +72,7 @@ class identity_codec : public detail::codec_base<identity_codec> {
   static constexpr aggregation_kind aggregation = aggregation_kind::summable;
   static constexpr bool unbiased = true;
 
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
     return identity_format::max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept { return 32.0; }
@@ -113,8 +114,9 @@ class identity_codec : public detail::codec_base<identity_codec> {
 
 /// Rounds each element to a 16-bit float (`Wire` = `dtype::f16` or `dtype::bf16`), nearest
 /// even. 16 bits per element, summable, deterministic (not unbiased). Infinities and NaNs are
-/// kept; finite values beyond the format's range become infinities (binary16 overflows above
-/// 65504 — scale the loss first). Payload: n little-endian 16-bit values.
+/// kept; a finite value beyond the format's range saturates to its largest finite value
+/// (±65504 for binary16; core/quant/half.hpp), so that error feedback keeps the excess in a
+/// finite residual. Payload: n little-endian 16-bit values.
 template <dtype Wire>
 class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
   static_assert(Wire == dtype::f16 || Wire == dtype::bf16);
@@ -126,7 +128,7 @@ class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
   static constexpr aggregation_kind aggregation = aggregation_kind::summable;
   static constexpr bool unbiased = false;
 
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
     return half_cast_format<Wire>::max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept { return 16.0; }
@@ -150,12 +152,12 @@ class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
       cpu::isa const level = cpu::effective_isa(ctx.isa);
       bool const stream = cpu::stream_output(2 * n);
       cpu::for_each_chunk(n, 16, ctx, [&](std::size_t, std::size_t b, std::size_t e) {
-        cpu::kernels::narrow<format>(x + b, payload + 2 * b, e - b, level, stream);
+        cpu::kernels::narrow_saturated<format>(x + b, payload + 2 * b, e - b, level, stream);
       });
     } else {  // the other 16-bit type: convert through float (exact widening)
       for (std::size_t i = 0; i < n; ++i) {
         cpu::kernels::scalar::store_u16(payload + 2 * i,
-                                        cpu::kernels::scalar::narrow<format>(to_float(x[i])));
+                                        cpu::kernels::scalar::narrow<format, true>(to_float(x[i])));
       }
     }
   }
@@ -181,7 +183,7 @@ class half_cast_codec : public detail::codec_base<half_cast_codec<Wire>> {
   void encode_block(block_scratch&, float const* x, std::size_t, std::size_t b, std::size_t e,
                     std::byte* payload, packet_header const&, random_stream const&,
                     cpu::isa level) const noexcept {
-    cpu::kernels::narrow<format>(x + b, payload + 2 * b, e - b, level);
+    cpu::kernels::narrow_saturated<format>(x + b, payload + 2 * b, e - b, level);
   }
   void decode_block(block_scratch&, packet_header const&, std::byte const* payload, float* out,
                     std::size_t b, std::size_t e, float alpha, cpu::isa level) const noexcept {

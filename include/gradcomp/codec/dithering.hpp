@@ -162,7 +162,7 @@ class dither_codec_base : public codec_base<Self> {
   static constexpr aggregation_kind aggregation = aggregation_kind::gather;
   static constexpr bool unbiased = true;
 
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
     return wire_format().max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept {

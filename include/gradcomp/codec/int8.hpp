@@ -40,7 +40,7 @@ class int8_codec : public detail::codec_base<int8_codec> {
     return int8_format::payload_bytes(bucket, n);
   }
 
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
     return wire_format().max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept {

@@ -39,7 +39,7 @@ class natural_codec : public detail::codec_base<natural_codec> {
   static std::uint64_t payload_bytes(std::uint32_t bucket, std::uint64_t n) noexcept {
     return natural_format::payload_bytes(bucket, n);
   }
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
     return wire_format().max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept {

@@ -44,7 +44,7 @@ class onebit_codec : public detail::codec_base<onebit_codec> {
     return onebit_format::payload_bytes(n);
   }
 
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
     return onebit_format::max_compressed_bytes(n);
   }
   [[nodiscard]] double bits_per_element() const noexcept { return 1.0; }

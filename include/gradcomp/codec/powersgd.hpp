@@ -31,6 +31,7 @@
 /// Factors are stored column by column: column c of P is `p()[c * rows, (c + 1) * rows)`, of
 /// Q `q()[c * cols, (c + 1) * cols)`, so M̂(i, j) = Σ_c P[c][i] Q[c][j].
 
+#include <gradcomp/codec/format/common.hpp>
 #include <gradcomp/codec/format/powersgd.hpp>
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
@@ -607,9 +608,14 @@ class powersgd {
   /// Forgets all state.
   void reset() noexcept { states_.clear(); }
 
-  /// Exact packet size for a rows × cols matrix.
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t rows,
-                                                 std::size_t cols) const noexcept {
+  /// Exact packet size for a rows × cols matrix; `config_error` for more than
+  /// `max_packet_elements` elements (the size would overflow).
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t rows, std::size_t cols) const {
+    if (cols != 0 && rows > max_packet_elements / cols) {
+      throw config_error("gradcomp: powersgd: cannot size a packet of " + std::to_string(rows) +
+                         " x " + std::to_string(cols) +
+                         " elements (at most 2^56; the size would overflow)");
+    }
     bool const dense =
         powersgd_mode_for(rows, cols, opt_.rank, opt_.min_elements) == powersgd_mode::dense;
     return header_bytes + 4 * (dense ? rows * cols : std::size_t{opt_.rank} * (rows + cols));

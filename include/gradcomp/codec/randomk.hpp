@@ -28,8 +28,9 @@
 /// all-reduces the value sections (payload offset 4, `value_section`).
 ///
 /// Inputs are not inspected beyond the chosen coordinates, so a NaN or infinity elsewhere
-/// goes unnoticed; one at a chosen coordinate is sent as is (f16 may also overflow to ±inf
-/// when scaled values exceed 65504).
+/// goes unnoticed; one at a chosen coordinate is sent as is. A finite value beyond the value
+/// type's range (scaled, or above 65504 in f16) saturates at its largest finite value
+/// (core/quant/half.hpp).
 
 #include <gradcomp/codec/budget.hpp>
 #include <gradcomp/codec/detail/codec_base.hpp>
@@ -38,6 +39,7 @@
 #include <gradcomp/codec/value_section.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/philox.hpp>
+#include <gradcomp/core/quant/half.hpp>
 #include <gradcomp/cpu/kernels/feistel.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 #include <gradcomp/cpu/tuning.hpp>
@@ -175,7 +177,8 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
   }
 
   /// Exact packet size: header, check word, k_for(n) values.
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
+    detail::check_packet_elements(id, n);
     return header_bytes + 4 +
            k_for(n) * static_cast<std::size_t>(detail::sparse::value_bytes(values_));
   }
@@ -230,7 +233,7 @@ class basic_random_k_codec : public detail::codec_base<basic_random_k_codec<Scal
           __builtin_prefetch(x + idx[j + cpu::gather_prefetch_ahead]);
 #endif
         float const f = to_float(x[idx[j]]);
-        detail::sparse::store_value(v, vals, j, Scaled ? f * s : f);
+        detail::sparse::store_value(v, vals, j, Scaled ? quant::scale_saturated(f, s) : f);
       }
     });
     return total;

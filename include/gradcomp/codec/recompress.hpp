@@ -33,6 +33,7 @@
 #include <gradcomp/codec/format/support.hpp>
 #include <gradcomp/codec/randomk.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/quant/half.hpp>
 #include <gradcomp/core/wire.hpp>
 
 #include <algorithm>
@@ -121,7 +122,7 @@ inline std::size_t recompress_sparse(std::span<std::byte const> packet, std::uin
     for (std::size_t p = 0; p < ranked.size(); ++p) {
       if ((ranked[p] & 0xffffffffu) >= k) continue;
       float const f = detail::sparse::value_at(v, vals, p);
-      detail::sparse::store_value(v, nv, j++, scaled ? f * rescale : f);
+      detail::sparse::store_value(v, nv, j++, scaled ? quant::scale_saturated(f, rescale) : f);
     }
     return total;
   }

@@ -40,7 +40,8 @@ class threshold_codec : public detail::sparse_codec_base<threshold_codec> {
   [[nodiscard]] sparse_values value_type() const noexcept { return values_; }
 
   /// Worst case: every element selected, absolute indices.
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
+    detail::check_packet_elements(id, n);
     return header_bytes + n * static_cast<std::size_t>(4 + detail::sparse::value_bytes(values_));
   }
 

@@ -82,7 +82,8 @@ class topk_codec : public detail::sparse_codec_base<topk_codec> {
 
   /// Header plus absolute indices plus values for k_for(n) elements (the delta encoding is
   /// only used when smaller).
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
+    detail::check_packet_elements(id, n);
     return header_bytes + k_for(n) * static_cast<std::size_t>(4 + detail::sparse::value_bytes(values_));
   }
 

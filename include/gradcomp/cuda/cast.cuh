@@ -5,7 +5,8 @@
 /// The element-type codecs on the GPU: `gradcomp::cuda::identity_codec`, `fp16_codec` and
 /// `bf16_codec`, writing and reading the packets of the CPU codecs of codec/cast.hpp (format:
 /// codec/format/cast.hpp) for float32, float16 and bfloat16 device tensors. Every element is
-/// rounded by the same `float_to_half_bits` / `float_to_bfloat16_bits` (core/dtype.hpp) — not
+/// rounded by the same `quant::half_bits_saturated` / `bfloat16_bits_saturated`
+/// (core/quant/half.hpp: round to nearest even, a finite overflow saturates) — not
 /// by `__float2half`, whose NaN results differ — and an input already of the payload's type is
 /// copied bit for bit, as the CPU does.
 ///
@@ -21,6 +22,7 @@
 
 #include <gradcomp/codec/format/cast.hpp>
 #include <gradcomp/core/dtype.hpp>
+#include <gradcomp/core/quant/half.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cuda/config.cuh>
 #include <gradcomp/cuda/detail/codec_base.cuh>
@@ -40,13 +42,13 @@ GRADCOMP_CUDA_NAMESPACE_BEGIN
 namespace ops {
 
 /// The wire bits of a float in payload type `Wire` (f32: its bits; f16, bf16: rounded to
-/// nearest even).
+/// nearest even, saturating a finite value beyond the range).
 template <dtype Wire>
 GRADCOMP_HOST_DEVICE constexpr std::uint32_t narrow_bits(float v) noexcept {
   if constexpr (Wire == dtype::f16) {
-    return float_to_half_bits(v);
+    return gradcomp::quant::half_bits_saturated(v);
   } else if constexpr (Wire == dtype::bf16) {
-    return float_to_bfloat16_bits(v);
+    return gradcomp::quant::bfloat16_bits_saturated(v);
   } else {
     return gradcomp::detail::bit_cast<std::uint32_t>(v);
   }

@@ -128,7 +128,8 @@ class basic_random_k_codec : public detail::sparse_device_codec<basic_random_k_c
   [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept { return b_.k_for(n); }
 
   /// Exact packet size: header, check word, k_for(n) values.
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
+    gradcomp::detail::check_packet_elements(id, n);
     return header_bytes + 4 + k_for(n) * b_.value_bytes();
   }
 

@@ -73,7 +73,8 @@ class threshold_codec : public detail::sparse_device_codec<threshold_codec> {
   [[nodiscard]] sparse_values value_type() const noexcept { return values_; }
 
   /// Worst case: every element selected, absolute indices (as the CPU codec).
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
+    gradcomp::detail::check_packet_elements(id, n);
     return header_bytes +
            n * static_cast<std::size_t>(4 + gradcomp::detail::sparse::value_bytes(values_));
   }

@@ -284,7 +284,8 @@ class topk_codec : public detail::sparse_device_codec<topk_codec>,
   [[nodiscard]] std::size_t k_for(std::size_t n) const noexcept { return b_.k_for(n); }
 
   /// Header plus absolute indices plus values for k_for(n) elements, as the CPU codec.
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
+    gradcomp::detail::check_packet_elements(id, n);
     return header_bytes + k_for(n) * (4 + b_.value_bytes());
   }
 
@@ -356,7 +357,8 @@ class approx_topk_codec : public detail::sparse_device_codec<approx_topk_codec>,
 
   /// Header plus absolute indices plus values for the most elements the window allows, as the
   /// CPU codec.
-  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] std::size_t max_compressed_bytes(std::size_t n) const {
+    gradcomp::detail::check_packet_elements(id, n);
     std::uint64_t const hi = gradcomp::detail::sparse::approx_window(k_for(n), tolerance_).second;
     std::size_t const m = n < hi ? n : static_cast<std::size_t>(hi);
     return header_bytes + m * (4 + b_.value_bytes());

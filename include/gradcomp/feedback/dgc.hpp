@@ -40,6 +40,7 @@
 #include <gradcomp/core/quant/feedback.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/cpu/kernels/dither.hpp>
+#include <gradcomp/cpu/kernels/finite.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 #include <gradcomp/feedback/policies.hpp>
 
@@ -159,6 +160,11 @@ class dgc_feedback {
     });
     if (support) {
       for (std::uint32_t i : *support) nu[i] = 0.0f;  // indices validated below n
+    }
+    if (!cpu::kernels::all_finite(nv, n, cpu::effective_isa(ctx.isa))) {
+      throw numeric_error(
+          "gradcomp: dgc_feedback: the committed packet leaves a non-finite state "
+          "(it decodes to an infinity or NaN); the state was left unchanged");
     }
     s.prepared_ = true;
   }

@@ -7,7 +7,11 @@
 ///
 /// Guarantees: a policy rejects a non-finite gradient with `numeric_error` before changing its
 /// state (a NaN would otherwise stay in the residual forever), and any exception from the codec
-/// also leaves the state as it was. Residual feedback conserves gradient mass:
+/// also leaves the state as it was. After any committed step the state is finite: the codecs
+/// saturate a finite value beyond a 16-bit wire type's range at its largest finite value
+/// (core/quant/half.hpp), so the excess stays in the residual, and a commit whose next state
+/// would still not be finite (a packet that decodes to ±inf or NaN) is refused with
+/// `numeric_error`, the state unchanged. Residual feedback conserves gradient mass:
 /// sum of decoded packets + residual = sum of gradients, step after step, whatever the codec's
 /// settings at each step.
 
@@ -18,6 +22,7 @@
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/cpu/kernels/feedback.hpp>
+#include <gradcomp/cpu/kernels/finite.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <algorithm>
@@ -51,6 +56,16 @@ struct float_state {
     }
     staged = false;
     prepared = false;
+  }
+  // Marks `scratch` as the prepared next state after checking that it is finite (else
+  // `numeric_error`, nothing prepared, `data` unchanged).
+  void prepare_checked(char const* who, codec_context const& ctx) {
+    if (!cpu::kernels::all_finite(scratch.data(), scratch.size(), cpu::effective_isa(ctx.isa))) {
+      throw numeric_error(std::string("gradcomp: ") + who +
+                          ": the committed packet leaves a non-finite state (it decodes to an "
+                          "infinity or NaN); the state was left unchanged");
+    }
+    prepared = true;
   }
   // Makes the prepared next state current.
   void apply(char const* who) {
@@ -146,6 +161,8 @@ std::size_t fused_step(C const& c, float_state& s, tensor_view<float const> g, s
   if (!ok.load()) throw_combine_error(g, who);
   s.staged = false;
   s.prepared = false;
+  s.prepare_checked(who, ctx);
+  s.prepared = false;
   s.data.swap(s.scratch);
   return bytes;
 }
@@ -231,7 +248,7 @@ struct residual_feedback {
   void prepare_commit(C const& c, state& s, std::span<std::byte const> sent, codec_context const& ctx) const {
     s.take_stage("residual_feedback");
     c.decompress_add(sent, std::span<float>(s.scratch), -1.0f, ctx);
-    s.prepared = true;
+    s.prepare_checked("residual_feedback", ctx);
   }
   void apply_commit(state& s) const { s.apply("residual_feedback"); }
   void commit_lossless(state& s) const {
@@ -292,7 +309,7 @@ struct ef21_feedback {
       std::copy(s.data.begin(), s.data.end(), s.scratch.begin());
     }
     c.decompress_add(sent, std::span<float>(s.scratch), 1.0f, ctx);
-    s.prepared = true;
+    s.prepare_checked("ef21_feedback", ctx);
   }
   void apply_commit(state& s) const { s.apply("ef21_feedback"); }
   void commit_lossless(state& s) const {

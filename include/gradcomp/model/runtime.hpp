@@ -9,6 +9,16 @@
 /// are in docs/runtime-model.md; every function here names the one it implements.
 ///
 /// Units: seconds, bytes, bytes per second. Ranks are laid out node by node.
+///
+/// Inputs the model can compute with (each `validate()` refuses anything else with
+/// `config_error`, so that a prediction is always finite): ranks 1 to 2^24
+/// (`topology::max_ranks`); latencies and compute times 0 or normal numbers up to
+/// `model_limits::max_seconds`; bandwidths and codec speeds normal numbers in
+/// [`model_limits::min_bandwidth`, `model_limits::max_bandwidth`] (infinity where a field says
+/// so: a non-blocking fabric, a free codec); ratios normal numbers in
+/// [`model_limits::min_ratio`, `model_limits::max_ratio`]; message sizes 0 to
+/// `model_limits::max_bytes`. Denormal numbers are refused: divided by a flow count they
+/// underflow to 0 and a prediction becomes infinite.
 
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/config.hpp>
@@ -24,6 +34,38 @@
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
+
+/// The ranges of the model's inputs (file comment).
+struct model_limits {
+  static constexpr double max_seconds = 1e6;     ///< latencies, compute and optimizer times
+  static constexpr double min_bandwidth = 1.0;   ///< bytes per second
+  static constexpr double max_bandwidth = 1e18;  ///< bytes per second (finite values)
+  static constexpr double min_ratio = 1e-6;      ///< compression and intra-node ratios
+  static constexpr double max_ratio = 1e12;
+  static constexpr double max_bytes = 1e18;  ///< message size
+};
+
+namespace detail {
+
+// `config_error` naming `what` unless v is 0 or a normal number in [0, hi].
+inline void check_time(double v, double hi, std::string const& what) {
+  if (!(v == 0.0 || (std::isnormal(v) && v > 0.0 && v <= hi))) {
+    throw config_error("gradcomp: runtime model: " + what +
+                       " must be 0 or a normal number in (0, " + std::to_string(hi) + "], got " +
+                       std::to_string(v));
+  }
+}
+// `config_error` unless v is a normal number in [lo, hi], or +infinity where `infinite_ok`.
+inline void check_range(double v, double lo, double hi, bool infinite_ok, std::string const& what) {
+  if (infinite_ok && v == std::numeric_limits<double>::infinity()) return;
+  if (!(std::isnormal(v) && v >= lo && v <= hi)) {
+    throw config_error("gradcomp: runtime model: " + what + " must be a normal number in [" +
+                       std::to_string(lo) + ", " + std::to_string(hi) + "]" +
+                       (infinite_ok ? " or infinity" : "") + ", got " + std::to_string(v));
+  }
+}
+
+}  // namespace detail
 
 /// One link class of the alpha-beta (Hockney) model.
 struct link_params {
@@ -64,18 +106,19 @@ struct cluster_params {
     auto fail = [](std::string const& what) {
       throw config_error("gradcomp: runtime model: " + what);
     };
-    if (ranks < 1) fail("ranks must be >= 1, got " + std::to_string(ranks));
+    if (ranks < 1 || ranks > topology::max_ranks)
+      fail("ranks must be 1 to 2^24, got " + std::to_string(ranks));
     if (ranks_per_node < 1 || ranks % ranks_per_node != 0) {
       fail("ranks_per_node must be >= 1 and divide ranks; got " + std::to_string(ranks_per_node) +
            " for " + std::to_string(ranks) + " ranks");
     }
     for (link_params const* l : {&intra, &inter}) {
-      if (!(std::isfinite(l->latency) && l->latency >= 0.0))
-        fail("link latency must be finite and >= 0");
-      if (!(std::isfinite(l->bandwidth) && l->bandwidth > 0.0))
-        fail("link bandwidth must be finite and > 0");
+      detail::check_time(l->latency, model_limits::max_seconds, "link latency");
+      detail::check_range(l->bandwidth, model_limits::min_bandwidth, model_limits::max_bandwidth,
+                          false, "link bandwidth");
     }
-    if (!(fabric_bandwidth > 0.0)) fail("fabric bandwidth must be > 0 (infinity: non-blocking)");
+    detail::check_range(fabric_bandwidth, model_limits::min_bandwidth, model_limits::max_bandwidth,
+                        true, "fabric bandwidth (infinity: non-blocking)");
   }
 };
 
@@ -91,12 +134,12 @@ struct compute_params {
     auto fail = [](std::string const& what) {
       throw config_error("gradcomp: runtime model: " + what);
     };
-    if (!(std::isfinite(mean) && mean >= 0.0)) fail("compute mean must be finite and >= 0");
-    if (!(std::isfinite(stddev) && stddev >= 0.0)) fail("compute stddev must be finite and >= 0");
-    if (!(backward_fraction >= 0.0 && backward_fraction <= 1.0))
-      fail("backward_fraction must be in [0, 1]");
-    if (!(std::isfinite(optimizer) && optimizer >= 0.0))
-      fail("optimizer time must be finite and >= 0");
+    detail::check_time(mean, model_limits::max_seconds, "compute mean");
+    detail::check_time(stddev, model_limits::max_seconds, "compute stddev");
+    if (!(backward_fraction >= 0.0 && backward_fraction <= 1.0) ||
+        std::fpclassify(backward_fraction) == FP_SUBNORMAL)
+      fail("backward_fraction must be 0, 1 or a normal number between");
+    detail::check_time(optimizer, model_limits::max_seconds, "optimizer time");
   }
 };
 
@@ -110,12 +153,12 @@ struct codec_params {
   double decompress_bandwidth = std::numeric_limits<double>::infinity();
 
   void validate() const {
-    auto fail = [](std::string const& what) {
-      throw config_error("gradcomp: runtime model: " + what);
-    };
-    if (!(std::isfinite(ratio) && ratio > 0.0)) fail("codec ratio must be finite and > 0");
-    if (!(compress_bandwidth > 0.0)) fail("codec compress bandwidth must be > 0");
-    if (!(decompress_bandwidth > 0.0)) fail("codec decompress bandwidth must be > 0");
+    detail::check_range(ratio, model_limits::min_ratio, model_limits::max_ratio, false,
+                        "codec ratio");
+    detail::check_range(compress_bandwidth, model_limits::min_bandwidth,
+                        model_limits::max_bandwidth, true, "codec compress bandwidth");
+    detail::check_range(decompress_bandwidth, model_limits::min_bandwidth,
+                        model_limits::max_bandwidth, true, "codec decompress bandwidth");
   }
 };
 
@@ -181,8 +224,8 @@ struct iteration_time {
 namespace detail {
 
 inline void check_bytes(double bytes) {
-  if (!(std::isfinite(bytes) && bytes >= 0.0)) {
-    throw config_error("gradcomp: runtime model: message bytes must be finite and >= 0, got " +
+  if (!(bytes >= 0.0 && bytes <= model_limits::max_bytes)) {
+    throw config_error("gradcomp: runtime model: message bytes must be in [0, 1e18], got " +
                        std::to_string(bytes));
   }
 }
@@ -300,9 +343,10 @@ struct hierarchical_params {
       fail("hierarchical lanes must be 0 (ranks_per_node) or 1 to ranks_per_node (" +
            std::to_string(cl.ranks_per_node) + "), got " + std::to_string(lanes));
     }
-    if (!(std::isfinite(intra_ratio) && intra_ratio > 0.0))
-      fail("hierarchical intra_ratio must be finite and > 0");
-    if (!(intra_convert_bandwidth > 0.0)) fail("hierarchical intra_convert_bandwidth must be > 0");
+    detail::check_range(intra_ratio, model_limits::min_ratio, model_limits::max_ratio, false,
+                        "hierarchical intra_ratio");
+    detail::check_range(intra_convert_bandwidth, model_limits::min_bandwidth,
+                        model_limits::max_bandwidth, true, "hierarchical intra_convert_bandwidth");
   }
 };
 

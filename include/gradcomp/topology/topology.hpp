@@ -21,7 +21,9 @@
 /// | one_peer_exponential (n = 2^d) | d | pairs (j, j xor 2^r) in phase r |
 /// | alternating_exp_ring (N = n/p = 2^e >= 2) | 2e | a node's p ranks, or a node pair's 2p |
 ///
-/// Ranks are laid out node by node: rank r lives on node r / ranks_per_node. See
+/// Ranks are laid out node by node: rank r lives on node r / ranks_per_node. A topology has at
+/// most `topology::max_ranks` (2^24) ranks: its index arithmetic (n + rank, the mixing rows)
+/// then stays far inside `int`, and a larger count is a `config_error`. See
 /// docs/decentralized.md for the choices and their sources.
 
 #include <gradcomp/config.hpp>
@@ -114,6 +116,9 @@ struct mixing_row {
 /// A deterministic periodic gossip schedule over `size()` ranks (see file comment). Value type.
 class topology {
  public:
+  /// The largest number of ranks a topology accepts (2^24).
+  static constexpr int max_ranks = 1 << 24;
+
   /// Exact average over all n >= 1 ranks every step.
   static topology complete(int n) {
     check_size(n, "complete");
@@ -244,7 +249,7 @@ class topology {
         if (phase == 0) {
           peer = rank ^ 1;
         } else {
-          peer = (rank % 2 == 1) ? (rank + 1) % n_ : (rank + n_ - 1) % n_;
+          peer = (rank % 2 == 1) ? (rank + 1) % n_ : (rank == 0 ? n_ - 1 : rank - 1);
         }
         g.ranks = {std::min(rank, peer), std::max(rank, peer)};
         break;
@@ -299,7 +304,7 @@ class topology {
       out.entries = {{0, rank == 0 ? 1.0 / 3.0 : 2.0 / 3.0},
                      {1, rank == 1 ? 1.0 / 3.0 : 2.0 / 3.0}};
     } else {
-      int const left = (rank + n_ - 1) % n_;
+      int const left = rank == 0 ? n_ - 1 : rank - 1;
       int const right = (rank + 1) % n_;
       std::vector<int> members = {left, rank, right};
       std::sort(members.begin(), members.end());
@@ -326,9 +331,9 @@ class topology {
   topology(topology_kind k, int n, int p) noexcept : kind_(k), n_(n), p_(p) {}
 
   static void check_size(int n, char const* what) {
-    if (n < 1) {
+    if (n < 1 || n > max_ranks) {
       throw config_error(std::string("gradcomp: topology ") + what +
-                         " needs at least one rank; got " + std::to_string(n));
+                         " needs 1 to 2^24 ranks; got " + std::to_string(n));
     }
   }
   void check_rank(int rank) const {

@@ -62,6 +62,23 @@ std::uint16_t ref_bf16_bits(float f) {
   return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(bits));
 }
 
+/// What the codecs send (core/quant/half.hpp): `ref_half_bits`, with a finite value that
+/// rounds to an infinity saturated at ±65504.
+std::uint16_t ref_half_sat(float f) {
+  std::uint16_t const h = ref_half_bits(f);
+  if (std::isfinite(f) && (h & 0x7fffu) == 0x7c00u)
+    return static_cast<std::uint16_t>((h & 0x8000u) | 0x7bffu);
+  return h;
+}
+
+/// `ref_bf16_bits`, with a finite value that rounds to an infinity saturated (0x7f7f).
+std::uint16_t ref_bf16_sat(float f) {
+  std::uint16_t const h = ref_bf16_bits(f);
+  if (std::isfinite(f) && (h & 0x7fffu) == 0x7f80u)
+    return static_cast<std::uint16_t>((h & 0x8000u) | 0x7f7fu);
+  return h;
+}
+
 /// Exact value of binary16 bits (NaN for NaN patterns).
 double ref_half_value(std::uint16_t h) {
   int const e = (h >> 10) & 31;
@@ -308,10 +325,10 @@ TEST_CASE("fp16 and bf16 codecs match the reference conversions for special valu
       REQUIRE(pb.size() == hdr + 2 * x.size());
       for (std::size_t i = 0; i < x.size(); ++i) {
         CAPTURE(gc::cpu::isa_name(level), i, bits_of(x[i]));
-        REQUIRE(payload_u16(ph, i) == gc::float_to_half_bits(x[i]));
-        REQUIRE(payload_u16(ph, i) == ref_half_bits(x[i]));
-        REQUIRE(payload_u16(pb, i) == gc::float_to_bfloat16_bits(x[i]));
-        REQUIRE(payload_u16(pb, i) == ref_bf16_bits(x[i]));
+        REQUIRE(payload_u16(ph, i) == gc::quant::half_bits_saturated(x[i]));
+        REQUIRE(payload_u16(ph, i) == ref_half_sat(x[i]));
+        REQUIRE(payload_u16(pb, i) == gc::quant::bfloat16_bits_saturated(x[i]));
+        REQUIRE(payload_u16(pb, i) == ref_bf16_sat(x[i]));
       }
     }
   }
@@ -365,6 +382,9 @@ TEST_CASE(
   for (float f : samples) {
     if (gc::float_to_half_bits(f) != ref_half_bits(f) && bad_h++ == 0) first_h = bits_of(f);
     if (gc::float_to_bfloat16_bits(f) != ref_bf16_bits(f) && bad_b++ == 0) first_b = bits_of(f);
+    if (gc::quant::half_bits_saturated(f) != ref_half_sat(f) && bad_h++ == 0) first_h = bits_of(f);
+    if (gc::quant::bfloat16_bits_saturated(f) != ref_bf16_sat(f) && bad_b++ == 0)
+      first_b = bits_of(f);
   }
   CAPTURE(samples.size(), first_h, first_b);
   REQUIRE(bad_h == 0);
@@ -379,8 +399,8 @@ TEST_CASE(
     std::size_t bad = 0;
     std::uint32_t first = 0;
     for (std::size_t i = 0; i < samples.size(); ++i) {
-      bool const wrong = payload_u16(ph, i) != ref_half_bits(samples[i]) ||
-                         payload_u16(pb, i) != ref_bf16_bits(samples[i]);
+      bool const wrong = payload_u16(ph, i) != ref_half_sat(samples[i]) ||
+                         payload_u16(pb, i) != ref_bf16_sat(samples[i]);
       if (wrong && bad++ == 0) first = bits_of(samples[i]);
     }
     CAPTURE(gc::cpu::isa_name(level), first);
@@ -419,7 +439,7 @@ TEST_CASE(
     "once through float",
     "[codec][fp16][bf16]") {
   std::vector<float> g = heavy_tailed(300, 21);
-  g[0] = 70000.0f;  // beyond binary16, inside bfloat16
+  g[0] = 70000.0f;  // beyond binary16 (the fp16 codec saturates it), inside bfloat16
   auto const hb = convert_to<gc::bfloat16>(g);
   auto const hh = convert_to<gc::half>(g);
 
@@ -429,7 +449,7 @@ TEST_CASE(
   auto const p1 = compress(f16, hb);
   REQUIRE(gc::fp16_codec::inspect(p1).type == gc::dtype::bf16);
   for (std::size_t i = 0; i < hb.size(); ++i) {
-    REQUIRE(payload_u16(p1, i) == ref_half_bits(gc::to_float(hb[i])));
+    REQUIRE(payload_u16(p1, i) == ref_half_sat(gc::to_float(hb[i])));
   }
   // Decoding it into bfloat16 rounds the binary16 value to bfloat16.
   auto const o1 = decompress<gc::bfloat16>(f16, p1, hb.size());

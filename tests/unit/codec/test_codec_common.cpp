@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -534,4 +536,30 @@ TEST_CASE("16-bit inputs give the packet of their exact float values", "[codec][
     REQUIRE(ph == fh);
     REQUIRE(pb == fb);
   }
+}
+
+TEST_CASE("max_compressed_bytes throws instead of wrapping around for impossibly large tensors",
+          "[codec][size]") {
+  std::size_t const limit = static_cast<std::size_t>(gc::max_packet_elements);
+  for (std::uint32_t bucket : {0u, 512u}) {
+    for (auto const& v : all_variants(bucket)) {
+      CAPTURE(v.name, bucket);
+      // At the limit the bound is exact arithmetic: at least the header and growing with n.
+      std::size_t const at_limit = v.codec.max_compressed_bytes(limit);
+      REQUIRE(at_limit >= v.codec.max_compressed_bytes(limit / 2));
+      REQUIRE(at_limit >= hdr);
+      // Beyond it (identity at 2^62 used to give 32 bytes) a config_error, never a wrapped size.
+      for (std::size_t n : {limit + 1, std::size_t{1} << 62, std::size_t{1} << 63, SIZE_MAX}) {
+        CAPTURE(n);
+        REQUIRE_THROWS_AS(v.codec.max_compressed_bytes(n), gc::config_error);
+      }
+    }
+  }
+  gc::powersgd_options o;
+  o.rank = 4;
+  gc::powersgd psgd(o);
+  REQUIRE(psgd.max_compressed_bytes(1000, 1000) == hdr + 4 * 4 * 2000);
+  REQUIRE_THROWS_AS(psgd.max_compressed_bytes(std::size_t{1} << 32, std::size_t{1} << 32),
+                    gc::config_error);
+  REQUIRE_THROWS_AS(psgd.max_compressed_bytes(SIZE_MAX, 2), gc::config_error);
 }

@@ -9,6 +9,7 @@
 #include <gradcomp/topology/topology.hpp>
 
 #include <cmath>
+#include <limits>
 
 namespace {
 
@@ -340,4 +341,76 @@ TEST_CASE("runtime model: hierarchical all-reduce at the edges", "[runtime_model
   k.aggregation = gc::aggregation_kind::low_rank;
   CHECK_THROWS_WITH(gc::predict_hierarchical_allreduce(64e6, cl, cp, k),
                     Catch::Contains("not low-rank"));
+}
+
+TEST_CASE("runtime model refuses non-normal and out-of-range inputs; at the limits it stays finite",
+          "[runtime_model]") {
+  auto const cp = compute100ms();
+  double const denormal = std::numeric_limits<double>::denorm_min();
+  auto refuses = [&](auto change) {
+    auto cl = cluster16();
+    auto c = cp;
+    gc::codec_params k;
+    gc::hierarchical_params h;
+    change(cl, c, k, h);
+    CHECK_THROWS_AS(gc::predict_allreduce(1e6, cl, c), gc::config_error);
+    CHECK_THROWS_AS(gc::predict_hierarchical_allreduce(1e6, cl, c, k, h), gc::config_error);
+  };
+  using C = gc::cluster_params;
+  using P = gc::compute_params;
+  using K = gc::codec_params;
+  using H = gc::hierarchical_params;
+  // A denormal fabric bandwidth divided by the flow count underflowed to 0: NaN or inf.
+  refuses([&](C& cl, P&, K&, H&) { cl.fabric_bandwidth = denormal; });
+  refuses([&](C& cl, P&, K&, H&) { cl.fabric_bandwidth = 1e-300; });
+  refuses([&](C& cl, P&, K&, H&) { cl.inter.bandwidth = denormal; });
+  refuses([&](C& cl, P&, K&, H&) { cl.intra.bandwidth = 1e300; });
+  refuses([&](C& cl, P&, K&, H&) { cl.inter.latency = denormal; });
+  refuses([&](C& cl, P&, K&, H&) { cl.inter.latency = 1e300; });
+  // Rank counts a topology cannot index (from_name accepted them up to INT_MAX).
+  refuses([&](C& cl, P&, K&, H&) {
+    cl.ranks = std::numeric_limits<int>::max() - 1;
+    cl.ranks_per_node = 1;
+  });
+  refuses([&](C&, P& c, K&, H&) { c.mean = denormal; });
+  refuses([&](C&, P& c, K&, H&) { c.stddev = 1e300; });
+  refuses([&](C&, P& c, K&, H&) { c.backward_fraction = denormal; });
+  refuses([&](C&, P& c, K&, H&) { c.optimizer = denormal; });
+  auto codec_refuses = [&](auto change) {
+    gc::codec_params k;
+    change(k);
+    CHECK_THROWS_AS(gc::predict_compressed_allreduce(1e6, cluster16(), cp, k), gc::config_error);
+  };
+  codec_refuses([&](K& k) { k.ratio = denormal; });
+  codec_refuses([&](K& k) { k.ratio = 1e300; });
+  codec_refuses([&](K& k) { k.compress_bandwidth = denormal; });
+  codec_refuses([&](K& k) { k.decompress_bandwidth = 1e-300; });
+  gc::hierarchical_params h;
+  h.intra_ratio = denormal;
+  CHECK_THROWS_AS(gc::predict_hierarchical_allreduce(1e6, cluster16(), cp, {}, h),
+                  gc::config_error);
+  h = {};
+  h.intra_convert_bandwidth = denormal;
+  CHECK_THROWS_AS(gc::predict_hierarchical_allreduce(1e6, cluster16(), cp, {}, h),
+                  gc::config_error);
+  CHECK_THROWS_AS(gc::predict_allreduce(1e300, cluster16(), cp), gc::config_error);
+
+  // The most extreme accepted inputs give finite predictions.
+  gc::cluster_params cl;
+  cl.ranks = gc::topology::max_ranks;
+  cl.ranks_per_node = 1;
+  cl.inter = {gc::model_limits::max_seconds, gc::model_limits::min_bandwidth};
+  cl.intra = {gc::model_limits::max_seconds, gc::model_limits::min_bandwidth};
+  cl.fabric_bandwidth = gc::model_limits::min_bandwidth;
+  gc::codec_params k;
+  k.ratio = gc::model_limits::min_ratio;
+  k.compress_bandwidth = gc::model_limits::min_bandwidth;
+  k.decompress_bandwidth = gc::model_limits::min_bandwidth;
+  for (double bytes : {0.0, 1.0, gc::model_limits::max_bytes}) {
+    CAPTURE(bytes);
+    CHECK(std::isfinite(gc::predict_allreduce(bytes, cl, cp).total()));
+    CHECK(std::isfinite(gc::predict_compressed_allreduce(bytes, cl, cp, k).total()));
+    CHECK(std::isfinite(gc::predict_two_way(bytes, cl, cp, k).total()));
+    CHECK(std::isfinite(gc::predict_hierarchical_allreduce(bytes, cl, cp, k).total()));
+  }
 }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <set>
 #include <span>
 #include <vector>
@@ -289,4 +290,28 @@ TEST_CASE("group all-reduce coefficients reproduce the mixing row", "[topology]"
   }
   REQUIRE(gc::group_mixing(gc::mixing_group{{0, 1}, 0.5}).self_scale == 0.0);
   REQUIRE_THROWS_AS(gc::group_mixing(gc::mixing_group{}), gc::config_error);
+}
+
+TEST_CASE("topologies refuse rank counts they cannot index; at the limit the rows are right",
+          "[topology]") {
+  int const big = std::numeric_limits<int>::max();
+  for (char const* name : {"complete", "ring", "static-ring", "exp", "aer"}) {
+    CAPTURE(name);
+    // INT_MAX - 1 ranks overflowed rank + n - 1 (static ring, ring phase 1)
+    CHECK_THROWS_AS(gc::topology::from_name(name, big - 1, 2), gc::config_error);
+    CHECK_THROWS_AS(gc::topology::from_name(name, big, 1), gc::config_error);
+    CHECK_THROWS_AS(gc::topology::from_name(name, gc::topology::max_ranks * 2, 2),
+                    gc::config_error);
+  }
+  int const n = gc::topology::max_ranks;
+  auto const sr = gc::topology::from_name("static-ring", n);
+  std::vector<int> const peers0 = sr.row(0, 0).peers();
+  CHECK(peers0 == std::vector<int>{1, n - 1});
+  std::vector<int> const peers_last = sr.row(0, n - 1).peers();
+  CHECK(peers_last == std::vector<int>{0, n - 2});
+  auto const ring = gc::topology::from_name("ring", n);
+  CHECK(ring.group_of(1, 0).ranks == std::vector<int>{0, n - 1});
+  CHECK(ring.group_of(1, n - 2).ranks == std::vector<int>{n - 3, n - 2});
+  auto const exp = gc::topology::from_name("exp", n);
+  CHECK(exp.group_of(23, n - 1).ranks == std::vector<int>{(n - 1) ^ (1 << 23), n - 1});
 }

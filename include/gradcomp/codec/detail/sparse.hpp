@@ -24,6 +24,7 @@
 #include <gradcomp/codec/format/sparse.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/quant/half.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -93,10 +94,12 @@ void write_with(std::byte* p, packet_header const& h, std::vector<std::uint32_t>
       for (std::size_t i = 0; i < m; ++i) store_f32(vals + 4 * i, value(i));
       break;
     case sparse_values::f16:
-      for (std::size_t i = 0; i < m; ++i) store_le<std::uint16_t>(vals + 2 * i, float_to_half_bits(value(i)));
+      for (std::size_t i = 0; i < m; ++i)
+        store_le<std::uint16_t>(vals + 2 * i, quant::half_bits_saturated(value(i)));
       break;
     case sparse_values::bf16:
-      for (std::size_t i = 0; i < m; ++i) store_le<std::uint16_t>(vals + 2 * i, float_to_bfloat16_bits(value(i)));
+      for (std::size_t i = 0; i < m; ++i)
+        store_le<std::uint16_t>(vals + 2 * i, quant::bfloat16_bits_saturated(value(i)));
       break;
   }
 }

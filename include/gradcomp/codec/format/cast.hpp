@@ -27,7 +27,8 @@ struct identity_format {
   static constexpr codec_id id = codec_id::identity;
 
   /// Largest packet for `n` elements (of f32 input).
-  [[nodiscard]] static constexpr std::size_t max_compressed_bytes(std::size_t n) noexcept {
+  [[nodiscard]] static constexpr std::size_t max_compressed_bytes(std::size_t n) {
+    detail::check_packet_elements(id, n);
     return header_bytes + 4 * n;
   }
   /// The header of `n` elements of type `t`.
@@ -54,7 +55,8 @@ struct half_cast_format {
   /// The payload's element type.
   static constexpr dtype wire = Wire;
 
-  [[nodiscard]] static constexpr std::size_t max_compressed_bytes(std::size_t n) noexcept {
+  [[nodiscard]] static constexpr std::size_t max_compressed_bytes(std::size_t n) {
+    detail::check_packet_elements(id, n);
     return header_bytes + 2 * n;
   }
   [[nodiscard]] static constexpr packet_header header_for(std::size_t n, dtype t) noexcept {

@@ -20,7 +20,21 @@
 #include <string>
 
 GRADCOMP_NAMESPACE_BEGIN
+/// The largest element count a codec sizes a packet for (`max_compressed_bytes`): 2^56. Every
+/// codec spends at most 8 bytes (64 bits) per element, so every packet size of at most this
+/// many elements, and every intermediate of its computation, fits in 64 bits.
+inline constexpr std::uint64_t max_packet_elements = std::uint64_t{1} << 56;
+
 namespace detail {
+
+/// Throws `config_error` when `n` elements are more than any packet can be sized for
+/// (`max_packet_elements`): `max_compressed_bytes` would otherwise wrap around.
+constexpr void check_packet_elements(codec_id id, std::uint64_t n) {
+  if (n > max_packet_elements) {
+    throw config_error(std::string("gradcomp: ") + codec_name(id) + ": cannot size a packet of " +
+                       std::to_string(n) + " elements (at most 2^56; the size would overflow)");
+  }
+}
 
 /// Throws `format_error` unless the packet's payload size equals `expected`.
 inline void expect_payload(packet_header const& h, std::uint64_t expected) {

@@ -133,7 +133,8 @@ struct dither_packets {
 
   detail::dither_config cfg;
 
-  [[nodiscard]] constexpr std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] constexpr std::size_t max_compressed_bytes(std::size_t n) const {
+    detail::check_packet_elements(id, n);
     return header_bytes + static_cast<std::size_t>(cfg.payload_bytes(n));
   }
   [[nodiscard]] constexpr double bits_per_element() const noexcept {

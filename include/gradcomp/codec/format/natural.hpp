@@ -41,7 +41,8 @@ struct natural_format {
                                                             std::uint64_t n) noexcept {
     return detail::bucket_count(bucket_param, n);
   }
-  [[nodiscard]] constexpr std::size_t max_compressed_bytes(std::size_t n) const noexcept {
+  [[nodiscard]] constexpr std::size_t max_compressed_bytes(std::size_t n) const {
+    detail::check_packet_elements(id, n);
     return header_bytes + static_cast<std::size_t>(payload_bytes(bucket, n));
   }
   [[nodiscard]] constexpr double bits_per_element() const noexcept {

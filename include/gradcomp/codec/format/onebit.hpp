@@ -40,7 +40,8 @@ struct onebit_format {
   [[nodiscard]] static constexpr std::uint64_t payload_bytes(std::uint64_t n) noexcept {
     return prefix_bytes + (n + 7) / 8;
   }
-  [[nodiscard]] static constexpr std::size_t max_compressed_bytes(std::size_t n) noexcept {
+  [[nodiscard]] static constexpr std::size_t max_compressed_bytes(std::size_t n) {
+    detail::check_packet_elements(id, n);
     return header_bytes + static_cast<std::size_t>(payload_bytes(n));
   }
 

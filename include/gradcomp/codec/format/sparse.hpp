@@ -21,6 +21,7 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/quant/half.hpp>
 #include <gradcomp/core/wire.hpp>
 
 #include <algorithm>
@@ -36,7 +37,8 @@ GRADCOMP_NAMESPACE_BEGIN
 /// Value type of a sparse payload (variant bits 0-1).
 enum class sparse_values : std::uint8_t {
   f32 = 0,   ///< exact
-  f16 = 1,   ///< IEEE binary16, round to nearest even (overflow gives ±inf, as `fp16_codec`)
+  f16 = 1,   ///< IEEE binary16, round to nearest even (a finite overflow saturates at ±65504, as
+             ///< `fp16_codec`)
   bf16 = 2,  ///< bfloat16, round to nearest even
 };
 
@@ -180,10 +182,11 @@ GRADCOMP_HOST_DEVICE inline bool delta_padding_clear(std::byte const* p, std::ui
   return true;
 }
 
-/// The bits of value `f` in a value section of type `v` (f16 and bf16 round to nearest even).
+/// The bits of value `f` in a value section of type `v` (f16 and bf16 round to nearest even
+/// and saturate a finite value beyond their range: core/quant/half.hpp).
 GRADCOMP_HOST_DEVICE constexpr std::uint32_t value_bits(sparse_values v, float f) noexcept {
-  return v == sparse_values::f16    ? float_to_half_bits(f)
-         : v == sparse_values::bf16 ? float_to_bfloat16_bits(f)
+  return v == sparse_values::f16    ? quant::half_bits_saturated(f)
+         : v == sparse_values::bf16 ? quant::bfloat16_bits_saturated(f)
                                     : gradcomp::detail::bit_cast<std::uint32_t>(f);
 }
 

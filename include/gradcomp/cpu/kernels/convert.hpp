@@ -4,11 +4,14 @@
 /// @file
 /// Element-wise float32 <-> binary16 / bfloat16 conversion kernels (scalar, AVX2, AVX-512).
 /// All levels give bit-identical results: round to nearest even, NaN quieted with its payload
-/// truncated, overflow to infinity (see core/dtype.hpp). With `stream` set, the SIMD levels
+/// truncated, overflow to infinity (see core/dtype.hpp), or, with `Saturate` (the codecs'
+/// encoders), a finite value beyond the format's range to its largest finite value
+/// (core/quant/half.hpp). With `stream` set, the SIMD levels
 /// write their output with streaming stores (cpu/kernels/stream.hpp); the bytes are the same.
 
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
+#include <gradcomp/core/quant/half.hpp>
 #include <gradcomp/cpu/isa.hpp>
 #include <gradcomp/cpu/kernels/stream.hpp>
 
@@ -29,14 +32,19 @@ enum class half_format { f16, bf16 };
 
 namespace scalar {
 
-template <half_format F>
+template <half_format F, bool Saturate = false>
 inline std::uint16_t narrow(float f) noexcept {
   if constexpr (F == half_format::f16) {
-    return float_to_half_bits(f);
+    return Saturate ? quant::half_bits_saturated(f) : float_to_half_bits(f);
   } else {
-    return float_to_bfloat16_bits(f);
+    return Saturate ? quant::bfloat16_bits_saturated(f) : float_to_bfloat16_bits(f);
   }
 }
+
+/// The largest finite value of format `F` (what `Saturate` clamps to).
+template <half_format F>
+inline constexpr float saturation_bound =
+    F == half_format::f16 ? quant::half_max : quant::bfloat16_max;
 
 template <half_format F>
 inline float widen(std::uint16_t b) noexcept {
@@ -55,9 +63,9 @@ inline std::uint16_t load_u16(std::byte const* p) noexcept {
 
 inline void store_u16(std::byte* p, std::uint16_t v) noexcept { std::memcpy(p, &v, 2); }
 
-template <half_format F>
+template <half_format F, bool Saturate = false>
 inline void narrow(isa_tag, float const* x, std::byte* y, std::size_t n, bool = false) noexcept {
-  for (std::size_t i = 0; i < n; ++i) store_u16(y + 2 * i, narrow<F>(x[i]));
+  for (std::size_t i = 0; i < n; ++i) store_u16(y + 2 * i, narrow<F, Saturate>(x[i]));
 }
 
 template <half_format F>
@@ -95,6 +103,23 @@ GRADCOMP_TARGET_AVX512 inline __m256i bf16_round(__m512 v) noexcept {
   return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
 }
 
+/// With `Saturate`: a finite v beyond ±saturation_bound<F> clamped to it (infinities and NaN
+/// kept), which the rounding below then maps to the largest finite value.
+template <half_format F, bool Saturate>
+GRADCOMP_TARGET_AVX512 inline __m512 clamp(__m512 v) noexcept {
+  if constexpr (!Saturate) {
+    return v;
+  } else {
+    __m512 const m = _mm512_set1_ps(scalar::saturation_bound<F>);
+    __m512 const c =
+        _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-scalar::saturation_bound<F>)), m);
+    __m512 const a = _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+    __mmask16 const keep = _mm512_cmp_ps_mask(a, _mm512_set1_ps(__builtin_inff()), _CMP_NLT_UQ);
+    return _mm512_mask_mov_ps(c, keep, v);
+  }
+}
+
 template <half_format F>
 GRADCOMP_TARGET_AVX512 inline __m256i narrow16(__m512 v) noexcept {
   if constexpr (F == half_format::f16) {
@@ -116,21 +141,23 @@ GRADCOMP_TARGET_AVX512 inline __m512i bf16_round_hi(__m512 v) noexcept {
 /// 32 floats as 32 16-bit values in one register (a line of output). bf16 rounds in the 32-bit
 /// lanes and keeps the high halves with one two-source word shuffle, instead of narrowing each
 /// half with `vpmovdw` and joining them.
-template <half_format F>
+template <half_format F, bool Saturate = false>
 GRADCOMP_TARGET_AVX512 inline __m512i narrow32(float const* x) noexcept {
   if constexpr (F == half_format::f16) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(narrow16<F>(_mm512_loadu_ps(x))),
-                              narrow16<F>(_mm512_loadu_ps(x + 16)), 1);
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(narrow16<F>(clamp<F, Saturate>(_mm512_loadu_ps(x)))),
+        narrow16<F>(clamp<F, Saturate>(_mm512_loadu_ps(x + 16))), 1);
   } else {
     __m512i const odd_words = _mm512_set_epi16(
         63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
         31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    return _mm512_permutex2var_epi16(bf16_round_hi(_mm512_loadu_ps(x)), odd_words,
-                                     bf16_round_hi(_mm512_loadu_ps(x + 16)));
+    return _mm512_permutex2var_epi16(bf16_round_hi(clamp<F, Saturate>(_mm512_loadu_ps(x))),
+                                     odd_words,
+                                     bf16_round_hi(clamp<F, Saturate>(_mm512_loadu_ps(x + 16))));
   }
 }
 
-template <half_format F>
+template <half_format F, bool Saturate = false>
 GRADCOMP_TARGET_AVX512 inline void narrow(isa_tag, float const* x, std::byte* y, std::size_t n,
                                           bool stream = false) noexcept {
   std::size_t const ahead = machine_tuning().stream_bytes;
@@ -139,20 +166,21 @@ GRADCOMP_TARGET_AVX512 inline void narrow(isa_tag, float const* x, std::byte* y,
   // y never is, and is written with ordinary stores.
   std::size_t const head = bytes_to_alignment(y, 64);
   if (stream && head % 2 == 0 && head / 2 + 32 <= n) {
-    scalar::narrow<F>(scalar_tag{}, x, y, head / 2);
+    scalar::narrow<F, Saturate>(scalar_tag{}, x, y, head / 2);
     for (i = head / 2; i + 32 <= n; i += 32) {
       _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(y + 2 * i), narrow32<F>(x + i));
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(y + 2 * i), narrow32<F, Saturate>(x + i));
     }
     stream_fence();
   }
   for (; i + 32 <= n; i += 32) {
-    _mm512_storeu_si512(reinterpret_cast<void*>(y + 2 * i), narrow32<F>(x + i));
+    _mm512_storeu_si512(reinterpret_cast<void*>(y + 2 * i), narrow32<F, Saturate>(x + i));
   }
   for (; i + 16 <= n; i += 16) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + 2 * i), narrow16<F>(_mm512_loadu_ps(x + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + 2 * i),
+                        narrow16<F>(clamp<F, Saturate>(_mm512_loadu_ps(x + i))));
   }
-  scalar::narrow<F>(scalar_tag{}, x + i, y + 2 * i, n - i);
+  scalar::narrow<F, Saturate>(scalar_tag{}, x + i, y + 2 * i, n - i);
 }
 
 template <half_format F>
@@ -218,6 +246,22 @@ GRADCOMP_TARGET_AVX2 inline __m128i bf16_round(__m256 v) noexcept {
   return _mm_packus_epi32(lo, hi);
 }
 
+/// As avx512::clamp.
+template <half_format F, bool Saturate>
+GRADCOMP_TARGET_AVX2 inline __m256 clamp(__m256 v) noexcept {
+  if constexpr (!Saturate) {
+    return v;
+  } else {
+    __m256 const m = _mm256_set1_ps(scalar::saturation_bound<F>);
+    __m256 const c =
+        _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-scalar::saturation_bound<F>)), m);
+    __m256 const a = _mm256_castsi256_ps(
+        _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff)));
+    __m256 const keep = _mm256_cmp_ps(a, _mm256_set1_ps(__builtin_inff()), _CMP_NLT_UQ);
+    return _mm256_blendv_ps(c, v, keep);
+  }
+}
+
 template <half_format F>
 GRADCOMP_TARGET_AVX2 inline __m128i narrow8(__m256 v) noexcept {
   if constexpr (F == half_format::f16) {
@@ -227,26 +271,27 @@ GRADCOMP_TARGET_AVX2 inline __m128i narrow8(__m256 v) noexcept {
   }
 }
 
-template <half_format F>
+template <half_format F, bool Saturate = false>
 GRADCOMP_TARGET_AVX2 inline void narrow(isa_tag, float const* x, std::byte* y, std::size_t n,
                                         bool stream = false) noexcept {
   std::size_t const ahead = machine_tuning().stream_bytes;
   std::size_t i = 0;
   std::size_t const head = bytes_to_alignment(y, 32);
   if (stream && head % 2 == 0 && head / 2 + 16 <= n) {
-    scalar::narrow<F>(scalar_tag{}, x, y, head / 2);
+    scalar::narrow<F, Saturate>(scalar_tag{}, x, y, head / 2);
     for (i = head / 2; i + 16 <= n; i += 16) {
       _mm_prefetch(reinterpret_cast<char const*>(x + i) + ahead, _MM_HINT_T0);
-      __m128i const a = narrow8<F>(_mm256_loadu_ps(x + i));
-      __m128i const b = narrow8<F>(_mm256_loadu_ps(x + i + 8));
+      __m128i const a = narrow8<F>(clamp<F, Saturate>(_mm256_loadu_ps(x + i)));
+      __m128i const b = narrow8<F>(clamp<F, Saturate>(_mm256_loadu_ps(x + i + 8)));
       _mm256_stream_si256(reinterpret_cast<__m256i*>(y + 2 * i), _mm256_set_m128i(b, a));
     }
     stream_fence();
   }
   for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + 2 * i), narrow8<F>(_mm256_loadu_ps(x + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + 2 * i),
+                     narrow8<F>(clamp<F, Saturate>(_mm256_loadu_ps(x + i))));
   }
-  scalar::narrow<F>(scalar_tag{}, x + i, y + 2 * i, n - i);
+  scalar::narrow<F, Saturate>(scalar_tag{}, x + i, y + 2 * i, n - i);
 }
 
 template <half_format F>
@@ -309,6 +354,14 @@ template <half_format F>
 inline void narrow(float const* x, std::byte* y, std::size_t n, isa level,
                    bool stream = false) noexcept {
   dispatch(level, [&](auto t) { narrow<F>(t, x, y, n, stream); });
+}
+
+/// `narrow`, saturating: a finite value beyond the format's range becomes its largest finite
+/// value with the sign (core/quant/half.hpp). What the codecs' encoders use.
+template <half_format F>
+inline void narrow_saturated(float const* x, std::byte* y, std::size_t n, isa level,
+                             bool stream = false) noexcept {
+  dispatch(level, [&](auto t) { narrow<F, true>(t, x, y, n, stream); });
 }
 
 /// Widens `n` 16-bit values to float: `y = x` or, if `add`, `y = fma(alpha, x, y)`; `stream`:

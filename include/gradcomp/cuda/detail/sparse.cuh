@@ -30,6 +30,7 @@
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/philox.hpp>
+#include <gradcomp/core/quant/half.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/cuda/config.cuh>
@@ -192,7 +193,7 @@ struct value_fn {
   float scale;
   GRADCOMP_HOST_DEVICE void operator()(std::uint64_t j) const {
     float const f = in.at(idx[j]);
-    gradcomp::detail::sparse::store_value(v, vals, j, scaled ? f * scale : f);
+    gradcomp::detail::sparse::store_value(v, vals, j, scaled ? gradcomp::quant::scale_saturated(f, scale) : f);
   }
 };
 
