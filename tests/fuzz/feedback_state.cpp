@@ -5,7 +5,8 @@
 // `two_way_compressor::load` ("GCTW"); and error feedback with 16-bit wire values on arbitrary
 // gradients (`half_steps`).
 //
-// Input: one byte choosing the case (modulo 7): 0-5 a loader, then the state; 6 the 16-bit
+// Input: one byte choosing the case (modulo 7): 0-5 a loader, then the state ("GCTW" states,
+// cases 4 and 5, with their CRC32C trailer recomputed: `sealed`); 6 the 16-bit
 // steps: one byte choosing the codec (`half_codecs`), one the policy, then up to 8 steps of 16
 // float32 values (raw little-endian bits: NaNs, infinities, huge finite values).
 //
@@ -129,6 +130,7 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
     return 0;
   }
   std::span<std::byte const> const state = in.rest();
+  std::vector<std::byte> const framed = sealed(state);  // "GCTW": its checksum recomputed
   switch (which % 7) {
     case 0:
       check_reload([] { return gc::compressor<gc::any_codec, gc::no_feedback>(codec()); }, state);
@@ -153,7 +155,7 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
           [] {
             return gc::two_way_compressor<gc::any_codec, gc::no_feedback, gc::no_feedback>(codec());
           },
-          state);
+          framed);
       break;
     default:
       check_reload(
@@ -161,7 +163,7 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
             return gc::two_way_compressor<gc::any_codec, gc::residual_feedback,
                                           gc::residual_feedback>(codec());
           },
-          state);
+          framed);
       break;
   }
   return 0;

@@ -10,6 +10,7 @@
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/serialize.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -69,6 +70,15 @@ class input {
   std::span<std::byte const> bytes_;
   std::size_t at_ = 0;
 };
+
+/// The input as a state of the shared frame (core/serialize.hpp) with its CRC32C trailer
+/// recomputed, so that the fuzzer reaches the loaders' parsing instead of stopping at the
+/// checksum (a flipped byte is always refused: tests/unit/pipeline/test_checkpoint_integrity.cpp).
+inline std::vector<std::byte> sealed(std::span<std::byte const> state) {
+  std::vector<std::byte> v(state.begin(), state.end());
+  gradcomp::detail::seal_state(v);
+  return v;
+}
 
 /// Reports a failed oracle and aborts (libFuzzer saves the input as a crash).
 [[noreturn]] inline void oracle_failed(char const* where, char const* what) {

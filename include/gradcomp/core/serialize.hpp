@@ -3,13 +3,18 @@
 #pragma once
 /// @file
 /// The byte writer and the checking reader behind gradcomp's saved states (controllers, the
-/// pipeline's checkpoint). A state is "MAGC" (4 bytes), u8 version, u8 0, u16 0, u64 body
-/// length, then the body: little-endian u64 and f64 values, strings and byte blocks as a u64
-/// length plus the bytes, float arrays as a u64 count plus f32 values. The reader checks every
-/// length against what is left and throws `format_error` naming the state on anything
-/// malformed, so a truncated or corrupted state is an error, never a crash.
+/// pipeline's checkpoint, two-way, the guard, the 1-bit Adam family). A state is "MAGC"
+/// (4 bytes), u8 version, u8 frame 1 (`frame_crc32c`: the state ends in a checksum), u16 0,
+/// u64 body length, then the body: little-endian u64 and f64 values, strings and byte blocks
+/// as a u64 length plus the bytes, float arrays as a u64 count plus f32 values; then u32
+/// CRC32C (core/crc32c.hpp) of every byte before it. The reader checks the checksum before it
+/// reads a field, then every length against what is left, and throws `format_error` naming the
+/// state on anything malformed: a corrupted state (any flipped byte) is refused before it
+/// changes anything, a truncated one too, and a state from before the checksum (frame byte 0)
+/// is refused as such.
 
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/crc32c.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/wire.hpp>
 
@@ -25,6 +30,19 @@ GRADCOMP_NAMESPACE_BEGIN
 
 namespace detail {
 
+/// Byte 5 of a saved state's frame: the state ends in a u32 CRC32C (see file comment). States
+/// written before it held 0 there and carried no checksum; they are refused.
+inline constexpr std::uint8_t frame_crc32c = 1;
+
+/// Sets the CRC32C trailer of a framed state: the last 4 bytes become the CRC32C of the bytes
+/// before them. What `byte_writer::finish` does last (and what a test that edits a saved
+/// state on purpose calls to keep it well formed).
+inline void seal_state(std::span<std::byte> state) noexcept {
+  if (state.size() < 4) return;
+  std::uint32_t const crc = crc32c_table(state.first(state.size() - 4));
+  store_le<std::uint32_t>(state.data() + state.size() - 4, crc);
+}
+
 /// Appends the values of a saved state (see file comment).
 class byte_writer {
  public:
@@ -33,6 +51,7 @@ class byte_writer {
     out_.assign(16, std::byte{0});
     std::memcpy(out_.data(), magic, 4);
     out_[4] = static_cast<std::byte>(version);
+    out_[5] = static_cast<std::byte>(frame_crc32c);
   }
   void put_u64(std::uint64_t v) {
     std::size_t const at = grow(8);
@@ -59,9 +78,11 @@ class byte_writer {
     put_u64(v.size());
     for (double d : v) put_f64(d);
   }
-  /// The finished state (the body length filled in).
+  /// The finished state (the body length filled in, the CRC32C appended).
   [[nodiscard]] std::vector<std::byte> finish() {
     store_le<std::uint64_t>(out_.data() + 8, out_.size() - 16);
+    grow(4);
+    seal_state(out_);
     return std::move(out_);
   }
 
@@ -77,17 +98,30 @@ class byte_writer {
 /// Reads a state written by `byte_writer`, checking every field (see file comment).
 class byte_reader {
  public:
-  /// Checks the frame: `magic`, `version` (the one this reader understands) and the body
-  /// length. `what` names the state in messages.
+  /// Checks the frame: `magic`, the checksum frame, the body length, the CRC32C of the whole
+  /// state, then `version` (the one this reader understands). The fields read afterwards are
+  /// those of the body (the trailer is not part of them). `what` names the state in messages.
   byte_reader(std::span<std::byte const> in, char const* magic, std::uint8_t version, std::string what)
       : in_(in), what_(std::move(what)) {
-    if (in.size() < 16 || std::memcmp(in.data(), magic, 4) != 0) fail(std::string("missing \"") + magic + "\" magic");
+    if (in.size() < 20 || std::memcmp(in.data(), magic, 4) != 0)
+      fail(std::string("missing \"") + magic + "\" magic");
+    if (static_cast<std::uint8_t>(in[5]) != frame_crc32c) {
+      fail(in[5] == std::byte{0}
+               ? std::string("the state carries no checksum (saved by a gradcomp from before state "
+                             "checksums, or corrupted); it is refused")
+               : "unknown frame " + std::to_string(static_cast<unsigned>(in[5])));
+    }
+    if (in[6] != std::byte{0} || in[7] != std::byte{0}) fail("non-zero reserved bytes");
+    if (load_le<std::uint64_t>(in.data() + 8) != in.size() - 20)
+      fail("body length does not match the buffer");
+    std::uint32_t const want = load_le<std::uint32_t>(in.data() + in.size() - 4);
+    if (crc32c_table(in.first(in.size() - 4)) != want)
+      fail("checksum (CRC32C) mismatch: the state is corrupted");
     if (static_cast<std::uint8_t>(in[4]) != version) {
       fail("unsupported version " + std::to_string(static_cast<unsigned>(in[4])) + " (this build reads " +
            std::to_string(static_cast<unsigned>(version)) + ")");
     }
-    if (in[5] != std::byte{0} || in[6] != std::byte{0} || in[7] != std::byte{0}) fail("non-zero reserved bytes");
-    if (load_le<std::uint64_t>(in.data() + 8) != in.size() - 16) fail("body length does not match the buffer");
+    in_ = in.first(in.size() - 4);
     at_ = 16;
   }
   [[noreturn]] void fail(std::string const& why) const { throw format_error("gradcomp: " + what_ + ": " + why); }

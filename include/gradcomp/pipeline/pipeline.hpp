@@ -1295,14 +1295,13 @@ class gradient_pipeline {
   }
 
   /// Restores a state written by `save` of a pipeline with the same codec, feedback,
-  /// controller, two-way and guard options (a version 1 checkpoint, from before the guard,
-  /// loads with an empty guard history). A malformed or mismatched checkpoint is a
-  /// `format_error` and leaves the state unchanged. With a device source the residuals are
-  /// copied to the device (on the source's stream).
+  /// controller, two-way and guard options. A malformed, corrupted (the checkpoint ends in a
+  /// CRC32C of all its bytes, core/serialize.hpp) or mismatched checkpoint is a `format_error`
+  /// and leaves the state unchanged; so is one saved before checkpoints carried a checksum. With a
+  /// device source the residuals are copied to the device (on the source's stream).
   void load(std::span<std::byte const> bytes) {
     if (open_) throw config_error("gradcomp: gradient_pipeline::load during a step");
-    bool const v1 = bytes.size() > 4 && bytes[4] == std::byte{1};
-    detail::byte_reader r(bytes, checkpoint_magic, v1 ? std::uint8_t{1} : checkpoint_version,
+    detail::byte_reader r(bytes, checkpoint_magic, checkpoint_version,
                           "gradient_pipeline checkpoint");
     auto expect = [&](std::string const& got, std::string const& mine, char const* what) {
       if (got != mine) {
@@ -1382,7 +1381,7 @@ class gradient_pipeline {
       r.fail("holds two-way state, this pipeline is not two-way");
     }
     std::optional<divergence_guard> guard(std::in_place, opt_.guard);
-    if (!v1) {
+    {
       std::vector<std::byte> const gstate = r.get_bytes();
       try {
         guard->load(gstate);

@@ -18,6 +18,7 @@
 #include <gradcomp/adapt/any_controller.hpp>
 #include <gradcomp/adapt/ef_window.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/serialize.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -295,9 +296,11 @@ TEST_CASE("ef_window rejects hostile states with format_error and keeps its own"
   for (int i = 0; i < 45; ++i) (void)m.step(a);
   std::vector<std::byte> const good = a.save();
   std::vector<std::byte> const before = gc::make_controller("ef_window").save();
-  // Layout from the end: plan 48 bytes (step, 2 factors with their count, 2 flags), event 40,
-  // residual sums 32, window count 8, rung 8, fingerprint 8.
-  std::size_t const n = good.size();
+  // Layout from the end of the body (before the 4-byte CRC32C trailer): plan 48 bytes (step, 2
+  // factors with their count, 2 flags), event 40, residual sums 32, window count 8, rung 8,
+  // fingerprint 8. Each edited state is sealed again, so that its field, not its checksum, is
+  // what the loader refuses.
+  std::size_t const n = good.size() - 4;
   std::size_t const rung = n - 136, count = n - 128, sums = n - 120, event = n - 88, plan = n - 48;
   auto rejected = [&](std::vector<std::byte> const& bytes, char const* why) {
     gc::any_controller c = gc::make_controller("ef_window");
@@ -308,6 +311,7 @@ TEST_CASE("ef_window rejects hostile states with format_error and keeps its own"
   auto with = [&](std::size_t at, std::uint64_t v) {
     std::vector<std::byte> b = good;
     put_u64_at(b, at, v);
+    gc::detail::seal_state(b);
     return b;
   };
   auto const nan = std::bit_cast<std::uint64_t>(std::numeric_limits<double>::quiet_NaN());
