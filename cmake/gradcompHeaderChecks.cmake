@@ -41,6 +41,11 @@ function(gradcomp_add_header_check target)
 
   add_library(${target} OBJECT ${sources})
   target_link_libraries(${target} PRIVATE ${arg_LINK})
+  # Whether a header compiles alone does not depend on optimisation (it instantiates nothing of
+  # its own), and code generation is most of each run: the checks are built without it. The
+  # host compiler takes the last -O. nvcc warns about a second -O, so for CUDA the caller drops
+  # the configuration's -O for its directory (tests/CMakeLists.txt) and this adds -O0.
+  target_compile_options(${target} PRIVATE -O0)
   # Whether a header compiles does not depend on the GPU: PTX for one architecture is enough,
   # and skipping the SASS step saves about a third of each nvcc run.
   if(arg_LANGUAGE STREQUAL "CUDA" AND CMAKE_CUDA_ARCHITECTURES MATCHES "^([0-9]+)")
