@@ -257,22 +257,22 @@ concept saves_state = requires(T const& t, T& m, std::span<std::byte const> b) {
 
 TEST_CASE("cuda two-way: device codecs name their device residual feedback", "[cuda][two_way]") {
   using dev = gc::cuda::stream_codec<gc::cuda::int8_codec>;
-  static_assert(std::is_same_v<gc::residual_feedback_for<dev>, gc::cuda::device_residual_feedback>);
-  static_assert(std::is_same_v<gc::residual_feedback_for<gc::int8_codec>, gc::residual_feedback>);
-  static_assert(gc::one_phase_feedback<gc::cuda::device_residual_feedback, dev>);
-  static_assert(gc::one_phase_feedback<gc::no_feedback, dev>);
-  static_assert(gc::one_phase_feedback<gc::residual_feedback, gc::int8_codec>);
+  STATIC_REQUIRE(
+      std::is_same_v<gc::residual_feedback_for<dev>, gc::cuda::device_residual_feedback>);
+  STATIC_REQUIRE(std::is_same_v<gc::residual_feedback_for<gc::int8_codec>, gc::residual_feedback>);
+  STATIC_REQUIRE(gc::one_phase_feedback<gc::cuda::device_residual_feedback, dev>);
+  STATIC_REQUIRE(gc::one_phase_feedback<gc::no_feedback, dev>);
+  STATIC_REQUIRE(gc::one_phase_feedback<gc::residual_feedback, gc::int8_codec>);
   // The CPU default is unchanged: the same type as before.
-  static_assert(
+  STATIC_REQUIRE(
       std::is_same_v<
           gc::two_way_compressor<gc::int8_codec>,
           gc::two_way_compressor<gc::int8_codec, gc::residual_feedback, gc::residual_feedback>>);
-  static_assert(std::is_same_v<gc::two_way_compressor<dev>::memory_type, gc::cuda::device_memory>);
-  static_assert(gc::two_way_compressor<gc::int8_codec>::memory_type::on_host);
+  STATIC_REQUIRE(std::is_same_v<gc::two_way_compressor<dev>::memory_type, gc::cuda::device_memory>);
+  STATIC_REQUIRE(gc::two_way_compressor<gc::int8_codec>::memory_type::on_host);
   // Both save and load their state (a device codec's through host copies).
-  static_assert(saves_state<gc::two_way_compressor<gc::int8_codec>>);
-  static_assert(saves_state<gc::two_way_compressor<dev>>);
-  CHECK(true);
+  STATIC_REQUIRE(saves_state<gc::two_way_compressor<gc::int8_codec>>);
+  STATIC_REQUIRE(saves_state<gc::two_way_compressor<dev>>);
 }
 
 TEST_CASE("cuda two-way: all_reduce_two_way with device error feedback equals the CPU collective",

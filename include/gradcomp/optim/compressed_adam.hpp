@@ -1,6 +1,7 @@
 // SPDX-FileCopyrightText: 2026 The gradcomp authors
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+/// @file
 /// Two-way compressed Adam (BytePS-Compress): the one implementation, built on the two-way
 /// collective (`collective/two_way.hpp`: worker and server error feedback per tensor shard).
 ///

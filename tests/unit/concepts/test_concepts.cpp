@@ -290,7 +290,7 @@ static_assert(gc::no_feedback::id == gc::feedback_id::none);
 static_assert(gc::residual_feedback::id == gc::feedback_id::residual);
 static_assert(gc::ef21_feedback::id == gc::feedback_id::ef21);
 
-TEST_CASE("concepts: codec traits of the library's codecs", "[core][concepts]") {
+TEST_CASE("concepts: codec traits of the library's codecs", "[concepts]") {
   CHECK(gc::identity_codec::aggregation == gc::aggregation_kind::summable);
   CHECK(gc::fp16_codec::aggregation == gc::aggregation_kind::summable);
   CHECK(gc::bf16_codec::aggregation == gc::aggregation_kind::summable);
