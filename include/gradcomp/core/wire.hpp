@@ -46,6 +46,7 @@ enum class codec_id : std::uint8_t {
   random_k = 12,
   approx_topk = 13,
   powersgd = 14,
+  int4 = 15,
 };
 
 /// Lower-case name of a codec id, or "unknown".
@@ -65,6 +66,7 @@ constexpr char const* codec_name(codec_id id) noexcept {
     case codec_id::random_k: return "random_k";
     case codec_id::approx_topk: return "approx_topk";
     case codec_id::powersgd: return "powersgd";
+    case codec_id::int4: return "int4";
   }
   return "unknown";
 }
