@@ -20,6 +20,8 @@ inline constexpr std::string_view codec_specs[] = {
     "bf16",
     "int8:bucket=4",
     "int8:bucket=0,rounding=stochastic",
+    "int4:bucket=4",
+    "int4:bucket=0",
     "onebit",
     "onebit:scaling=none",
     "qsgd:levels=3,bucket=4",

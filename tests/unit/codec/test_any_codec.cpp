@@ -49,6 +49,9 @@ TEST_CASE("make_codec builds the codec its spec names, with the documented defau
   same_as_static("int8:bucket=33,rounding=stochastic",
                  gc::int8_codec(33, gc::int8_rounding::stochastic));
   same_as_static("int8:rounding=nearest,bucket=0", gc::int8_codec(0));
+  same_as_static("int4", gc::int4_codec(64));
+  same_as_static("int4:bucket=0", gc::int4_codec(0));
+  same_as_static("int4:bucket=33", gc::int4_codec(33));
   same_as_static("onebit", gc::onebit_codec(gc::onebit_codec::scaling::mean_abs));
   same_as_static("onebit:scaling=none", gc::onebit_codec(gc::onebit_codec::scaling::none));
   same_as_static("qsgd", gc::qsgd_codec(7, 512));
@@ -94,6 +97,8 @@ TEST_CASE("make_codec rejects unknown names, keys and values with config_error",
                            "int8:rounding=",
                            "int8:levels=3",
                            "int8:bucket=-4",
+                           "int4:rounding=nearest",
+                           "int4:bucket=x",
                            "onebit:scaling=max",
                            "onebit:bucket=8",
                            "terngrad:levels=2",

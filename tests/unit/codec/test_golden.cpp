@@ -27,7 +27,10 @@
 // support is a subset of the k = 9 one (values 4.111 = 37/9 times the inputs there);
 // approx_topk k = 6, tolerance 0.2: format 1 stopped at the first histogram's bin boundary
 // holding 5 elements (4, 4, 3.5, 2.75, 2.75); since 0.2.0 a single tensor gets the exact top 6,
-// those five and 2.25 (approx_topk.hpp).
+// those five and 2.25 (approx_topk.hpp). int4 (added with
+// codec id 15): scales f32(m / 7) for bucket maxima 4, 2.25, 3.5 (4/7, 9/28, 1/2); element 0,
+// -0.5625, is level -1 (nibble 7), element 1, 2.75, level 5 (nibble 13): byte 0xd7; the last
+// byte 0x07 holds element 36 (-0.3125, level -1) and the zero padding nibble.
 
 #include <catch2/catch.hpp>
 

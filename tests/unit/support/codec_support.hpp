@@ -325,6 +325,10 @@ inline std::vector<variant> all_variants(std::uint32_t bucket = 16) {
         std::string(r) == "stochastic");
   }
   add(
+      "int4:bucket=" + b,
+      [bucket](std::uint64_t n, gc::dtype) { return 4 * buckets_of(n, bucket) + (n + 1) / 2; },
+      false);
+  add(
       "natural:bucket=" + b,
       [bucket](std::uint64_t n, gc::dtype) { return buckets_of(n, bucket) + n; }, true);
   auto dither = [&](std::string spec, std::uint32_t s) {
