@@ -20,8 +20,6 @@ inline constexpr std::string_view codec_specs[] = {
     "bf16",
     "int8:bucket=4",
     "int8:bucket=0,rounding=stochastic",
-    "int4:bucket=4",
-    "int4:bucket=0",
     "onebit",
     "onebit:scaling=none",
     "qsgd:levels=3,bucket=4",
@@ -38,7 +36,9 @@ inline constexpr std::string_view codec_specs[] = {
     "randomk:k=3",
     "randomk:k=3,scale=true,values=bf16",
     "approx_topk:k=3,tolerance=0",
-    "approx_topk:ratio=0.3,values=f16"};
+    "approx_topk:ratio=0.3,values=f16",
+    "int4:bucket=4",
+    "int4:bucket=0"};
 
 /// Controller specs covering every kind and option value.
 inline constexpr std::string_view controller_specs[] = {

@@ -47,6 +47,7 @@ enum class codec_id : std::uint8_t {
   approx_topk = 13,
   powersgd = 14,
   int4 = 15,
+  chunk_topk = 16,
 };
 
 /// Lower-case name of a codec id, or "unknown".
@@ -67,6 +68,7 @@ constexpr char const* codec_name(codec_id id) noexcept {
     case codec_id::approx_topk: return "approx_topk";
     case codec_id::powersgd: return "powersgd";
     case codec_id::int4: return "int4";
+    case codec_id::chunk_topk: return "chunk_topk";
   }
   return "unknown";
 }
