@@ -53,6 +53,7 @@ constexpr char const* codec_specs[] = {
     "int4:bucket=64",
     "chunk_topk:chunk=4096,k=64,values=f32",
     "chunk_topk:chunk=4096,k=64,values=int2",
+    "dct_sign:chunk=64,k=8",
     "onebit:scaling=mean_abs",
     "onebit:scaling=none",
     "qsgd:levels=7,bucket=512",

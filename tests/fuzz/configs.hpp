@@ -42,7 +42,9 @@ inline constexpr std::string_view codec_specs[] = {
     "chunk_topk:chunk=4,k=2",
     "chunk_topk:chunk=2,k=1,values=f16",
     "chunk_topk:chunk=8,k=3,values=int2",
-    "chunk_topk:chunk=4,k=4,values=int4"};
+    "chunk_topk:chunk=4,k=4,values=int4",
+    "dct_sign:chunk=4,k=2",
+    "dct_sign:chunk=2,k=2"};
 
 /// Controller specs covering every kind and option value.
 inline constexpr std::string_view controller_specs[] = {

@@ -11,6 +11,7 @@
 #include <gradcomp/codec/cast.hpp>
 #include <gradcomp/codec/dithering.hpp>
 #include <gradcomp/codec/chunk_topk.hpp>
+#include <gradcomp/codec/dct_sign.hpp>
 #include <gradcomp/codec/int4.hpp>
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
@@ -174,6 +175,7 @@ class any_codec {
 /// `onebit:scaling=mean_abs|none`, `qsgd:levels=7,bucket=512`, `terngrad:bucket=512`,
 /// `natural:bucket=512`, `dithering:levels=2,partition=linear|natural,norm=max|l2,bucket=512`,
 /// `chunk_topk:chunk=4096,k=64,values=f32|f16|bf16|int2|int4`,
+/// `dct_sign:chunk=64,k=8`,
 /// `topk:k=1000` or `topk:ratio=0.01` (exactly one of the two) with `values=f32|f16|bf16`,
 /// `threshold:value=0.5,values=f32|f16|bf16`,
 /// `randomk:ratio=0.01,scale=false|true,values=f32|f16|bf16` (or `k=`; also `random_k:`),
@@ -227,6 +229,10 @@ inline any_codec make_codec(std::string_view spec) {
     unsigned const v = choose("values", {"f32", "f16", "bf16", "int2", "int4"});
     return finish(chunk_topk_codec(chunk, k, static_cast<chunk_values>(v)));
   }
+  if (name == "dct_sign") {
+    std::uint32_t const chunk = num("chunk", 64);
+    return finish(dct_sign_codec(chunk, num("k", 8)));
+  }
   auto values = [&] {
     unsigned const v = choose("values", {"f32", "f16", "bf16"});
     return v == 1 ? sparse_values::f16 : v == 2 ? sparse_values::bf16 : sparse_values::f32;
@@ -273,7 +279,7 @@ inline any_codec make_codec(std::string_view spec) {
   }
   throw config_error("gradcomp: unknown codec '" + std::string(name) +
                      "' (expected identity, fp16, bf16, int8, int4, onebit, qsgd, terngrad, natural, dithering, "
-                     "topk, chunk_topk, threshold, randomk or approx_topk)");
+                     "topk, chunk_topk, dct_sign, threshold, randomk or approx_topk)");
 }
 
 /// Decodes `packet` whatever codec wrote it (read from its header) into `out`, or adds `alpha`
@@ -290,6 +296,7 @@ void decompress_any(std::span<std::byte const> packet, std::span<T> out, float a
     case codec_id::int8: return run(int8_codec{});
     case codec_id::int4: return run(int4_codec{});
     case codec_id::chunk_topk: return run(chunk_topk_codec{});
+    case codec_id::dct_sign: return run(dct_sign_codec{});
     case codec_id::onebit: return run(onebit_codec{});
     case codec_id::qsgd: return run(qsgd_codec{});
     case codec_id::terngrad: return run(terngrad_codec{});

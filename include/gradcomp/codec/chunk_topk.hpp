@@ -37,6 +37,47 @@
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
+namespace detail {
+
+/// Calls `keep(i)` in ascending i for the `kc` largest of `mag[0, L)` (ties to the lower
+/// index); `work` holds L scratch values. For finite floats, `mag` = their bits with the sign
+/// cleared orders them by magnitude.
+template <class Keep>
+void for_each_top(std::uint32_t const* mag, std::size_t L, std::size_t kc, std::uint32_t* work,
+                  Keep&& keep) {
+  // The kc-th largest t: every mag > t is kept, then the first (kc - #greater) equal to t.
+  std::uint32_t t = 0;
+  std::size_t equal_left = L;
+  if (kc < L) {
+    // The exponent byte (bits 23..30) whose bin holds the kc-th largest; only that bin's
+    // elements go through nth_element.
+    std::size_t hist[256] = {};
+    for (std::size_t i = 0; i < L; ++i) ++hist[(mag[i] >> 23) & 0xff];
+    std::size_t above = 0;
+    unsigned bin = 255;
+    while (above + hist[bin] < kc) above += hist[bin--];  // stops: the bins hold L > kc
+    std::size_t m = 0;
+    for (std::size_t i = 0; i < L; ++i) {
+      if (((mag[i] >> 23) & 0xff) == bin) work[m++] = mag[i];
+    }
+    std::size_t const r = kc - above;  // 1 <= r <= hist[bin]
+    std::nth_element(work, work + (r - 1), work + m, std::greater<>());
+    t = work[r - 1];
+    std::size_t greater = above;
+    for (std::size_t i = 0; i < m; ++i) greater += work[i] > t ? 1 : 0;
+    equal_left = kc - greater;
+  }
+  for (std::size_t i = 0; i < L; ++i) {
+    bool take = mag[i] > t;
+    if (!take && mag[i] == t && equal_left > 0) {
+      take = true;
+      --equal_left;
+    }
+    if (take) keep(i);
+  }
+}
+
+}  // namespace detail
 
 /// Chunk-wise top-k codec (see file comment).
 class chunk_topk_codec : public detail::codec_base<chunk_topk_codec> {
@@ -174,19 +215,6 @@ class chunk_topk_codec : public detail::codec_base<chunk_topk_codec> {
       mag[i] = a;
       top = a > top ? a : top;
     }
-    // The k-th largest magnitude t: keep every |x| > t and the first (k - #greater) equal to t.
-    std::uint32_t t = 0;
-    std::size_t equal_left = L;
-    if (kc < L) {
-      std::copy(mag.begin(), mag.begin() + static_cast<std::ptrdiff_t>(L), work.begin());
-      auto const kth = work.begin() + static_cast<std::ptrdiff_t>(kc - 1);
-      std::nth_element(work.begin(), kth, work.begin() + static_cast<std::ptrdiff_t>(L),
-                       std::greater<>());
-      t = *kth;
-      std::size_t greater = 0;
-      for (std::size_t i = 0; i < L; ++i) greater += mag[i] > t ? 1 : 0;
-      equal_left = kc - greater;
-    }
     float step = 0.0f, inv = 0.0f;
     if (chunk_topk_format::quantized(v)) {
       float const m = std::bit_cast<float>(top);
@@ -194,13 +222,7 @@ class chunk_topk_codec : public detail::codec_base<chunk_topk_codec> {
       inv = quant::magnitude_inverse(m, vb);
       detail::store_f32(steps + 4 * (b / f_.chunk), step);
     }
-    for (std::size_t i = 0; i < L; ++i) {
-      bool keep = mag[i] > t;
-      if (!keep && mag[i] == t && equal_left > 0) {
-        keep = true;
-        --equal_left;
-      }
-      if (!keep) continue;
+    detail::for_each_top(mag.data(), L, kc, work.data(), [&](std::size_t i) {
       float const xv = x[b + i];
       std::uint32_t raw;
       switch (v) {
@@ -213,7 +235,7 @@ class chunk_topk_codec : public detail::codec_base<chunk_topk_codec> {
       }
       wv.put(raw, vb);
       wi.put(static_cast<std::uint32_t>(i), ib);
-    }
+    });
   }
 
   chunk_topk_format f_;

@@ -48,6 +48,7 @@ enum class codec_id : std::uint8_t {
   powersgd = 14,
   int4 = 15,
   chunk_topk = 16,
+  dct_sign = 17,
 };
 
 /// Lower-case name of a codec id, or "unknown".
@@ -69,6 +70,7 @@ constexpr char const* codec_name(codec_id id) noexcept {
     case codec_id::powersgd: return "powersgd";
     case codec_id::int4: return "int4";
     case codec_id::chunk_topk: return "chunk_topk";
+    case codec_id::dct_sign: return "dct_sign";
   }
   return "unknown";
 }

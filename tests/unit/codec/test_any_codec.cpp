@@ -53,6 +53,8 @@ TEST_CASE("make_codec builds the codec its spec names, with the documented defau
   same_as_static("chunk_topk", gc::chunk_topk_codec(4096, 64, gc::chunk_values::f32));
   same_as_static("chunk_topk:chunk=64,k=2,values=int2", gc::chunk_topk_codec(64, 2, gc::chunk_values::int2));
   same_as_static("chunk_topk:values=bf16,k=1,chunk=2", gc::chunk_topk_codec(2, 1, gc::chunk_values::bf16));
+  same_as_static("dct_sign", gc::dct_sign_codec(64, 8));
+  same_as_static("dct_sign:k=3,chunk=16", gc::dct_sign_codec(16, 3));
   same_as_static("int4:bucket=0", gc::int4_codec(0));
   same_as_static("int4:bucket=33", gc::int4_codec(33));
   same_as_static("onebit", gc::onebit_codec(gc::onebit_codec::scaling::mean_abs));

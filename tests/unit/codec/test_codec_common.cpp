@@ -34,6 +34,7 @@ static_assert(gc::codec<gc::onebit_codec>);
 static_assert(gc::codec<gc::int8_codec>);
 static_assert(gc::codec<gc::int4_codec>);
 static_assert(gc::codec<gc::chunk_topk_codec>);
+static_assert(gc::codec<gc::dct_sign_codec>);
 static_assert(gc::codec<gc::natural_codec>);
 static_assert(gc::codec<gc::qsgd_codec>);
 static_assert(gc::codec<gc::terngrad_codec>);
@@ -363,9 +364,9 @@ TEST_CASE(
       // field either is rejected or leaves a packet the codec documents as valid. Fields a
       // codec does not use must be zero.
       std::string const name = v.name.substr(0, v.name.find(':'));
-      bool const uses_p0 = name == "int8" || name == "int4" || name == "chunk_topk" || name == "natural" || name == "qsgd" ||
+      bool const uses_p0 = name == "int8" || name == "int4" || name == "chunk_topk" || name == "dct_sign" || name == "natural" || name == "qsgd" ||
                            name == "terngrad" || name == "dithering";
-      bool const uses_p1 = name == "chunk_topk" || name == "qsgd" || name == "terngrad" || name == "dithering";
+      bool const uses_p1 = name == "chunk_topk" || name == "dct_sign" || name == "qsgd" || name == "terngrad" || name == "dithering";
       if (!uses_p0) {
         auto p = good;
         put_u32(p, field::param0, 1);

@@ -344,6 +344,13 @@ inline std::vector<variant> all_variants(std::uint32_t bucket = 16) {
         false);
   }
   add(
+      "dct_sign:chunk=16,k=3",
+      [](std::uint64_t n, gc::dtype) {
+        std::uint64_t const K = (n + 15) / 16 * 3;
+        return 4 + (K + 7) / 8 + (K * 4 + 7) / 8;
+      },
+      false);
+  add(
       "natural:bucket=" + b,
       [bucket](std::uint64_t n, gc::dtype) { return buckets_of(n, bucket) + n; }, true);
   auto dither = [&](std::string spec, std::uint32_t s) {
