@@ -17,6 +17,9 @@
 #include <gradcomp/codec/budget.hpp>
 #include <gradcomp/codec/cast.hpp>
 #include <gradcomp/codec/dithering.hpp>
+#include <gradcomp/codec/chunk_topk.hpp>
+#include <gradcomp/codec/dct_sign.hpp>
+#include <gradcomp/codec/int4.hpp>
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
 #include <gradcomp/codec/onebit.hpp>

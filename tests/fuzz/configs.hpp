@@ -36,7 +36,15 @@ inline constexpr std::string_view codec_specs[] = {
     "randomk:k=3",
     "randomk:k=3,scale=true,values=bf16",
     "approx_topk:k=3,tolerance=0",
-    "approx_topk:ratio=0.3,values=f16"};
+    "approx_topk:ratio=0.3,values=f16",
+    "int4:bucket=4",
+    "int4:bucket=0",
+    "chunk_topk:chunk=4,k=2",
+    "chunk_topk:chunk=2,k=1,values=f16",
+    "chunk_topk:chunk=8,k=3,values=int2",
+    "chunk_topk:chunk=4,k=4,values=int4",
+    "dct_sign:chunk=4,k=2",
+    "dct_sign:chunk=2,k=2"};
 
 /// Controller specs covering every kind and option value.
 inline constexpr std::string_view controller_specs[] = {

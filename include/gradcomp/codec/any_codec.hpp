@@ -10,6 +10,9 @@
 #include <gradcomp/codec/budget.hpp>
 #include <gradcomp/codec/cast.hpp>
 #include <gradcomp/codec/dithering.hpp>
+#include <gradcomp/codec/chunk_topk.hpp>
+#include <gradcomp/codec/dct_sign.hpp>
+#include <gradcomp/codec/int4.hpp>
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
 #include <gradcomp/codec/onebit.hpp>
@@ -168,9 +171,11 @@ class any_codec {
 };
 
 /// Builds a codec from a spec `name[:key=value[,key=value...]]`:
-/// `identity`, `fp16`, `bf16`, `int8:bucket=512,rounding=nearest|stochastic`,
+/// `identity`, `fp16`, `bf16`, `int8:bucket=512,rounding=nearest|stochastic`, `int4:bucket=64`,
 /// `onebit:scaling=mean_abs|none`, `qsgd:levels=7,bucket=512`, `terngrad:bucket=512`,
 /// `natural:bucket=512`, `dithering:levels=2,partition=linear|natural,norm=max|l2,bucket=512`,
+/// `chunk_topk:chunk=4096,k=64,values=f32|f16|bf16|int2|int4`,
+/// `dct_sign:chunk=64,k=8`,
 /// `topk:k=1000` or `topk:ratio=0.01` (exactly one of the two) with `values=f32|f16|bf16`,
 /// `threshold:value=0.5,values=f32|f16|bf16`,
 /// `randomk:ratio=0.01,scale=false|true,values=f32|f16|bf16` (or `k=`; also `random_k:`),
@@ -199,6 +204,7 @@ inline any_codec make_codec(std::string_view spec) {
     unsigned const r = choose("rounding", {"nearest", "stochastic"});
     return finish(int8_codec(b, r == 0 ? int8_rounding::nearest : int8_rounding::stochastic));
   }
+  if (name == "int4") return finish(int4_codec(num("bucket", 64)));
   if (name == "onebit") {
     unsigned const s = choose("scaling", {"mean_abs", "none"});
     return finish(onebit_codec(s == 1 ? onebit_codec::scaling::none : onebit_codec::scaling::mean_abs));
@@ -216,6 +222,16 @@ inline any_codec make_codec(std::string_view spec) {
     std::uint32_t const b = num("bucket", 512);
     return finish(dithering_codec(l, part == 1 ? dither_partition::natural : dither_partition::linear,
                                   norm == 1 ? dither_norm::l2 : dither_norm::max, b));
+  }
+  if (name == "chunk_topk") {
+    std::uint32_t const chunk = num("chunk", 4096);
+    std::uint32_t const k = num("k", 64);
+    unsigned const v = choose("values", {"f32", "f16", "bf16", "int2", "int4"});
+    return finish(chunk_topk_codec(chunk, k, static_cast<chunk_values>(v)));
+  }
+  if (name == "dct_sign") {
+    std::uint32_t const chunk = num("chunk", 64);
+    return finish(dct_sign_codec(chunk, num("k", 8)));
   }
   auto values = [&] {
     unsigned const v = choose("values", {"f32", "f16", "bf16"});
@@ -262,8 +278,8 @@ inline any_codec make_codec(std::string_view spec) {
     return finish(approx_topk_codec::ratio(real("ratio", 0.01), sample, tol, v));
   }
   throw config_error("gradcomp: unknown codec '" + std::string(name) +
-                     "' (expected identity, fp16, bf16, int8, onebit, qsgd, terngrad, natural, dithering, "
-                     "topk, threshold, randomk or approx_topk)");
+                     "' (expected identity, fp16, bf16, int8, int4, onebit, qsgd, terngrad, natural, dithering, "
+                     "topk, chunk_topk, dct_sign, threshold, randomk or approx_topk)");
 }
 
 /// Decodes `packet` whatever codec wrote it (read from its header) into `out`, or adds `alpha`
@@ -278,6 +294,9 @@ void decompress_any(std::span<std::byte const> packet, std::span<T> out, float a
     case codec_id::fp16: return run(fp16_codec{});
     case codec_id::bf16: return run(bf16_codec{});
     case codec_id::int8: return run(int8_codec{});
+    case codec_id::int4: return run(int4_codec{});
+    case codec_id::chunk_topk: return run(chunk_topk_codec{});
+    case codec_id::dct_sign: return run(dct_sign_codec{});
     case codec_id::onebit: return run(onebit_codec{});
     case codec_id::qsgd: return run(qsgd_codec{});
     case codec_id::terngrad: return run(terngrad_codec{});

@@ -46,6 +46,9 @@ enum class codec_id : std::uint8_t {
   random_k = 12,
   approx_topk = 13,
   powersgd = 14,
+  int4 = 15,
+  chunk_topk = 16,
+  dct_sign = 17,
 };
 
 /// Lower-case name of a codec id, or "unknown".
@@ -65,6 +68,9 @@ constexpr char const* codec_name(codec_id id) noexcept {
     case codec_id::random_k: return "random_k";
     case codec_id::approx_topk: return "approx_topk";
     case codec_id::powersgd: return "powersgd";
+    case codec_id::int4: return "int4";
+    case codec_id::chunk_topk: return "chunk_topk";
+    case codec_id::dct_sign: return "dct_sign";
   }
   return "unknown";
 }

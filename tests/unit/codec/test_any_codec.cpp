@@ -104,6 +104,14 @@ TEST_CASE("make_codec builds the codec its spec names, with the documented defau
   same_as_static("onebit", gc::onebit_codec(scaling::mean_abs));
   same_as_static("onebit:scaling=mean_abs", gc::onebit_codec(scaling::mean_abs));
   same_as_static("onebit:scaling=none", gc::onebit_codec(scaling::none));
+  same_as_static("int4", gc::int4_codec(64));
+  same_as_static("chunk_topk", gc::chunk_topk_codec(4096, 64, gc::chunk_values::f32));
+  same_as_static("chunk_topk:chunk=64,k=2,values=int2", gc::chunk_topk_codec(64, 2, gc::chunk_values::int2));
+  same_as_static("chunk_topk:values=bf16,k=1,chunk=2", gc::chunk_topk_codec(2, 1, gc::chunk_values::bf16));
+  same_as_static("dct_sign", gc::dct_sign_codec(64, 8));
+  same_as_static("dct_sign:k=3,chunk=16", gc::dct_sign_codec(16, 3));
+  same_as_static("int4:bucket=0", gc::int4_codec(0));
+  same_as_static("int4:bucket=33", gc::int4_codec(33));
   same_as_static("qsgd", gc::qsgd_codec(7, 512));
   same_as_static("qsgd:levels=15,bucket=256", gc::qsgd_codec(15, 256));
   same_as_static("qsgd:bucket=0", gc::qsgd_codec(7, 0));
@@ -178,6 +186,8 @@ TEST_CASE("make_codec rejects bad specs with a config_error that says what was e
       {"qsgd:levels=32768", "levels"},
       {"int8:rounding=up", "must be one of nearest, stochastic"},
       {"int8:rounding=", ""},
+      {"int4:rounding=nearest", "has no option 'rounding'"},
+      {"int4:bucket=x", "needs an unsigned integer"},
       {"onebit:scaling=max", "must be one of mean_abs, none"},
       {"dithering:partition=log", "must be one of linear, natural"},
       {"dithering:partition=cubic", "must be one of linear, natural"},

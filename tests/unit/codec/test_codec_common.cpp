@@ -32,6 +32,9 @@ static_assert(gc::codec<gc::fp16_codec>);
 static_assert(gc::codec<gc::bf16_codec>);
 static_assert(gc::codec<gc::onebit_codec>);
 static_assert(gc::codec<gc::int8_codec>);
+static_assert(gc::codec<gc::int4_codec>);
+static_assert(gc::codec<gc::chunk_topk_codec>);
+static_assert(gc::codec<gc::dct_sign_codec>);
 static_assert(gc::codec<gc::natural_codec>);
 static_assert(gc::codec<gc::qsgd_codec>);
 static_assert(gc::codec<gc::terngrad_codec>);
@@ -173,6 +176,8 @@ TEST_CASE("nominal bits per element follow the payload layouts", "[codec][size]"
   REQUIRE(gc::onebit_codec{}.bits_per_element() == 1.0);
   REQUIRE(gc::int8_codec(64).bits_per_element() == 9.0);
   REQUIRE(gc::int8_codec(0).bits_per_element() == 8.0);
+  REQUIRE(gc::int4_codec(64).bits_per_element() == 4.5);
+  REQUIRE(gc::int4_codec(0).bits_per_element() == 4.0);
   REQUIRE(gc::natural_codec(64).bits_per_element() == 8.125);
   REQUIRE(gc::qsgd_codec(7, 64).bits_per_element() == 4.5);  // 1 + 3 bits, 32/64 for the norm
   REQUIRE(gc::qsgd_codec(8, 0).bits_per_element() == 5.0);
@@ -359,9 +364,9 @@ TEST_CASE(
       // field either is rejected or leaves a packet the codec documents as valid. Fields a
       // codec does not use must be zero.
       std::string const name = v.name.substr(0, v.name.find(':'));
-      bool const uses_p0 = name == "int8" || name == "natural" || name == "qsgd" ||
+      bool const uses_p0 = name == "int8" || name == "int4" || name == "chunk_topk" || name == "dct_sign" || name == "natural" || name == "qsgd" ||
                            name == "terngrad" || name == "dithering";
-      bool const uses_p1 = name == "qsgd" || name == "terngrad" || name == "dithering";
+      bool const uses_p1 = name == "chunk_topk" || name == "dct_sign" || name == "qsgd" || name == "terngrad" || name == "dithering";
       if (!uses_p0) {
         auto p = good;
         put_u32(p, field::param0, 1);

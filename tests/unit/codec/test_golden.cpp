@@ -27,7 +27,14 @@
 // support is a subset of the k = 9 one (values 4.111 = 37/9 times the inputs there);
 // approx_topk k = 6, tolerance 0.2: format 1 stopped at the first histogram's bin boundary
 // holding 5 elements (4, 4, 3.5, 2.75, 2.75); since 0.2.0 a single tensor gets the exact top 6,
-// those five and 2.25 (approx_topk.hpp).
+// those five and 2.25 (approx_topk.hpp). int4 (added with
+// codec id 15): scales f32(m / 7) for bucket maxima 4, 2.25, 3.5 (4/7, 9/28, 1/2); element 0,
+// -0.5625, is level -1 (nibble 7), element 1, 2.75, level 5 (nibble 13): byte 0xd7; the last
+// byte 0x07 holds element 36 (-0.3125, level -1) and the zero padding nibble.
+// chunk_topk (codec id 16), chunks of 16 keeping 3: values 2.75, 4, -4 at indices 1, 5, 9 of
+// chunk 0 (index nibbles 0x51, then 9 and chunk 1's first index 3: 0x39), and in the 5-element
+// last chunk its three largest, -0.46875, 3.5, 0.75 at indices 0, 1, 2; with 2-bit values and
+// chunks of 8 the steps are m / 2 (2, 2, 1.0625, 1.125, 1.75).
 
 #include <catch2/catch.hpp>
 

@@ -99,7 +99,9 @@ TEST_CASE("wire: codec ids and names", "[core][wire]") {
       {gc::codec_id::onebit, 5, "onebit"},      {gc::codec_id::qsgd, 6, "qsgd"},
       {gc::codec_id::terngrad, 7, "terngrad"},  {gc::codec_id::natural, 8, "natural"},
       {gc::codec_id::dithering, 9, "dithering"},
-      {gc::codec_id::topk, 10, "topk"},          {gc::codec_id::threshold, 11, "threshold"}};
+      {gc::codec_id::topk, 10, "topk"},          {gc::codec_id::threshold, 11, "threshold"},
+      {gc::codec_id::int4, 15, "int4"},          {gc::codec_id::chunk_topk, 16, "chunk_topk"},
+      {gc::codec_id::dct_sign, 17, "dct_sign"}};
   for (auto const& e : table) {
     CHECK(static_cast<unsigned>(e.id) == e.value);
     CHECK(std::string(gc::codec_name(e.id)) == e.name);

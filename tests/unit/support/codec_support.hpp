@@ -325,6 +325,32 @@ inline std::vector<variant> all_variants(std::uint32_t bucket = 16) {
         std::string(r) == "stochastic");
   }
   add(
+      "int4:bucket=" + b,
+      [bucket](std::uint64_t n, gc::dtype) { return 4 * buckets_of(n, bucket) + (n + 1) / 2; },
+      false);
+  struct chunk_cfg {
+    char const* values;
+    unsigned bits;
+  };
+  for (chunk_cfg cc : {chunk_cfg{"f32", 32}, chunk_cfg{"f16", 16}, chunk_cfg{"int2", 2}, chunk_cfg{"int4", 4}}) {
+    // Chunks of 16 keeping 3 (the last, short chunk min(3, its length)), 4-bit indices.
+    add(
+        std::string("chunk_topk:chunk=16,k=3,values=") + cc.values,
+        [cc](std::uint64_t n, gc::dtype) {
+          std::uint64_t const nc = (n + 15) / 16;
+          std::uint64_t const K = n == 0 ? 0 : (nc - 1) * 3 + std::min<std::uint64_t>(3, n - (nc - 1) * 16);
+          return (cc.bits < 8 ? 4 * nc : 0) + (K * cc.bits + 7) / 8 + (K * 4 + 7) / 8;
+        },
+        false);
+  }
+  add(
+      "dct_sign:chunk=16,k=3",
+      [](std::uint64_t n, gc::dtype) {
+        std::uint64_t const K = (n + 15) / 16 * 3;
+        return 4 + (K + 7) / 8 + (K * 4 + 7) / 8;
+      },
+      false);
+  add(
       "natural:bucket=" + b,
       [bucket](std::uint64_t n, gc::dtype) { return buckets_of(n, bucket) + n; }, true);
   auto dither = [&](std::string spec, std::uint32_t s) {
