@@ -197,7 +197,7 @@ inline void write_json(std::ostream& os, std::vector<row> const& rows, run_info 
 /// Draws `png` with gnuplot: on the left the relative L2 error against bits per element (one
 /// point per codec and tensor, log-log), on the right the compress, decompress and
 /// decompress_add throughput of each codec as a ratio to the memory pass (first thread count
-/// measured, first tensor), with the line 1.0 = the memory pass. `input_error` when gnuplot is
+/// measured, first tensor; log scale), with the line 1.0 = the memory pass. `input_error` when gnuplot is
 /// missing or fails.
 inline void write_plot(std::filesystem::path const& png, std::vector<row> const& rows) {
   namespace fs = std::filesystem;
@@ -236,9 +236,9 @@ inline void write_plot(std::filesystem::path const& png, std::vector<row> const&
           "plot '" << (dir / "error.dat").string() << "' using 2:3 with points pt 7 ps 1.2, '' using 2:3:1 with labels "
           "offset 0.5,0.5 left font ',8'\n";
     if (has_speed) {
-      gp << "unset logscale\nset title 'speed / memory pass (1.0 = memory pass)'\nset xlabel ''\n"
-            "set ylabel 'ratio to the memory pass'\nset style data histograms\nset style histogram clustered\n"
-            "set style fill solid 0.8\nset boxwidth 0.9\nset xtics rotate by -45 font ',8'\nset key top right\n"
+      gp << "unset logscale\nset logscale y\nset title 'speed / memory pass (1.0 = memory pass)'\nset xlabel ''\n"
+            "set ylabel 'ratio to the memory pass (log)'\nset style data histograms\nset style histogram clustered\n"
+            "set style fill solid 0.8\nset boxwidth 0.9\nset xtics rotate by -45 font ',8'\nset key top left\n"
             "set arrow from graph 0, first 1 to graph 1, first 1 nohead lw 2 dt 2\n"
             "plot '" << (dir / "speed.dat").string() << "' using 2:xtic(1) title 'compress', '' using 3 title "
             "'decompress', '' using 4 title 'decompress_add'\nunset multiplot\n";
