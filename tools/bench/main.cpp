@@ -26,6 +26,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,22 @@ int run(cli const& c) {
   }
   std::vector<tool::tensor_input> const tensors = load_inputs(c, steps);
 
+  // The output files are opened before measuring, so that a path that cannot be written fails
+  // at once instead of after minutes of measurements.
+  auto open = [](std::string const& path, char const* opt) {
+    std::ofstream f(path);
+    if (!f) throw tool::input_error(std::string(opt) + " " + path + ": cannot write");
+    return f;
+  };
+  std::ofstream json_file, csv_file;
+  if (!c.json.empty()) json_file = open(c.json, "--json");
+  if (!c.csv.empty()) csv_file = open(c.csv, "--csv");
+  if (!c.plot.empty()) {
+    fs::path const dir = fs::absolute(fs::path(c.plot)).parent_path();
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) throw tool::input_error("--plot " + c.plot + ": no directory " + dir.string());
+  }
+
   double const t0 = gradcomp_bench::now_seconds();
   std::vector<tool::row> rows;
   for (tool::tensor_input const& t : tensors) {
@@ -228,18 +245,13 @@ int run(cli const& c) {
   info.seconds = gradcomp_bench::now_seconds() - t0;
 
   if (!c.quiet) tool::write_table(std::cout, rows, info);
-  auto open = [](std::string const& path, char const* opt) {
-    std::ofstream f(path);
-    if (!f) throw tool::input_error(std::string(opt) + " " + path + ": cannot write");
-    return f;
-  };
-  if (!c.json.empty()) {
-    std::ofstream f = open(c.json, "--json");
-    tool::write_json(f, rows, info);
+  if (json_file.is_open()) {
+    tool::write_json(json_file, rows, info);
+    if (!json_file.flush()) throw std::runtime_error("--json " + c.json + ": write failed");
   }
-  if (!c.csv.empty()) {
-    std::ofstream f = open(c.csv, "--csv");
-    tool::write_csv(f, rows);
+  if (csv_file.is_open()) {
+    tool::write_csv(csv_file, rows);
+    if (!csv_file.flush()) throw std::runtime_error("--csv " + c.csv + ": write failed");
   }
   if (!c.plot.empty()) tool::write_plot(c.plot, rows);
   return 0;

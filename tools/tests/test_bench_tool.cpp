@@ -497,6 +497,8 @@ TEST_CASE("gradcomp-bench: every malformed input gives one line and exit status 
       {nt, "no input"},
       {"--synthetic gauss --bogus", "--bogus"},
       {q(s / "good.npy") + " --csv " + q(s / "nodir" / "x.csv") + nt, "--csv"},
+      {q(s / "good.npy") + " --json " + q(s / "nodir" / "x.json") + nt, "--json"},
+      {q(s / "good.npy") + " --plot " + q(s / "nodir" / "x.png") + nt, "--plot"},
   };
   for (bad const& c : cases) {
     INFO("gradcomp-bench " << c.args);
