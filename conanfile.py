@@ -120,6 +120,7 @@ class GradcompConan(ConanFile):
         tc.cache_variables["GRADCOMP_BUILD_TESTS"] = False
         tc.cache_variables["GRADCOMP_BUILD_BENCH"] = False
         tc.cache_variables["GRADCOMP_BUILD_EXAMPLES"] = False
+        tc.cache_variables["GRADCOMP_BUILD_TOOLS"] = False  # gradcomp-bench is a program; the package is headers only
         tc.cache_variables["GRADCOMP_BUILD_PYTHON"] = False
         tc.cache_variables["GRADCOMP_WITH_BLAS"] = False
         tc.cache_variables["GRADCOMP_ENABLE_CUDA"] = False

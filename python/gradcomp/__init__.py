@@ -28,9 +28,11 @@ from ._C import (  # noqa: F401
     decompress,
     inspect,
 )
+from .capture import Capture, capture  # noqa: F401
 from .ddp import GradcompState, hook  # noqa: F401
 
 __all__ = [
+    "Capture",
     "Codec",
     "CommError",
     "Communicator",
@@ -38,6 +40,7 @@ __all__ = [
     "Error",
     "FormatError",
     "GradcompState",
+    "capture",
     "NumericError",
     "decompress",
     "hook",
