@@ -8,7 +8,9 @@ Two lines make a DistributedDataParallel model send compressed gradients::
     ddp_model.register_comm_hook(state, gradcomp.hook)
 
 The codec API (``Codec``, ``decompress``, ``inspect``) compresses CPU tensors into uint8
-packets and back, for people who write their own exchange. Errors are ``gradcomp.Error`` and its
+packets and back, for people who write their own exchange; ``Codec`` also compresses CUDA
+tensors on the GPU where the package was built with its CUDA part (``has_cuda``; the codecs it
+carries: ``cuda_codecs``). Errors are ``gradcomp.Error`` and its
 kinds (``ConfigError``, ``FormatError``, ``NumericError``, ``CommError``), with the C++ library's
 messages. See docs/pytorch.md.
 """
@@ -25,7 +27,9 @@ from ._C import (  # noqa: F401
     FormatError,
     NumericError,
     __version__,
+    cuda_codecs,
     decompress,
+    has_cuda,
     inspect,
 )
 from .capture import Capture, capture  # noqa: F401
@@ -42,7 +46,9 @@ __all__ = [
     "GradcompState",
     "capture",
     "NumericError",
+    "cuda_codecs",
     "decompress",
+    "has_cuda",
     "hook",
     "inspect",
 ]

@@ -116,6 +116,7 @@ class GradcompState:
         self.process_group = process_group
         self._engine = None
         self._param_index = {}
+        self._device = None
         self._make_engine()
 
     # -- configuration -----------------------------------------------------------------------
@@ -211,8 +212,40 @@ class GradcompState:
         self.process_group = None
         self._engine = None
         self._param_index = {}
+        self._device = None
         self._make_engine()
         self._engine.load(state["engine"])
+
+
+# What the hook does not run on CUDA buckets in this release (docs/pytorch.md, "CUDA tensors").
+_NOT_ON_CUDA = ("codec", "feedback", "controller", "guard", "two_way", "PowerSGD", "start_iter",
+                "state_dict")
+
+
+def _check_device(state, bucket):
+    """The hook's device rules: every bucket of a model on one device, and that device the CPU.
+    A model with parameters on several devices, or on a CUDA device, raises ConfigError saying
+    so (before anything is queued, so the engine's state is untouched)."""
+    buffer = bucket.buffer()
+    device = buffer.device
+    for p in bucket.parameters():
+        if p.device != device:
+            raise _C.ConfigError(
+                "gradcomp: DDP bucket %d holds parameters on %s and %s; the gradcomp hook takes a "
+                "model whose parameters are all on one device" % (bucket.index(), device, p.device))
+    if state._device is None:
+        state._device = device
+    elif device != state._device:
+        raise _C.ConfigError(
+            "gradcomp: the DDP model has parameters on several devices (%s and %s); the gradcomp "
+            "hook takes a model whose parameters are all on one device" % (state._device, device))
+    if device.type != "cpu":
+        raise _C.ConfigError(
+            "gradcomp: the DDP hook compresses CPU buckets; this model is on %s. On %s buckets this "
+            "release runs none of the hook's options (%s): docs/pytorch.md, \"CUDA tensors\". "
+            "Train the model on the CPU (gloo), or use PyTorch's own hooks for GPU buckets; "
+            "gradcomp.Codec compresses CUDA tensors for an exchange of your own"
+            % (device, device.type, ", ".join(_NOT_ON_CUDA)))
 
 
 def _pieces(state, bucket):
@@ -240,6 +273,9 @@ def hook(state, bucket):
     """The DDP communication hook: ``ddp_model.register_comm_hook(state, gradcomp.hook)``.
 
     Returns a ``torch.futures.Future`` that completes with the bucket averaged over the ranks
-    (in place). The exchange runs on gradcomp's worker thread; autograd goes on meanwhile."""
+    (in place). The exchange runs on gradcomp's worker thread; autograd goes on meanwhile.
+    Buckets must be CPU tensors of a model on one device (ConfigError otherwise)."""
+    state._live()
+    _check_device(state, bucket)
     views, shapes, keys = _pieces(state, bucket)
     return state._live().submit(bucket.index(), bucket.buffer(), views, shapes, keys, bucket.is_last())

@@ -4,12 +4,16 @@
 // gradcomp._C: the C++ half of the Python package (python/gradcomp/). What it binds:
 //   - the errors, as Python exceptions with the library's messages;
 //   - `Codec`: compress a CPU tensor into a uint8 tensor, decompress (or add) a packet into a
-//     tensor, for every codec spec of `make_codec` and for PowerSGD (`make_powersgd`);
+//     tensor, for every codec spec of `make_codec` and for PowerSGD (`make_powersgd`); a CUDA
+//     tensor into a CUDA uint8 tensor on torch's current stream of its device, through the
+//     library's CUDA codecs (cuda_codec.hpp), where the extension has its CUDA part
+//     (GRADCOMP_PYTHON_CUDA, python/CMakeLists.txt);
 //   - `decompress`, `inspect`: any packet, stateless;
 //   - `Engine`: the DDP hook's engine (ddp_engine.hpp) over a torch.distributed process group;
 //   - `Communicator`: the library's collectives over a process group, for tests and for users
 //     who exchange tensors themselves.
 
+#include "cuda_codec.hpp"
 #include "ddp_engine.hpp"
 
 #include <gradcomp/codec/any_codec.hpp>
@@ -22,8 +26,17 @@
 
 #include <torch/extension.h>
 
+#ifndef GRADCOMP_PYTHON_CUDA
+#  define GRADCOMP_PYTHON_CUDA 0  // python/CMakeLists.txt defines it to 1 with the CUDA part
+#endif
+#if GRADCOMP_PYTHON_CUDA
+#  include <c10/cuda/CUDAGuard.h>
+#  include <c10/cuda/CUDAStream.h>
+#endif
+
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <variant>
@@ -93,11 +106,31 @@ py::object python_future(future_ptr const& f) {
   return fut;
 }
 
-// A contiguous CPU tensor of float32 / float16 / bfloat16 (checked), for the codec API.
-void check_values(at::Tensor const& t, char const* what) {
-  if (!t.device().is_cpu()) {
-    throw gc::config_error(std::string("gradcomp: ") + what + " must be a CPU tensor, got one on " + t.device().str());
+// Whether this build of the extension has its CUDA part.
+constexpr bool has_cuda_part = GRADCOMP_PYTHON_CUDA != 0;
+
+// What a tensor on a device the codec API does not take gets told.
+[[noreturn]] void refuse_device(at::Tensor const& t, char const* what) {
+  if (t.device().is_cuda() && has_cuda_part) {
+    throw gc::config_error(std::string("gradcomp: ") + what + " is on " + t.device().str() +
+                           "; only Codec(spec).compress / decompress / decompress_add take CUDA tensors "
+                           "(gradcomp.decompress, gradcomp.inspect and Communicator take CPU tensors)");
   }
+  if (t.device().is_cuda()) {
+    throw gc::config_error(std::string("gradcomp: ") + what + " is on " + t.device().str() +
+                           ", and this build of the gradcomp package has no CUDA part (it was built against a "
+                           "CPU-only torch, without nvcc, or with GRADCOMP_PYTHON_CUDA=OFF: docs/pytorch.md, "
+                           "\"CUDA tensors\"); rebuild it where nvcc and a CUDA build of torch are, or pass a CPU tensor");
+  }
+  throw gc::config_error(std::string("gradcomp: ") + what + " must be a CPU tensor" +
+                         (has_cuda_part ? " (Codec(spec) takes CUDA tensors too)" : "") + ", got one on " +
+                         t.device().str());
+}
+
+// A contiguous tensor of float32 / float16 / bfloat16 (checked), for the codec API: on the CPU,
+// or with `cuda` on a CUDA device too.
+void check_values(at::Tensor const& t, char const* what, bool cuda = false) {
+  if (!t.device().is_cpu() && !(cuda && has_cuda_part && t.device().is_cuda())) refuse_device(t, what);
   if (!t.is_contiguous()) throw gc::config_error(std::string("gradcomp: ") + what + " must be contiguous");
   auto const st = t.scalar_type();
   if (st != at::kFloat && st != at::kHalf && st != at::kBFloat16) {
@@ -106,8 +139,24 @@ void check_values(at::Tensor const& t, char const* what) {
   }
 }
 
+value_type value_type_of(at::Tensor const& t) {
+  switch (t.scalar_type()) {
+    case at::kHalf: return value_type::f16;
+    case at::kBFloat16: return value_type::bf16;
+    default: return value_type::f32;
+  }
+}
+
 std::span<std::byte const> packet_bytes(at::Tensor const& p) {
-  if (!p.device().is_cpu() || !p.is_contiguous() || p.scalar_type() != at::kByte || p.dim() != 1) {
+  if (!p.device().is_cpu()) {
+    if (p.device().is_cuda() && has_cuda_part) {
+      throw gc::config_error("gradcomp: this packet is on " + p.device().str() +
+                             "; a packet on a CUDA device is decoded by Codec(spec).decompress into a tensor on the "
+                             "same device (gradcomp.decompress and gradcomp.inspect read CPU packets)");
+    }
+    refuse_device(p, "the packet");
+  }
+  if (!p.is_contiguous() || p.scalar_type() != at::kByte || p.dim() != 1) {
     throw gc::config_error("gradcomp: a packet must be a contiguous 1-D uint8 CPU tensor");
   }
   return {reinterpret_cast<std::byte const*>(p.data_ptr()), static_cast<std::size_t>(p.numel())};
@@ -162,6 +211,9 @@ class py_codec {
 
   at::Tensor compress(at::Tensor const& t, std::optional<at::Tensor> out, std::uint64_t seed, std::uint32_t step,
                       std::uint32_t id) {
+#if GRADCOMP_PYTHON_CUDA
+    if (t.device().is_cuda()) return compress_on_device(t, std::move(out), device_call{seed, step, id, nullptr});
+#endif
     check_values(t, "the tensor to compress");
     std::size_t const cap = max_compressed_bytes(t);
     at::Tensor buf;
@@ -198,7 +250,13 @@ class py_codec {
   }
 
   void decompress(at::Tensor const& packet, at::Tensor& out, bool add, float alpha, std::uint64_t seed,
-                  std::uint32_t step) const {
+                  std::uint32_t step) {
+#if GRADCOMP_PYTHON_CUDA
+    if (out.device().is_cuda() || packet.device().is_cuda()) {
+      decompress_on_device(packet, out, add, alpha, device_call{seed, step, 0, nullptr});
+      return;
+    }
+#endif
     check_values(out, "the output tensor");
     auto const p = packet_bytes(packet);
     auto const ctx = context(seed, step);
@@ -217,6 +275,71 @@ class py_codec {
   }
 
  private:
+#if GRADCOMP_PYTHON_CUDA
+  // The CUDA codec of the spec, made at the first use on a CUDA tensor (a spec the CUDA part
+  // does not carry is refused then, not when the Codec is made). Needs the GIL.
+  device_codec const& on_device() {
+    if (psgd_) {
+      throw gc::config_error("gradcomp: Codec('" + spec_ +
+                             "'): PowerSGD compresses CPU tensors only; on CUDA tensors Codec takes " +
+                             device_codec_names());
+    }
+    if (!device_) device_ = device_codec::make(spec_);
+    return *device_;
+  }
+
+  // torch's current stream of `d` (what the caller's kernels are ordered on), as a cudaStream_t.
+  static void* current_stream(c10::Device d) { return c10::cuda::getCurrentCUDAStream(d.index()).stream(); }
+
+  at::Tensor compress_on_device(at::Tensor const& t, std::optional<at::Tensor> out, device_call call) {
+    check_values(t, "the tensor to compress", true);
+    device_codec const& dev = on_device();
+    auto const n = static_cast<std::size_t>(t.numel());
+    std::size_t const cap = dev.max_compressed_bytes(n);
+    at::Tensor buf;
+    if (out) {
+      buf = *out;
+      if (buf.device() != t.device() || !buf.is_contiguous() || buf.scalar_type() != at::kByte) {
+        throw gc::config_error("gradcomp: out must be a contiguous uint8 tensor on " + t.device().str() +
+                               ", the tensor's device");
+      }
+      if (static_cast<std::size_t>(buf.numel()) < cap) {
+        throw gc::config_error("gradcomp: out has " + std::to_string(buf.numel()) + " bytes, the packet may need " +
+                               std::to_string(cap));
+      }
+    } else {
+      buf = at::empty({static_cast<std::int64_t>(cap)}, t.options().dtype(at::kByte));
+    }
+    c10::cuda::CUDAGuard const guard(t.device());
+    call.stream = current_stream(t.device());
+    std::size_t size = 0;
+    {
+      py::gil_scoped_release nogil;
+      size = dev.compress(value_type_of(t), t.data_ptr(), n, reinterpret_cast<std::byte*>(buf.data_ptr()),
+                          static_cast<std::size_t>(buf.numel()), call);
+    }
+    return buf.narrow(0, 0, static_cast<std::int64_t>(size));
+  }
+
+  void decompress_on_device(at::Tensor const& packet, at::Tensor& out, bool add, float alpha, device_call call) {
+    check_values(out, "the output tensor", true);
+    if (packet.device() != out.device()) {
+      throw gc::config_error("gradcomp: the packet is on " + packet.device().str() + " and the output tensor on " +
+                             out.device().str() + "; decode into a tensor on the packet's device");
+    }
+    if (!packet.is_contiguous() || packet.scalar_type() != at::kByte || packet.dim() != 1) {
+      throw gc::config_error("gradcomp: a packet must be a contiguous 1-D uint8 tensor");
+    }
+    device_codec const& dev = on_device();
+    c10::cuda::CUDAGuard const guard(out.device());
+    call.stream = current_stream(out.device());
+    py::gil_scoped_release nogil;
+    dev.decompress(reinterpret_cast<std::byte const*>(packet.data_ptr()), static_cast<std::size_t>(packet.numel()),
+                   value_type_of(out), out.data_ptr(), static_cast<std::size_t>(out.numel()), add, alpha, call);
+  }
+
+  std::unique_ptr<device_codec> device_;
+#endif
   std::string spec_;
   std::optional<gc::any_codec> codec_;
   std::optional<gc::powersgd> psgd_;
@@ -322,7 +445,17 @@ PYBIND11_MODULE(_C, m) {
     }
   });
 
-  py::class_<py_codec>(m, "Codec", "A codec from a spec (see docs/pytorch.md): compress / decompress CPU tensors.")
+  // The CUDA part: whether it was compiled, and the codecs it carries ("" without it).
+  m.attr("has_cuda") = has_cuda_part;
+#if GRADCOMP_PYTHON_CUDA
+  m.attr("cuda_codecs") = device_codec_names();
+#else
+  m.attr("cuda_codecs") = std::string();
+#endif
+
+  py::class_<py_codec>(m, "Codec",
+                       "A codec from a spec (see docs/pytorch.md): compress / decompress CPU tensors, and CUDA "
+                       "tensors where the package has its CUDA part (gradcomp.has_cuda).")
       .def(py::init<std::string>(), py::arg("spec"))
       .def_property_readonly("spec", &py_codec::spec)
       .def_property_readonly("name", &py_codec::name)
@@ -330,10 +463,11 @@ PYBIND11_MODULE(_C, m) {
       .def("max_compressed_bytes", &py_codec::max_compressed_bytes, py::arg("tensor"))
       .def("compress", &py_codec::compress, py::arg("tensor"), py::arg("out") = py::none(), py::arg("seed") = 0,
            py::arg("step") = 0, py::arg("id") = 0,
-           "Compresses a contiguous CPU tensor (float32/float16/bfloat16) into a uint8 tensor (a view of `out` when given).")
+           "Compresses a contiguous CPU or CUDA tensor (float32/float16/bfloat16) into a uint8 tensor on its device (a "
+           "view of `out` when given); CUDA tensors on torch's current stream.")
       .def(
           "decompress",
-          [](py_codec const& c, at::Tensor const& packet, at::Tensor out, std::uint64_t seed, std::uint32_t step) {
+          [](py_codec& c, at::Tensor const& packet, at::Tensor out, std::uint64_t seed, std::uint32_t step) {
             c.decompress(packet, out, false, 1.0f, seed, step);
             return out;
           },
@@ -341,7 +475,7 @@ PYBIND11_MODULE(_C, m) {
           "Decodes a packet into `out` (overwritten) and returns it.")
       .def(
           "decompress_add",
-          [](py_codec const& c, at::Tensor const& packet, at::Tensor out, float alpha, std::uint64_t seed,
+          [](py_codec& c, at::Tensor const& packet, at::Tensor out, float alpha, std::uint64_t seed,
              std::uint32_t step) {
             c.decompress(packet, out, true, alpha, seed, step);
             return out;
@@ -402,9 +536,11 @@ PYBIND11_MODULE(_C, m) {
              py::list keys, bool is_last) {
             if (!buffer.device().is_cpu()) {
               throw gc::config_error(
-                  "gradcomp: the DDP hook compresses CPU tensors; this bucket is on " + buffer.device().str() +
-                  " (CUDA tensors are not supported by this release of the Python package: docs/pytorch.md, "
-                  "\"CUDA tensors\")");
+                  "gradcomp: the DDP hook compresses CPU buckets; this bucket is on " + buffer.device().str() +
+                  ". On CUDA buckets this release runs none of the hook's options (codec, feedback, controller, "
+                  "guard, two_way, PowerSGD, start_iter, state_dict): docs/pytorch.md, \"CUDA tensors\". Train "
+                  "the model on the CPU (gloo), or use PyTorch's own hooks for CUDA buckets; gradcomp.Codec "
+                  "compresses CUDA tensors for an exchange of your own");
             }
             std::vector<piece> pieces;
             if (views.empty()) {

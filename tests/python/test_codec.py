@@ -161,9 +161,9 @@ def test_tensors_off_the_cpu_are_refused_with_the_device():
     # both, naming the device
     c = gradcomp.Codec("fp16")
     x = torch.empty(16, device="meta")
-    with pytest.raises(gradcomp.ConfigError, match="must be a CPU tensor, got one on meta"):
+    with pytest.raises(gradcomp.ConfigError, match="must be a CPU tensor.*got one on meta"):
         c.compress(x)
-    with pytest.raises(gradcomp.ConfigError, match="must be a CPU tensor, got one on meta"):
+    with pytest.raises(gradcomp.ConfigError, match="must be a CPU tensor.*got one on meta"):
         c.decompress(c.compress(torch.ones(16)), x)
 
 
