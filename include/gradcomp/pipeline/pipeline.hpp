@@ -108,6 +108,7 @@
 #include <gradcomp/feedback/dgc.hpp>
 #include <gradcomp/feedback/policies.hpp>
 #include <gradcomp/pipeline/guard.hpp>
+#include <gradcomp/pipeline/options.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -134,94 +135,6 @@
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
-
-/// How a `gradient_pipeline` compresses, corrects and sends.
-struct pipeline_options {
-  /// Codec spec (`make_codec`, e.g. "topk:ratio=0.01", "qsgd:levels=7", "fp16"), or a PowerSGD
-  /// spec ("powersgd:rank=4", `make_powersgd`). With a controller it must be a sparsifier
-  /// (topk, approx_topk, randomk), whose selection size the controller sets each step.
-  std::string codec = "topk:ratio=0.01";
-  /// Error feedback: "none", "residual" (EF-SGD), "ef21", or "dgc" with optional
-  /// ":momentum=0.9,clip_norm=0" (DGC's momentum correction; momentum factor masking).
-  /// PowerSGD keeps its own error feedback: "residual" (on) or "none" (off).
-  std::string feedback = "residual";
-  /// Controller spec (`make_controller`: "static:factor=100", "gravac:...", "accordion:...",
-  /// "schedule:..."); empty: the codec as given, every step.
-  std::string controller;
-  /// Send through two-way compression (BytePS-Compress: workers compress shards with their
-  /// feedback, the shard's owner sums, re-compresses with server-side feedback and gathers).
-  /// Not with a controller or PowerSGD.
-  bool two_way = false;
-  /// Send the compressed tensors through the hierarchical all-reduce
-  /// (collective/hierarchical.hpp): with `hierarchical.nodes` set (e.g.
-  /// `node_grouping::uniform(8)`), each large tensor is reduced inside the nodes (in
-  /// `hierarchical.intra`), the node sums are compressed between nodes by the shard owners
-  /// (`hierarchical.lanes`), whose error feedback they keep, and the result is gathered inside
-  /// the nodes. Its `op` and `checksum` are those of `buckets`. Empty (the default): flat. Not
-  /// with a controller, two-way compression or PowerSGD; feedback "residual" or "none".
-  hierarchical_options hierarchical{};
-  /// Seed of the codecs' random streams. Each rank adds its rank, except for shared-support
-  /// codecs (random-k), whose ranks must draw the same coordinates, and PowerSGD, whose ranks
-  /// start from the same Q.
-  std::uint64_t seed = 0;
-  /// Bucketing: bucket size, the size below which tensors go dense (no error feedback for
-  /// them), their dense format, pipelined compression. The pipeline compresses per tensor
-  /// (`bucket_compression::per_tensor`) and averages (`op`, default `reduction::average`).
-  bucket_options buckets{.op = reduction::average};
-  /// Compute the compression gain every step, also when the controller does not use it
-  /// (one more pass over g + residual, and the decoded packet, per tensor).
-  bool measure_gain = false;
-  /// Report the pipeline's measured compress and communication times to the controller
-  /// (GraVAC's throughput). Wall-clock times make the decisions of two runs differ; off, the
-  /// controller sees only the caller's `backprop_s` (and zeros), so runs — resumed or not —
-  /// are reproducible bit for bit.
-  bool measured_timing = true;
-  /// Execution context of the codecs (thread pool, parallel threshold, SIMD level). Its seed
-  /// and step are set by the pipeline.
-  codec_context context{};
-  /// Divergence guard spec (pipeline/guard.hpp, docs/pipeline.md): "off", or "raise", "skip"
-  /// or "dense" with optional ":factor=F,residual_factor=R,loss_span=L,window=W,warmup=N,max_skips=S".
-  std::string guard = "raise";
-};
-
-/// What the caller knows about the step (for the controller's statistics).
-struct pipeline_step_info {
-  double backprop_s = 0.0;        ///< this step's forward + backward time
-  std::uint64_t batch_size = 0;   ///< samples per worker (GraVAC's throughput)
-  double learning_rate = 0.0;     ///< this step's learning rate (0: not reported)
-  double next_learning_rate = 0.0;  ///< the next step's (0: not reported)
-  /// This rank's loss of the step, for the divergence guard and the controller (the mean over
-  /// the ranks that report one is `step_stats::loss`; ef_window's loss check reads it); empty:
-  /// not reported.
-  std::optional<double> loss{};
-};
-
-/// What one step did on this rank.
-struct pipeline_stats {
-  std::uint64_t step = 0;                ///< the step (0, 1, ...)
-  send_kind sent = send_kind::minimum;   ///< what was sent (minimum / candidate / dense)
-  double factor = 1.0;                   ///< compression factor of what was sent (1: dense)
-  /// ‖C(g_ef)‖² / ‖g_ef‖² of what was sent, over all ranks (1 for dense); NaN when not
-  /// measured (no controller needing it and `measure_gain` off).
-  double gain = std::numeric_limits<double>::quiet_NaN();
-  std::size_t bytes_sent = 0;            ///< this rank's payload bytes (packets and dense)
-  std::size_t wire_bytes = 0;            ///< modeled ring traffic, agreement rounds included
-  std::size_t tensors = 0;               ///< tensors in the step
-  std::size_t compressed_tensors = 0;    ///< of which compressed (the rest went dense)
-  std::size_t buckets = 0;               ///< messages (buckets) issued
-  double compress_s = 0.0;  ///< staging, multi-level, norms and the residual commits
-  double communicate_s = 0.0;  ///< agreement rounds and payloads (waiting included)
-  double decode_s = 0.0;    ///< decoding received packets and writing the outputs
-  double total_s = 0.0;     ///< the whole call
-  /// What the divergence guard did (guard.hpp): none, skipped (nothing sent, no state changed,
-  /// the gradient tensors hold zeros: do not step the optimizer), or dense.
-  guard_action guard = guard_action::none;
-  /// The guard's global values of the step: gradient and residual norms over all ranks, the
-  /// mean reported loss (NaN when the guard is off, or not watched / not reported).
-  double gradient_norm = std::numeric_limits<double>::quiet_NaN();
-  double residual_norm = std::numeric_limits<double>::quiet_NaN();
-  double loss = std::numeric_limits<double>::quiet_NaN();
-};
 
 namespace detail {
 
@@ -1006,51 +919,19 @@ class gradient_pipeline {
  public:
   /// Builds the pipeline; `config_error` for an invalid or inconsistent configuration.
   explicit gradient_pipeline(pipeline_options opt) : opt_(std::move(opt)) {
-    if (opt_.buckets.mode != bucket_compression::per_tensor) {
-      throw config_error("gradcomp: gradient_pipeline compresses per tensor (bucket_compression::per_tensor); "
-                         "per_bucket would key error feedback by bucket");
-    }
-    std::string_view const family = std::string_view(opt_.codec).substr(0, opt_.codec.find(':'));
-    if (family == "powersgd") {
-      low_rank_ = make_powersgd(opt_.codec).options();
-      if (opt_.feedback != "residual" && opt_.feedback != "none") {
-        throw config_error("gradcomp: PowerSGD keeps its own error feedback: feedback must be 'residual' or 'none', got '" +
-                           opt_.feedback + "'");
-      }
-      if (!opt_.controller.empty() || opt_.two_way) {
-        throw config_error("gradcomp: gradient_pipeline: PowerSGD takes no controller and no two-way compression");
-      }
+    codec_spec codec = make_codec_spec(opt_.codec);
+    mode_ = check_pipeline_options(opt_, codec);  // the one table of which modes combine
+    if (mode_ == pipeline_mode::low_rank) {
+      low_rank_ = std::get<powersgd_options>(codec);
       low_rank_->error_feedback = opt_.feedback == "residual";
       base_ = make_codec("identity");  // unused; keeps the compressor well-formed
     } else {
-      base_ = make_codec(opt_.codec);
-      if (base_.aggregation() == aggregation_kind::low_rank) {
-        throw config_error("gradcomp: gradient_pipeline: low-rank codecs are configured by a powersgd spec");
-      }
+      base_ = std::get<any_codec>(std::move(codec));
     }
     comp_ = detail::make_pipeline_compressor(opt_.feedback, base_);
-    if (!opt_.controller.empty()) {
-      if (!base_.has_budget()) {
-        throw config_error(std::string("gradcomp: gradient_pipeline: a controller sets a sparsifier's selection size; codec '") +
-                           base_.name() + "' has none (use topk, approx_topk or randomk)");
-      }
-      if (opt_.two_way) throw config_error("gradcomp: gradient_pipeline: two-way compression takes no controller");
-      ctrl_.emplace(make_controller(opt_.controller));
-    }
-    if (opt_.two_way) {
-      two_way_.emplace(make_two_way(opt_.feedback, base_));
-    }
-    if (!opt_.hierarchical.nodes.empty()) {
-      if (!opt_.controller.empty() || opt_.two_way || low_rank_) {
-        throw config_error(
-            "gradcomp: gradient_pipeline: the hierarchical all-reduce takes no controller, no "
-            "two-way compression and no PowerSGD");
-      }
-      if (opt_.feedback != "residual" && opt_.feedback != "none") {
-        throw config_error(
-            "gradcomp: gradient_pipeline: the hierarchical all-reduce keeps error feedback on the "
-            "shard owners: feedback must be 'residual' or 'none', got '" + opt_.feedback + "'");
-      }
+    if (mode_ == pipeline_mode::controlled) ctrl_.emplace(make_controller(opt_.controller));
+    if (mode_ == pipeline_mode::two_way) two_way_.emplace(make_two_way(opt_.feedback, base_));
+    if (mode_ == pipeline_mode::hierarchical) {
       hier_ = true;
       opt_.hierarchical.op = opt_.buckets.op;
       opt_.hierarchical.checksum = opt_.buckets.checksum;
@@ -1125,6 +1006,8 @@ class gradient_pipeline {
   }
 
   [[nodiscard]] pipeline_options const& options() const noexcept { return opt_; }
+  /// The exchange mode the options select (pipeline/options.hpp).
+  [[nodiscard]] pipeline_mode mode() const noexcept { return mode_; }
   /// The next step's number (steps completed so far).
   [[nodiscard]] std::uint64_t step_count() const noexcept { return step_; }
   /// The controller, if any.
@@ -2392,6 +2275,7 @@ class gradient_pipeline {
   [[nodiscard]] out_view pending_out() const noexcept { return {&pending_}; }
 
   pipeline_options opt_;
+  pipeline_mode mode_ = pipeline_mode::flat;
   any_codec base_ = make_codec("identity");
   detail::pipeline_compressor comp_ = compressor<any_codec, no_feedback>(make_codec("identity"));
   std::optional<any_controller> ctrl_;
