@@ -46,7 +46,7 @@
 /// Gradients are float32, float16 or bfloat16 (`tensor_view<T>`); residuals, sums and decoding
 /// are float32, and a 16-bit tensor receives its average rounded once. The whole state (every
 /// residual, controller state with its history, PowerSGD factors, the step counter) is saved by
-/// `save` and restored by `load` (pipeline/checkpoint.hpp has the format); a resumed run is
+/// `save` and restored by `load` (format: docs/pipeline.md, "Checkpoints"); a resumed run is
 /// bit-identical to one that never stopped.
 ///
 /// **Device sources** (docs/cuda.md): constructed with a device packet source — a
@@ -106,6 +106,7 @@
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/feedback/compressor.hpp>
 #include <gradcomp/feedback/dgc.hpp>
+#include <gradcomp/feedback/make_feedback.hpp>
 #include <gradcomp/feedback/policies.hpp>
 #include <gradcomp/pipeline/device_source.hpp>
 #include <gradcomp/pipeline/guard.hpp>
@@ -139,35 +140,6 @@ GRADCOMP_NAMESPACE_BEGIN
 
 namespace detail {
 
-/// The error-feedback policy of a pipeline spec ("none", "residual", "ef21", "dgc:...").
-using pipeline_compressor =
-    std::variant<compressor<any_codec, no_feedback>, compressor<any_codec, residual_feedback>,
-                 compressor<any_codec, ef21_feedback>, compressor<any_codec, dgc_feedback>>;
-
-inline pipeline_compressor make_pipeline_compressor(std::string_view spec, any_codec codec) {
-  std::string_view const name = spec.substr(0, spec.find(':'));
-  bool const has_options = spec.find(':') != std::string_view::npos;
-  if (name == "dgc") {
-    float momentum = 0.9f;
-    double clip = 0.0;
-    if (has_options) {
-      spec_options o(spec, "feedback");
-      momentum = static_cast<float>(o.number("momentum", 0.9));
-      clip = o.number("clip_norm", 0.0);
-      o.finish();
-    }
-    return compressor<any_codec, dgc_feedback>(std::move(codec), dgc_feedback(momentum, clip));
-  }
-  if (has_options) {
-    throw config_error("gradcomp: feedback '" + std::string(name) + "' takes no options, got '" + std::string(spec) + "'");
-  }
-  if (name == "none") return compressor<any_codec, no_feedback>(std::move(codec));
-  if (name == "residual") return compressor<any_codec, residual_feedback>(std::move(codec));
-  if (name == "ef21") return compressor<any_codec, ef21_feedback>(std::move(codec));
-  throw config_error("gradcomp: unknown error feedback '" + std::string(spec) +
-                     "' (expected none, residual, ef21 or dgc[:momentum=M,clip_norm=C])");
-}
-
 /// Sum of squares of a host float span, in double, in the canonical order of
 /// core/quant/dither.hpp (`host_memory::sum_of_squares`): the guard's norms of a device source
 /// (`device_memory::sum_of_squares`) have the same bits.
@@ -191,7 +163,7 @@ class gradient_pipeline {
     } else {
       base_ = std::get<any_codec>(std::move(codec));
     }
-    comp_ = detail::make_pipeline_compressor(opt_.feedback, base_);
+    comp_ = make_feedback(opt_.feedback, base_);
     if (mode_ == pipeline_mode::controlled) ctrl_.emplace(make_controller(opt_.controller));
     if (mode_ == pipeline_mode::two_way) two_way_.emplace(make_two_way(opt_.feedback, base_));
     if (mode_ == pipeline_mode::hierarchical) {
@@ -238,8 +210,7 @@ class gradient_pipeline {
     }
     if (!low_rank_) {
       // The source's feedback is the spec's: its rule (and DGC's parameters) or none.
-      feedback_id const mine = std::visit(
-          [](auto const& c) { return std::remove_cvref_t<decltype(c)>::feedback_type::id; }, comp_);
+      feedback_id const mine = feedback_of(comp_);
       if (model->feedback() != mine) {
         constexpr char const* names[] = {"none", "residual", "ef21", "dgc"};
         refuse("its source's error feedback (" + std::string(names[static_cast<unsigned>(model->feedback()) & 3u]) +
@@ -396,7 +367,7 @@ class gradient_pipeline {
     return finish_step(comm);
   }
 
-  /// Saves the whole state (pipeline/checkpoint.hpp). Not during an open step.
+  /// Saves the whole state ("GCPL" v2, docs/pipeline.md). Not during an open step.
   [[nodiscard]] std::vector<std::byte> save() const {
     if (open_) throw config_error("gradcomp: gradient_pipeline::save during a step (call finish first)");
     detail::byte_writer w;
@@ -464,7 +435,7 @@ class gradient_pipeline {
     timing.compress = r.get_f64();
     timing.sync = r.get_f64();
     // Everything is restored into copies first, then swapped in: a failure changes nothing.
-    detail::pipeline_compressor comp = comp_;
+    feedback_compressor comp = comp_;
     std::vector<std::byte> const cstate = r.get_bytes();
     std::visit([&](auto& c) { c.load(cstate); }, comp);
     // A device source: the states (and EF21's receivers) validated by the host compressor
@@ -1540,7 +1511,7 @@ class gradient_pipeline {
   pipeline_options opt_;
   pipeline_mode mode_ = pipeline_mode::flat;
   any_codec base_ = make_codec("identity");
-  detail::pipeline_compressor comp_ = compressor<any_codec, no_feedback>(make_codec("identity"));
+  feedback_compressor comp_ = compressor<any_codec, no_feedback>(make_codec("identity"));
   std::optional<any_controller> ctrl_;
   std::optional<powersgd_options> low_rank_;
   std::map<tensor_id, std::pair<std::size_t, std::size_t>> shapes_;
