@@ -109,7 +109,9 @@
 #include <gradcomp/feedback/make_feedback.hpp>
 #include <gradcomp/feedback/policies.hpp>
 #include <gradcomp/pipeline/device_source.hpp>
+#include <gradcomp/pipeline/exchange.hpp>
 #include <gradcomp/pipeline/guard.hpp>
+#include <gradcomp/pipeline/low_rank_mode.hpp>
 #include <gradcomp/pipeline/options.hpp>
 
 #include <algorithm>
@@ -157,8 +159,9 @@ class gradient_pipeline {
     codec_spec codec = make_codec_spec(opt_.codec);
     mode_ = check_pipeline_options(opt_, codec);  // the one table of which modes combine
     if (mode_ == pipeline_mode::low_rank) {
-      low_rank_ = std::get<powersgd_options>(codec);
-      low_rank_->error_feedback = opt_.feedback == "residual";
+      powersgd_options o = std::get<powersgd_options>(codec);
+      o.error_feedback = opt_.feedback == "residual";
+      low_rank_.emplace(o);
       base_ = make_codec("identity");  // unused; keeps the compressor well-formed
     } else {
       base_ = std::get<any_codec>(std::move(codec));
@@ -393,14 +396,10 @@ class gradient_pipeline {
     }
     if (device_) {
       device_->low_rank_save(w);
+    } else if (low_rank_) {
+      low_rank_->save(w);
     } else {
-      w.put_u64(sessions_.size());
-      for (auto const& [id, s] : sessions_) {
-        w.put_u64(static_cast<std::uint64_t>(id));
-        w.put_u64(s.state().rows());
-        w.put_u64(s.state().cols());
-        s.state().save_exact(w);
-      }
+      w.put_u64(0);  // no PowerSGD sessions
     }
     if (device_ && opt_.two_way) {
       w.put_bytes(device_->two_way_save());
@@ -468,23 +467,19 @@ class gradient_pipeline {
       auto const id = static_cast<tensor_id>(r.get_u32_of_u64("accumulator id"));
       if (!acc.emplace(id, r.get_floats()).second) r.fail("an accumulator id appears twice");
     }
-    std::map<tensor_id, powersgd_session> sessions;
+    std::optional<low_rank_mode> low_rank;
     std::map<tensor_id, std::tuple<std::size_t, std::size_t, std::vector<std::byte>>> device_sessions;
-    std::uint64_t const nses = r.get_u64();
-    if (nses != 0 && !low_rank_) r.fail("holds PowerSGD sessions, this pipeline is not PowerSGD");
-    for (std::uint64_t i = 0; i < nses; ++i) {
-      auto const id = static_cast<tensor_id>(r.get_u32_of_u64("session id"));
-      std::uint64_t const rows = r.get_u64(), cols = r.get_u64();
-      if (rows == 0 || cols == 0 || rows > (std::uint64_t{1} << 40) / cols) r.fail("a PowerSGD session has an invalid shape");
-      powersgd_session s(static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), *low_rank_, id);
-      s.state().load_exact(r);
-      if (device_) {  // validated by the host session, re-recorded for the device's
+    if (low_rank_) {
+      low_rank.emplace(low_rank_->loaded(r));
+      for (auto const& [id, s] : low_rank->sessions()) {
+        if (!device_) break;  // validated by the host sessions, re-recorded for the device's
         detail::byte_writer rec;
         rec.begin(detail::low_rank_record_magic, 1);
         s.state().save_exact(rec);
-        device_sessions[id] = {static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), rec.finish()};
+        device_sessions[id] = {s.state().rows(), s.state().cols(), rec.finish()};
       }
-      if (!sessions.emplace(id, std::move(s)).second) r.fail("a PowerSGD session id appears twice");
+    } else {
+      low_rank_mode::expect_none(r);
     }
     std::optional<two_way_variant> tw = two_way_;
     std::vector<std::byte> const tstate = r.get_bytes();
@@ -512,7 +507,7 @@ class gradient_pipeline {
       // of them has anything to load (two-way and PowerSGD exclude each other, and the
       // residuals of either are empty, so their assignment allocates nothing)
       if (opt_.two_way) device_->two_way_load(tstate);
-      if (low_rank_) device_->low_rank_load(device_sessions, *low_rank_);
+      if (low_rank_) device_->low_rank_load(device_sessions, low_rank_->options());
       device_->layers_assign(acc);  // (empty but for a controller, which excludes both above)
       device_->assign_states(device_states, device_receivers);
       device_tensors_ = std::move(device_tensors);
@@ -521,7 +516,7 @@ class gradient_pipeline {
     }
     ctrl_ = std::move(ctrl);
     if (!device_) accumulators_ = std::move(acc);
-    if (!device_) sessions_ = std::move(sessions);
+    if (!device_ && low_rank) low_rank_ = std::move(low_rank);
     two_way_ = std::move(tw);
     guard_ = std::move(guard);
     step_ = step;
@@ -795,10 +790,7 @@ class gradient_pipeline {
   // they were before it (residuals were only prepared, `abandon` discards them).
   void rollback() noexcept {
     try {
-      for (auto& [id, before] : session_undo_) {
-        if (before) sessions_.at(id).restore(std::move(*before));
-        else sessions_.erase(id);
-      }
+      if (low_rank_) low_rank_->rollback();
       if (two_way_) std::visit([](auto& tw) { tw.rollback_step(); }, *two_way_);
       if (device_ && opt_.two_way) device_->two_way_rollback();
       if (device_ && low_rank_) device_->low_rank_rollback();
@@ -813,7 +805,6 @@ class gradient_pipeline {
       }
     } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while restoring
     }
-    session_undo_.clear();
     accumulator_undo_.clear();
     hier_staged_.clear();
   }
@@ -923,7 +914,7 @@ class gradient_pipeline {
       for (tensor_id id : hier_staged_) c.apply_commit(id);
     }, comp_);
     hier_staged_.clear();
-    session_undo_.clear();
+    if (low_rank_) low_rank_->commit();
     accumulator_undo_.clear();
     communicate += seconds(t_send, clock::now()) - decode;
 
@@ -1180,7 +1171,8 @@ class gradient_pipeline {
     std::vector<bucket_item> const dense = for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
       if (low_rank_) {
         auto const [rows, cols] = shape_of(e.id, e.n);
-        return device_->low_rank_exchange(comm, e.id, rows, cols, *low_rank_, g, e.out32, ctx_, copt, step_check_);
+        return device_->low_rank_exchange(comm, e.id, rows, cols, low_rank_->options(), g, e.out32, ctx_, copt,
+                                          step_check_);
       }
       if (hier_) {
         hierarchical_result const hr =
@@ -1415,15 +1407,8 @@ class gradient_pipeline {
     std::vector<bucket_item> const dense = for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
       collective_result r;
       if (low_rank_) {
-        auto it = sessions_.find(e.id);
-        if (it == sessions_.end()) {
-          auto const [rows, cols] = shape_of(e.id, e.n);
-          it = sessions_.emplace(e.id, powersgd_session(rows, cols, *low_rank_, e.id)).first;
-          session_undo_.emplace_back(e.id, std::nullopt);
-        } else {
-          session_undo_.emplace_back(e.id, it->second.snapshot());
-        }
-        r = detail::low_rank_exchange(comm, it->second, g, e.out32, ctx_, copt, step_check_);
+        auto const [rows, cols] = shape_of(e.id, e.n);
+        r = low_rank_->exchange(comm, exchange_tensor{g, e.out32, rows, cols}, ctx_, copt, step_check_);
       } else if (hier_) {
         hierarchical_result hr;
         std::visit(
@@ -1513,14 +1498,13 @@ class gradient_pipeline {
   any_codec base_ = make_codec("identity");
   feedback_compressor comp_ = compressor<any_codec, no_feedback>(make_codec("identity"));
   std::optional<any_controller> ctrl_;
-  std::optional<powersgd_options> low_rank_;
+  std::optional<low_rank_mode> low_rank_;  // PowerSGD (pipeline/low_rank_mode.hpp)
   std::map<tensor_id, std::pair<std::size_t, std::size_t>> shapes_;
   std::optional<two_way_variant> two_way_;
   bool hier_ = false;                      // hierarchical all-reduce (opt_.hierarchical)
   detail::hierarchical_plan hier_plan_;    // its layout, settled by the step's agreement round
   std::optional<any_communicator> hier_node_, hier_lane_;  // set_hierarchical_groups
   std::vector<tensor_id> hier_staged_;     // the owners' staged feedback of the step
-  std::map<tensor_id, powersgd_session> sessions_;
   std::map<double, any_codec> codec_cache_;
   std::map<tensor_id, buffers> buffers_;
   std::map<tensor_id, std::vector<float>> accumulators_;
@@ -1544,7 +1528,6 @@ class gradient_pipeline {
   codec_context ctx_;
   std::vector<float> scratch_;
   detail::step_check step_check_;  // failures after the data moved, checksums (outcome round)
-  std::vector<std::pair<tensor_id, std::optional<powersgd_state>>> session_undo_;  // sessions before the step
   std::vector<std::pair<tensor_id, std::optional<std::vector<float>>>> accumulator_undo_;  // the same, accumulators
 
   // Across steps.
