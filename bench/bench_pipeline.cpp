@@ -57,7 +57,7 @@ outcome run(std::string const& codec, std::string const& feedback, std::size_t t
     opt.context = ctx;
     if (bucket_bytes != 0) opt.buckets.bucket_bytes = bucket_bytes;
     gc::gradient_pipeline pipe(opt);
-    auto bare = gc::detail::make_pipeline_compressor(feedback, gc::make_codec(codec));
+    auto bare = gc::make_feedback(feedback, gc::make_codec(codec));
     std::size_t const each = total / tensors;
     std::vector<std::vector<float>> g(tensors, std::vector<float>(each)), h = g, out = g;
     auto fill = [&](int step) {

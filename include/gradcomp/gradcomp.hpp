@@ -16,6 +16,7 @@
 #include <gradcomp/codec/approx_topk.hpp>
 #include <gradcomp/codec/budget.hpp>
 #include <gradcomp/codec/cast.hpp>
+#include <gradcomp/codec/codec_spec.hpp>
 #include <gradcomp/codec/dithering.hpp>
 #include <gradcomp/codec/chunk_topk.hpp>
 #include <gradcomp/codec/dct_sign.hpp>
@@ -62,6 +63,7 @@
 #include <gradcomp/cpu/thread_pool.hpp>
 #include <gradcomp/feedback/compressor.hpp>
 #include <gradcomp/feedback/dgc.hpp>
+#include <gradcomp/feedback/make_feedback.hpp>
 #include <gradcomp/feedback/policies.hpp>
 #include <gradcomp/model/runtime.hpp>
 #include <gradcomp/optim/adam.hpp>
@@ -71,6 +73,7 @@
 #include <gradcomp/optim/decentralized.hpp>
 #include <gradcomp/optim/mixing.hpp>
 #include <gradcomp/optim/sgd.hpp>
+#include <gradcomp/pipeline/options.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
 #include <gradcomp/topology/topology.hpp>
 #include <gradcomp/version.hpp>

@@ -126,10 +126,6 @@ class GradcompState:
         """The options (a copy)."""
         return dict(self._options)
 
-    @property
-    def low_rank(self):
-        return self._options["codec"].split(":", 1)[0] == "powersgd"
-
     def _group(self):
         return process_group_of(self.process_group)
 

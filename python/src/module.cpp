@@ -17,6 +17,7 @@
 #include "ddp_engine.hpp"
 
 #include <gradcomp/codec/any_codec.hpp>
+#include <gradcomp/codec/codec_spec.hpp>
 #include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/comm/c10d.hpp>
@@ -183,9 +184,9 @@ gc::codec_context context(std::uint64_t seed, std::uint32_t step) {
 class py_codec {
  public:
   explicit py_codec(std::string spec) : spec_(std::move(spec)) {
-    std::string_view const family = std::string_view(spec_).substr(0, spec_.find(':'));
-    if (family == "powersgd") psgd_.emplace(gc::make_powersgd(spec_));
-    else codec_.emplace(gc::make_codec(spec_));
+    gc::codec_spec parsed = gc::make_codec_spec(spec_);  // what the spec names, decided in codec/
+    if (auto const* o = std::get_if<gc::powersgd_options>(&parsed)) psgd_.emplace(*o);
+    else codec_.emplace(std::get<gc::any_codec>(std::move(parsed)));
   }
 
   [[nodiscard]] std::string const& spec() const noexcept { return spec_; }

@@ -56,7 +56,7 @@ class reference {
  public:
   reference(gc::pipeline_options const& opt, int world) : opt_(opt), world_(world) {
     base_ = gc::make_codec(opt.codec);
-    for (int r = 0; r < world; ++r) comps_.push_back(gc::detail::make_pipeline_compressor(opt.feedback, base_));
+    for (int r = 0; r < world; ++r) comps_.push_back(gc::make_feedback(opt.feedback, base_));
   }
 
   /// The averaged outputs of step `step` given the pipeline's reported decision.
@@ -156,7 +156,7 @@ class reference {
   gc::pipeline_options opt_;
   int world_;
   gc::any_codec base_ = gc::make_codec("identity");
-  std::vector<gc::detail::pipeline_compressor> comps_;
+  std::vector<gc::feedback_compressor> comps_;
 };
 
 /// Bitwise equality of two tensors (as their bit patterns; NaN never appears here).

@@ -114,7 +114,7 @@ TEST_CASE(
     for (char const* fb : feedbacks) {
       INFO(h.spec << " / " << fb);
       gc::any_codec const codec = gc::make_codec(h.spec);
-      auto comp = gc::detail::make_pipeline_compressor(fb, codec);
+      auto comp = gc::make_feedback(fb, codec);
       std::size_t const n = 64;
       std::vector<double> sum_g(n, 0.0), sum_d(n, 0.0);
       for (std::uint64_t step = 0; step < 3; ++step) {
