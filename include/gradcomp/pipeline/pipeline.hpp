@@ -200,7 +200,10 @@ struct pipeline_step_info {
 struct pipeline_stats {
   std::uint64_t step = 0;                ///< the step (0, 1, ...)
   send_kind sent = send_kind::minimum;   ///< what was sent (minimum / candidate / dense)
-  double factor = 1.0;                   ///< compression factor of what was sent (1: dense)
+  /// Compression factor of what was sent: 32 / the codec's bits per element (the controller's
+  /// factor with one), 1 when dense; for PowerSGD, the float32 bytes of the step's gradients
+  /// over the bytes sent.
+  double factor = 1.0;
   /// ‖C(g_ef)‖² / ‖g_ef‖² of what was sent, over all ranks (1 for dense); NaN when not
   /// measured (no controller needing it and `measure_gain` off).
   double gain = std::numeric_limits<double>::quiet_NaN();
@@ -1969,6 +1972,13 @@ class gradient_pipeline {
   // guard's history and report, the statistics and the hook.
   pipeline_stats close_step(pipeline_stats& st, guard_verdict const& gv) {
     st.total_s = seconds(t_begin_, clock::now());
+    // PowerSGD has no bits per element: its factor is what the step saved, the bytes of its
+    // gradients sent dense (float32, the baseline of every codec's factor) over the bytes sent.
+    if (low_rank_ && st.sent != send_kind::dense && st.bytes_sent > 0) {
+      std::size_t dense = 0;
+      for (auto const& e : pending_) dense += 4 * e.n;
+      st.factor = static_cast<double>(dense) / static_cast<double>(st.bytes_sent);
+    }
     last_timing_ = opt_.measured_timing ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
                                         : step_timing{info_.backprop_s, 0.0, 0.0};
     ++step_;
