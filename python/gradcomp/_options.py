@@ -43,7 +43,8 @@ OPTIONS = (
            "the pipeline groups packets into messages of up to this many MiB of gradient"),
     Option("log_every", "int", 0, "print a statistics line on rank 0 every N iterations"),
     Option("timeout_s", "float", 300.0,
-           "longest wait for one exchange before it fails with `CommError`"),
+           "longest wait for one exchange before it fails with `CommError`; a longer timeout "
+           "of the process group is lowered to it (a frozen peer cannot hold the process)"),
 )
 
 NAMES = tuple(o.name for o in OPTIONS)

@@ -13,6 +13,7 @@ contract asks), or fails on every rank with the step's error.
 import atexit
 import time
 import weakref
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -46,6 +47,27 @@ def process_group_of(group):
     raise _C.ConfigError(
         "gradcomp: process_group must be a torch.distributed.ProcessGroup (dist.group.WORLD, "
         "dist.new_group(...)) or None, got %s" % type(group).__name__)
+
+
+def _bound_group_timeout(group, timeout_s):
+    """Lowers the process group's own timeout to ``timeout_s`` where it is longer.
+
+    The engine stops waiting for an exchange after ``timeout_s``, but the process group's
+    operation it waited for stays queued in the backend: with a peer that is frozen (alive,
+    not answering) gloo's worker thread is blocked in it until gloo's own timeout (the
+    ``init_process_group(timeout=...)``, 30 minutes by default), and
+    ``destroy_process_group()`` and interpreter exit wait for that thread. With the group's
+    timeout at ``timeout_s``, the blocked operation fails then too, and the process can exit
+    a moment after the step has raised. Every later operation on the group (yours too) then
+    has this timeout; a group whose timeout is already shorter is left as it is, as is a
+    backend that does not say its timeout."""
+    want = timedelta(seconds=timeout_s)
+    try:
+        current = group._get_backend(torch.device("cpu")).options._timeout
+    except (AttributeError, RuntimeError, ValueError):
+        return
+    if current > want:
+        group.set_timeout(want)
 
 
 # The states whose engine is open: closed at interpreter exit (see GradcompState.close).
@@ -97,7 +119,9 @@ class GradcompState:
         return process_group_of(self.process_group)
 
     def _make_engine(self):
-        self._engine = _C.Engine(self._group(), dict(self._options))
+        group = self._group()
+        self._engine = _C.Engine(group, dict(self._options))
+        _bound_group_timeout(group, self._options["timeout_s"])
         _open_states.add(self)
 
     def _live(self):
