@@ -1323,7 +1323,7 @@ class gradient_pipeline {
     // Everything is restored into copies first, then swapped in: a failure changes nothing.
     detail::pipeline_compressor comp = comp_;
     std::vector<std::byte> const cstate = r.get_bytes();
-    std::visit([&](auto& c) { c.load(cstate); }, comp);
+    std::visit([&](auto& c) { c.load(cstate, state_check::container); }, comp);  // GCPL checked it
     // A device source: the states (and EF21's receivers) validated by the host compressor
     // above, then copied.
     std::map<tensor_id, std::vector<float>> device_states, device_receivers;
@@ -2115,6 +2115,7 @@ class gradient_pipeline {
     if (receivers) {
       for (tensor_id const id : device_tensors_) detail::put_feedback_record(out, id, device_->receiver_on_host(id));
     }
+    detail::seal_feedback_state(out);  // version 3, with its checksum, as `compressor::save`
     return out;
   }
 
