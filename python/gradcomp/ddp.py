@@ -13,29 +13,15 @@ contract asks), or fails on every rank with the step's error.
 import atexit
 import time
 import weakref
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, _options
 
-# The options a state takes, with their defaults (docs/pytorch.md describes each).
-_DEFAULTS = {
-    "codec": "topk:ratio=0.01",
-    "feedback": "residual",
-    "controller": "",
-    "guard": "raise",
-    "two_way": False,
-    "seed": 0,
-    "start_iter": 0,
-    "batch_size": 0,
-    "measure_gain": False,
-    "measured_timing": True,
-    "min_compress_elements": 4096,
-    "bucket_mb": 25.0,
-    "log_every": 0,
-    "timeout_s": 300.0,
-}
+# The options a state takes: the table of gradcomp/_options.py (names, types, defaults, meanings).
+_D = _options.DEFAULTS
 
 
 def process_group_of(group):
@@ -63,6 +49,27 @@ def process_group_of(group):
         "dist.new_group(...)) or None, got %s" % type(group).__name__)
 
 
+def _bound_group_timeout(group, timeout_s):
+    """Lowers the process group's own timeout to ``timeout_s`` where it is longer.
+
+    The engine stops waiting for an exchange after ``timeout_s``, but the process group's
+    operation it waited for stays queued in the backend: with a peer that is frozen (alive,
+    not answering) gloo's worker thread is blocked in it until gloo's own timeout (the
+    ``init_process_group(timeout=...)``, 30 minutes by default), and
+    ``destroy_process_group()`` and interpreter exit wait for that thread. With the group's
+    timeout at ``timeout_s``, the blocked operation fails then too, and the process can exit
+    a moment after the step has raised. Every later operation on the group (yours too) then
+    has this timeout; a group whose timeout is already shorter is left as it is, as is a
+    backend that does not say its timeout."""
+    want = timedelta(seconds=timeout_s)
+    try:
+        current = group._get_backend(torch.device("cpu")).options._timeout
+    except (AttributeError, RuntimeError, ValueError):
+        return
+    if current > want:
+        group.set_timeout(want)
+
+
 # The states whose engine is open: closed at interpreter exit (see GradcompState.close).
 _open_states = weakref.WeakSet()
 
@@ -76,43 +83,22 @@ atexit.register(_close_open_states)
 
 
 class GradcompState:
-    """State of the gradcomp DDP hook: pass it with ``gradcomp.hook`` to
-    ``DistributedDataParallel.register_comm_hook``.
+    # The docstring is generated from the option table (below the class).
 
-    Arguments (the C++ ``pipeline_options``, docs/pipeline.md, with the same specs):
-      process_group: the process group to exchange over (default: the default group).
-      codec: codec spec, e.g. "fp16", "topk:ratio=0.01", "onebit", "qsgd:levels=15",
-        "randomk:ratio=0.01", "powersgd:rank=4".
-      feedback: "none", "residual", "ef21" or "dgc[:momentum=0.9,...]".
-      controller: "" (the codec as given), "gravac:...", "accordion:...", "ef_window[:...]",
-        "static:factor=100", "schedule:...".
-      guard: the divergence guard, "raise" (default), "skip", "dense" or "off", optionally with
-        ":factor=F,residual_factor=R,loss_span=L,window=W,warmup=N,max_skips=S" (docs/pipeline.md, "Divergence guard"): a
-        non-finite or exploding gradient, residual or reported loss raises on every rank,
-        skips the iteration (the buckets come back as zeros, ``last_stats["guard"]`` is
-        "skipped": skip ``optimizer.step()`` then), or sends it dense.
-      two_way: BytePS-Compress two-way compression (shard owners re-compress).
-      seed: seed of the codecs' random streams.
-      start_iter: iterations of plain all-reduce (DDP's own arithmetic) before compression
-        starts (a warm-up; state is kept per parameter, so DDP's bucket rebuild after the first
-        iteration needs none).
-      batch_size: samples per worker per step (GraVAC's throughput).
-      measure_gain: compute the compression gain every step.
-      measured_timing: give the controller measured times (off: runs reproducible bit for bit).
-      min_compress_elements: smaller tensors (biases, norms) go dense.
-      bucket_mb: the pipeline groups the parameters' packets into messages of up to this many
-        MiB of gradient.
-      log_every: print a statistics line on rank 0 every this many iterations (0: never).
-      timeout_s: the longest wait for one exchange before it fails with CommError.
-    """
-
-    def __init__(self, process_group=None, **options):
-        unknown = set(options) - set(_DEFAULTS)
-        if unknown:
+    def __init__(self, process_group=None, *, codec=_D["codec"], feedback=_D["feedback"],
+                 controller=_D["controller"], guard=_D["guard"], two_way=_D["two_way"],
+                 seed=_D["seed"], start_iter=_D["start_iter"], batch_size=_D["batch_size"],
+                 measure_gain=_D["measure_gain"], measured_timing=_D["measured_timing"],
+                 min_compress_elements=_D["min_compress_elements"], bucket_mb=_D["bucket_mb"],
+                 log_every=_D["log_every"], timeout_s=_D["timeout_s"], **unknown):
+        given = locals()
+        if unknown:  # a ConfigError, as every other bad option (not Python's TypeError)
             raise _C.ConfigError(
-                "gradcomp: GradcompState got unknown options: " + ", ".join(sorted(unknown)))
-        self._options = dict(_DEFAULTS)
-        self._options.update(options)
+                "gradcomp: GradcompState got unknown options: %s (it takes %s)"
+                % (", ".join(sorted(unknown)), ", ".join(_options.NAMES)))
+        # every option of the table, in its order (test_options.py checks that the keyword
+        # arguments are exactly the table's, with its defaults)
+        self._options = {name: given[name] for name in _options.NAMES}
         self.process_group = process_group
         self._engine = None
         self._param_index = {}
@@ -130,7 +116,9 @@ class GradcompState:
         return process_group_of(self.process_group)
 
     def _make_engine(self):
-        self._engine = _C.Engine(self._group(), dict(self._options))
+        group = self._group()
+        self._engine = _C.Engine(group, dict(self._options))
+        _bound_group_timeout(group, self._options["timeout_s"])
         _open_states.add(self)
 
     def _live(self):
@@ -242,6 +230,15 @@ def _check_device(state, bucket):
             "Train the model on the CPU (gloo), or use PyTorch's own hooks for GPU buckets; "
             "gradcomp.Codec compresses CUDA tensors for an exchange of your own"
             % (device, device.type, ", ".join(_NOT_ON_CUDA)))
+
+GradcompState.__doc__ = _options.docstring(
+    """State of the gradcomp DDP hook: pass it with ``gradcomp.hook`` to
+    ``DistributedDataParallel.register_comm_hook``.
+
+    The options are those of the C++ ``pipeline_options`` (docs/pipeline.md, the same specs)
+    and of the hook's engine; docs/pytorch.md describes them. An unknown option, a value of
+    the wrong type (named in the message with the type it takes), a bad spec or combination
+    raises ConfigError here, on every rank.""")
 
 
 def _pieces(state, bucket):

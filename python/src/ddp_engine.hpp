@@ -44,9 +44,12 @@ namespace gradcomp_python {
 
 using future_ptr = c10::intrusive_ptr<c10::ivalue::Future>;
 
+// The Python binding fills it from the option table gradcomp/_options.py (python/src/module.cpp,
+// `engine_options_from`); the defaults here are those of the table (tests/python/test_options.py
+// compares them through `_C.engine_defaults()`).
 struct engine_options {
   gradcomp::pipeline_options pipeline;
-  std::int64_t start_iter = 1;       // plain all-reduce iterations before compression starts
+  std::int64_t start_iter = 0;       // plain all-reduce iterations before compression starts
   std::uint64_t batch_size = 0;      // samples per worker per step (GraVAC's throughput)
   std::int64_t log_every = 0;        // print a line every this many steps on rank 0 (0: never)
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};

@@ -35,6 +35,8 @@
 #  include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -370,30 +372,133 @@ py::dict stats_dict(gc::pipeline_stats const& s) {
   return d;
 }
 
-gc::pipeline_options pipeline_options_from(py::dict const& o) {
-  gc::pipeline_options p;
-  auto str = [&](char const* k, std::string& dst) {
-    if (o.contains(k)) dst = py::cast<std::string>(o[k]);
+// The options of the DDP hook's engine. Their names, types and defaults are one table,
+// gradcomp/_options.py (OPTIONS); the binding reads it: each option is converted with the type
+// the table gives it (a value of another type is a ConfigError naming the option and the type
+// it takes), an option not given takes the table's default, and a name the table does not
+// have is a ConfigError. `set_option` is where each name lands in `engine_options`;
+// `engine_defaults` reports what the C++ structs hold by default, which a test compares with
+// the table.
+using option_value = std::variant<std::string, bool, std::uint64_t, double>;
+
+// The table (a tuple of (name, type, default, doc) tuples).
+py::object option_table() { return py::module_::import("gradcomp._options").attr("OPTIONS"); }
+
+option_value option_from(std::string const& name, std::string const& type, py::handle v) {
+  auto wrong = [&](char const* expected) -> option_value {
+    std::string const got = py::str(py::type::of(v).attr("__name__"));
+    std::string const repr = py::repr(v);
+    throw gc::config_error("gradcomp: option '" + name + "' must be " + expected + ", got " + got + " " + repr);
   };
-  str("codec", p.codec);
-  str("feedback", p.feedback);
-  str("controller", p.controller);
-  str("guard", p.guard);
-  if (o.contains("two_way")) p.two_way = py::cast<bool>(o["two_way"]);
-  if (o.contains("seed")) p.seed = py::cast<std::uint64_t>(o["seed"]);
-  if (o.contains("measure_gain")) p.measure_gain = py::cast<bool>(o["measure_gain"]);
-  if (o.contains("measured_timing")) p.measured_timing = py::cast<bool>(o["measured_timing"]);
-  if (o.contains("min_compress_elements")) {
-    p.buckets.min_compress_elements = py::cast<std::size_t>(o["min_compress_elements"]);
+  bool const is_bool = PyBool_Check(v.ptr()) != 0;
+  if (type == "str") {
+    if (!PyUnicode_Check(v.ptr())) return wrong("a string");
+    return py::cast<std::string>(v);
   }
-  // The hook hands the pipeline every parameter's gradient; the pipeline groups their packets
-  // into messages of up to bucket_mb MiB of gradient (DDP's default bucket size by default).
-  if (o.contains("bucket_mb")) {
-    double const mb = py::cast<double>(o["bucket_mb"]);
-    if (!(mb > 0)) throw gc::config_error("gradcomp: bucket_mb must be positive");
+  if (type == "bool") {
+    if (!is_bool) return wrong("a bool (True or False)");
+    return v.ptr() == Py_True;
+  }
+  if (type == "int") {
+    if (is_bool || PyIndex_Check(v.ptr()) == 0) return wrong("a non-negative int");
+    py::int_ const i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
+    if (!i) throw py::error_already_set();
+    if (i < py::int_(0)) return wrong("a non-negative int");
+    unsigned long long const u = PyLong_AsUnsignedLongLong(i.ptr());
+    if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
+      PyErr_Clear();
+      return wrong("a non-negative int below 2**64");
+    }
+    return static_cast<std::uint64_t>(u);
+  }
+  if (type == "float") {
+    if (is_bool || (PyFloat_Check(v.ptr()) == 0 && PyLong_Check(v.ptr()) == 0)) return wrong("a number (int or float)");
+    double const d = PyFloat_AsDouble(v.ptr());
+    if (d == -1.0 && PyErr_Occurred() != nullptr) {
+      PyErr_Clear();
+      return wrong("a number that fits a double");
+    }
+    return d;
+  }
+  throw gc::config_error("gradcomp: option '" + name + "' has type '" + type + "' in gradcomp/_options.py, which the binding does not know");
+}
+
+// Writes one option (converted by `option_from`) into `e`.
+void set_option(engine_options& e, std::string const& name, option_value const& v) {
+  auto as_int = [&](std::uint64_t max) {
+    std::uint64_t const u = std::get<std::uint64_t>(v);
+    if (u > max) throw gc::config_error("gradcomp: option '" + name + "' must be at most " + std::to_string(max) + ", got " + std::to_string(u));
+    return u;
+  };
+  auto& p = e.pipeline;
+  if (name == "codec") p.codec = std::get<std::string>(v);
+  else if (name == "feedback") p.feedback = std::get<std::string>(v);
+  else if (name == "controller") p.controller = std::get<std::string>(v);
+  else if (name == "guard") p.guard = std::get<std::string>(v);
+  else if (name == "two_way") p.two_way = std::get<bool>(v);
+  else if (name == "seed") p.seed = std::get<std::uint64_t>(v);
+  else if (name == "measure_gain") p.measure_gain = std::get<bool>(v);
+  else if (name == "measured_timing") p.measured_timing = std::get<bool>(v);
+  else if (name == "min_compress_elements") p.buckets.min_compress_elements = static_cast<std::size_t>(as_int(SIZE_MAX));
+  else if (name == "bucket_mb") {
+    // The hook hands the pipeline every parameter's gradient; the pipeline groups their packets
+    // into messages of up to bucket_mb MiB of gradient (DDP's default bucket size by default).
+    double const mb = std::get<double>(v);
+    if (!(mb > 0) || !(mb < 1e12)) throw gc::config_error("gradcomp: option 'bucket_mb' must be positive (and below 1e12)");
     p.buckets.bucket_bytes = static_cast<std::size_t>(mb * 1024.0 * 1024.0);
+  } else if (name == "start_iter") e.start_iter = static_cast<std::int64_t>(as_int(INT64_MAX));
+  else if (name == "batch_size") e.batch_size = std::get<std::uint64_t>(v);
+  else if (name == "log_every") e.log_every = static_cast<std::int64_t>(as_int(INT64_MAX));
+  else if (name == "timeout_s") {
+    double const s = std::get<double>(v);
+    if (!(s > 0) || !(s < 1e9)) throw gc::config_error("gradcomp: option 'timeout_s' must be positive (and below 1e9)");
+    e.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0));
+  } else {
+    throw gc::config_error("gradcomp: option '" + name + "' of gradcomp/_options.py has no place in the engine's options");
   }
-  return p;
+}
+
+// The engine's options from a dict of the table's options (see above).
+engine_options engine_options_from(py::dict const& o) {
+  engine_options e;
+  std::vector<std::string> known;
+  for (py::handle row : option_table()) {
+    auto const name = py::cast<std::string>(row.attr("name"));
+    auto const type = py::cast<std::string>(row.attr("type"));
+    py::object const value = o.contains(name) ? py::object(o[name.c_str()]) : py::object(row.attr("default"));
+    set_option(e, name, option_from(name, type, value));
+    known.push_back(name);
+  }
+  std::string unknown;
+  for (auto const& [k, v] : o) {
+    std::string const key = py::isinstance<py::str>(k) ? py::cast<std::string>(k) : std::string(py::repr(k));
+    if (std::find(known.begin(), known.end(), key) == known.end()) unknown += (unknown.empty() ? "" : ", ") + key;
+  }
+  if (!unknown.empty()) throw gc::config_error("gradcomp: unknown options: " + unknown);
+  return e;
+}
+
+// What the engine's C++ structs hold by default, under the table's names (compared with the
+// table by tests/python/test_options.py).
+py::dict engine_defaults() {
+  engine_options const e{};
+  auto const& p = e.pipeline;
+  py::dict d;
+  d["codec"] = p.codec;
+  d["feedback"] = p.feedback;
+  d["controller"] = p.controller;
+  d["guard"] = p.guard;
+  d["two_way"] = p.two_way;
+  d["seed"] = p.seed;
+  d["start_iter"] = e.start_iter;
+  d["batch_size"] = e.batch_size;
+  d["measure_gain"] = p.measure_gain;
+  d["measured_timing"] = p.measured_timing;
+  d["min_compress_elements"] = p.buckets.min_compress_elements;
+  d["bucket_mb"] = static_cast<double>(p.buckets.bucket_bytes) / (1024.0 * 1024.0);
+  d["log_every"] = e.log_every;
+  d["timeout_s"] = std::chrono::duration<double>(e.timeout).count();
+  return d;
 }
 
 // Destroys an engine without the GIL: its worker thread may be waiting for the GIL to drop the
@@ -516,19 +621,12 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("packet"), "The header of a packet (validated).");
 
+  m.def("engine_defaults", &engine_defaults,
+        "The defaults of the DDP hook engine's C++ options, by the names of gradcomp/_options.py.");
+
   py::class_<ddp_engine, std::unique_ptr<ddp_engine, engine_deleter>>(m, "Engine")
       .def(py::init([](c10::intrusive_ptr<::c10d::ProcessGroup> pg, py::dict o) {
-             engine_options e;
-             e.pipeline = pipeline_options_from(o);
-             if (o.contains("start_iter")) e.start_iter = py::cast<std::int64_t>(o["start_iter"]);
-             if (o.contains("batch_size")) e.batch_size = py::cast<std::uint64_t>(o["batch_size"]);
-             if (o.contains("log_every")) e.log_every = py::cast<std::int64_t>(o["log_every"]);
-             if (o.contains("timeout_s")) {
-               double const s = py::cast<double>(o["timeout_s"]);
-               if (!(s > 0)) throw gc::config_error("gradcomp: timeout_s must be positive");
-               e.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0));
-             }
-             return std::unique_ptr<ddp_engine, engine_deleter>(new ddp_engine(std::move(pg), std::move(e)));
+             return std::unique_ptr<ddp_engine, engine_deleter>(new ddp_engine(std::move(pg), engine_options_from(o)));
            }),
            py::arg("process_group"), py::arg("options"))
       .def(

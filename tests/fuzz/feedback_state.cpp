@@ -5,8 +5,8 @@
 // `two_way_compressor::load` ("GCTW"); and error feedback with 16-bit wire values on arbitrary
 // gradients (`half_steps`).
 //
-// Input: one byte choosing the case (modulo 7): 0-5 a loader, then the state ("GCTW" states,
-// cases 4 and 5, with their CRC32C trailer recomputed: `sealed`); 6 the 16-bit
+// Input: one byte choosing the case (modulo 7): 0-5 a loader, then the state (with its CRC32C
+// trailer recomputed: `sealed`; "GCEF" version 3 and "GCTW" end in one); 6 the 16-bit
 // steps: one byte choosing the codec (`half_codecs`), one the policy, then up to 8 steps of 16
 // float32 values (raw little-endian bits: NaNs, infinities, huge finite values).
 //
@@ -130,17 +130,18 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
     return 0;
   }
   std::span<std::byte const> const state = in.rest();
-  std::vector<std::byte> const framed = sealed(state);  // "GCTW": its checksum recomputed
+  // Every state ends in a CRC32C ("GCEF" v3, "GCTW"): recomputed, so that the parser is reached
+  std::vector<std::byte> const framed = sealed(state);
   switch (which % 7) {
     case 0:
-      check_reload([] { return gc::compressor<gc::any_codec, gc::no_feedback>(codec()); }, state);
+      check_reload([] { return gc::compressor<gc::any_codec, gc::no_feedback>(codec()); }, framed);
       break;
     case 1:
       check_reload([] { return gc::compressor<gc::any_codec, gc::residual_feedback>(codec()); },
-                   state);
+                   framed);
       break;
     case 2:
-      check_reload([] { return gc::compressor<gc::any_codec, gc::ef21_feedback>(codec()); }, state);
+      check_reload([] { return gc::compressor<gc::any_codec, gc::ef21_feedback>(codec()); }, framed);
       break;
     case 3:
       check_reload(
@@ -148,7 +149,7 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
             return gc::compressor<gc::any_codec, gc::dgc_feedback>(codec(),
                                                                    gc::dgc_feedback(0.9f, 0.0));
           },
-          state);
+          framed);
       break;
     case 4:
       check_reload(

@@ -177,6 +177,18 @@ def test_codec_kinds_against_reference(world, spec, feedback, two_way):
             assert float((out * mean).sum()) > 0
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_powersgd_reports_its_real_factor(world):
+    # rank 3 of a 100 x 60 gradient sends P (100 x 3) and Q (60 x 3) in float32: about 12x
+    # fewer bytes than the 6000 floats; the statistics said 1.0 (PowerSGD has no bits per
+    # element)
+    results = _codec_kind_results(world)[KINDS.index(("powersgd:rank=3", "residual", False))]
+    for _, stats in results:
+        assert stats["sent"] != "dense"
+        assert stats["factor"] == pytest.approx(N * 4 / stats["bytes_sent"], rel=1e-12)
+        assert 10 < stats["factor"] < N * 4 / ((100 + 60) * 3 * 4) + 1e-9
+
+
 # ---------------------------------------------------------------------------------------------
 # error feedback conserves mass: sum of what was delivered + mean residual == sum of gradients
 

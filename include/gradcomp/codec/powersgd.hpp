@@ -36,6 +36,7 @@
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/crc32c.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/philox.hpp>
@@ -687,11 +688,12 @@ class powersgd {
   }
 
   /// Serializes every tensor's warm-start Q and residual (docs/wire-format.md, "PowerSGD
-  /// state"). Throws `config_error` if a tensor is in the middle of a step.
+  /// state"; version 2, ending in a CRC32C of every byte before it). Throws `config_error` if a
+  /// tensor is in the middle of a step.
   [[nodiscard]] std::vector<std::byte> save(codec_context const& ctx = {}) const {
     std::vector<std::byte> out(16);
     std::memcpy(out.data(), "GCPS", 4);
-    out[4] = std::byte{1};
+    out[4] = std::byte{2};
     detail::store_le<std::uint32_t>(out.data() + 8, static_cast<std::uint32_t>(states_.size()));
     for (auto const& [tid, s] : states_) {
       if (s.phase() != powersgd_phase::idle) {
@@ -719,20 +721,34 @@ class powersgd {
       if (has_q) put(s.q());
       put(e);
     }
+    std::uint32_t const crc = detail::crc32c_table(out);  // version 2: the CRC32C trailer
+    std::size_t const end = out.size();
+    out.resize(end + 4);
+    detail::store_le<std::uint32_t>(out.data() + end, crc);
     return out;
   }
 
   /// Restores state written by `save` (replacing all current state). Throws `format_error` on a
-  /// malformed buffer or one saved with another rank or dense threshold; the current state is
+  /// malformed or corrupted buffer (the checksum is checked first; a version 1 state, which has
+  /// none, is refused) or one saved with another rank or dense threshold; the current state is
   /// kept then.
   void load(std::span<std::byte const> in) {
     auto fail = [](std::string const& what) {
       throw format_error("gradcomp: powersgd state: " + what);
     };
     if (in.size() < 16 || std::memcmp(in.data(), "GCPS", 4) != 0) fail("missing \"GCPS\" magic");
-    if (static_cast<unsigned>(in[4]) != 1) {
+    if (static_cast<unsigned>(in[4]) == 1) {
+      fail("version 1 carries no checksum (saved by a gradcomp from before state checksums, or "
+           "corrupted); it is refused");
+    }
+    if (static_cast<unsigned>(in[4]) != 2) {
       fail("unsupported version " + std::to_string(static_cast<unsigned>(in[4])));
     }
+    if (in.size() < 20) fail("truncated (no room for the checksum)");
+    if (detail::crc32c_table(in.first(in.size() - 4)) != detail::load_le<std::uint32_t>(in.data() + in.size() - 4)) {
+      fail("checksum (CRC32C) mismatch: the state is corrupted");
+    }
+    in = in.first(in.size() - 4);
     if (in[5] != std::byte{0} || in[6] != std::byte{0} || in[7] != std::byte{0} ||
         detail::load_le<std::uint32_t>(in.data() + 12) != 0) {
       fail("reserved header bytes are not zero");

@@ -16,16 +16,23 @@
 /// side, one estimate per tensor id, and turns a collective's output into the estimate; the
 /// collectives call it.
 ///
-/// Saved state format (little-endian): "GCEF", u8 version 2, u8 feedback_id, u16 0,
-/// u32 tensor count (tensors with a completed step; a stage alone is not state), u32 receiver count, then per tensor (ascending id): u32 id, u64 n, n x f32,
-/// where the n floats are the policy state's `values()` (the residual, n = the tensor's
-/// elements; for `dgc_feedback` momentum and accumulation, n = twice the elements); then the
-/// receiver records in the same layout. Version 1 (no receivers; the count field 0) loads too.
+/// Saved state format (little-endian): "GCEF", u8 version 3, u8 feedback_id, u16 0,
+/// u32 tensor count (tensors with a completed step; a stage alone is not state), u32 receiver
+/// count, then per tensor (ascending id): u32 id, u64 n, n x f32, where the n floats are the
+/// policy state's `values()` (the residual, n = the tensor's elements; for `dgc_feedback`
+/// momentum and accumulation, n = twice the elements); then the receiver records in the same
+/// layout; then u32 CRC32C (core/crc32c.hpp) of every byte before it. `load` checks the
+/// checksum before anything else: a corrupted state is a `format_error` that changes nothing.
+/// Versions 1 (no receivers) and 2 are the same without the checksum: `load` refuses them on
+/// their own, and takes them only inside a container whose own checksum covers them
+/// (`state_check::container`: the pipeline's checkpoint, which holds version 2 records for a
+/// device source's residuals and in checkpoints written before version 3).
 
 #include <gradcomp/concepts/codec.hpp>
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/feedback.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/crc32c.hpp>
 #include <gradcomp/core/error.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/core/wire.hpp>
@@ -40,6 +47,12 @@
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
+
+/// How `compressor::load` treats a state without a checksum (versions 1 and 2, file comment).
+enum class state_check {
+  required,   ///< refused: a state on its own must carry its CRC32C (version 3)
+  container,  ///< accepted: the bytes sit inside a container whose own checksum was checked
+};
 
 namespace detail {
 
@@ -56,6 +69,16 @@ inline std::vector<std::byte> feedback_state_head(feedback_id policy, std::size_
   store_le<std::uint32_t>(out.data() + 8, static_cast<std::uint32_t>(tensors));
   store_le<std::uint32_t>(out.data() + 12, static_cast<std::uint32_t>(receivers));
   return out;
+}
+
+/// Makes a version 2 state (head and records) a version 3 one: sets the version byte and
+/// appends the CRC32C of every byte. What `compressor::save` does last.
+inline void seal_feedback_state(std::vector<std::byte>& state) {
+  state[4] = std::byte{3};
+  std::uint32_t const crc = crc32c_table(state);
+  std::size_t const at = state.size();
+  state.resize(at + 4);
+  store_le<std::uint32_t>(state.data() + at, crc);
 }
 
 /// Appends one record of that format to `out`: u32 id, u64 n, then the n floats of `v`.
@@ -246,18 +269,31 @@ class compressor {
     if constexpr (receiving_feedback<Feedback>) {
       for (auto const& [id, r] : receivers_) put(id, r.values());
     }
+    detail::seal_feedback_state(out);
     return out;
   }
 
   /// Restores state written by `save` (replacing all current state). Throws `format_error` on a
-  /// malformed buffer or a different feedback policy; the current state is kept then.
-  void load(std::span<std::byte const> in) {
+  /// malformed or corrupted buffer (checksum), or one of a different feedback policy; the
+  /// current state is kept then. `check`: whether a state without a checksum (versions 1 and 2)
+  /// is refused (the default) or taken (inside a checked container; file comment).
+  void load(std::span<std::byte const> in, state_check check = state_check::required) {
     auto fail = [](std::string const& what) -> void {
       throw format_error("gradcomp: error-feedback state: " + what);
     };
     if (in.size() < 16 || std::memcmp(in.data(), "GCEF", 4) != 0) fail("missing \"GCEF\" magic");
     unsigned const version = static_cast<unsigned>(in[4]);
-    if (version != 1 && version != 2) fail("unsupported version " + std::to_string(version));
+    if (version != 1 && version != 2 && version != 3) fail("unsupported version " + std::to_string(version));
+    if (version == 3) {
+      if (in.size() < 20) fail("truncated (no room for the checksum)");
+      if (detail::crc32c_table(in.first(in.size() - 4)) != detail::load_le<std::uint32_t>(in.data() + in.size() - 4)) {
+        fail("checksum (CRC32C) mismatch: the state is corrupted");
+      }
+      in = in.first(in.size() - 4);
+    } else if (check == state_check::required) {
+      fail("version " + std::to_string(version) +
+           " carries no checksum (saved by a gradcomp from before state checksums, or corrupted); it is refused");
+    }
     if (static_cast<feedback_id>(in[5]) != Feedback::id) {
       fail("saved by feedback policy " + std::to_string(static_cast<unsigned>(in[5])) + ", this is " +
            std::to_string(static_cast<unsigned>(Feedback::id)));

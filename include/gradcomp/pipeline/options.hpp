@@ -107,7 +107,10 @@ struct pipeline_step_info {
 struct pipeline_stats {
   std::uint64_t step = 0;                ///< the step (0, 1, ...)
   send_kind sent = send_kind::minimum;   ///< what was sent (minimum / candidate / dense)
-  double factor = 1.0;                   ///< compression factor of what was sent (1: dense)
+  /// Compression factor of what was sent: 32 / the codec's bits per element (the controller's
+  /// factor with one), 1 when dense; for PowerSGD, the float32 bytes of the step's gradients
+  /// over the bytes sent.
+  double factor = 1.0;
   /// ‖C(g_ef)‖² / ‖g_ef‖² of what was sent, over all ranks (1 for dense); NaN when not
   /// measured (no controller needing it and `measure_gain` off).
   double gain = std::numeric_limits<double>::quiet_NaN();

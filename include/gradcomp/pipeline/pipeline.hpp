@@ -436,7 +436,7 @@ class gradient_pipeline {
     // Everything is restored into copies first, then swapped in: a failure changes nothing.
     feedback_compressor comp = comp_;
     std::vector<std::byte> const cstate = r.get_bytes();
-    std::visit([&](auto& c) { c.load(cstate); }, comp);
+    std::visit([&](auto& c) { c.load(cstate, state_check::container); }, comp);  // GCPL checked it
     // A device source: the states (and EF21's receivers) validated by the host compressor
     // above, then copied.
     std::map<tensor_id, std::vector<float>> device_states, device_receivers;
@@ -1077,6 +1077,13 @@ class gradient_pipeline {
   // guard's history and report, the statistics and the hook.
   pipeline_stats close_step(pipeline_stats& st, guard_verdict const& gv) {
     st.total_s = seconds(t_begin_, clock::now());
+    // PowerSGD has no bits per element: its factor is what the step saved, the bytes of its
+    // gradients sent dense (float32, the baseline of every codec's factor) over the bytes sent.
+    if (low_rank_ && st.sent != send_kind::dense && st.bytes_sent > 0) {
+      std::size_t dense = 0;
+      for (auto const& e : pending_) dense += 4 * e.n;
+      st.factor = static_cast<double>(dense) / static_cast<double>(st.bytes_sent);
+    }
     last_timing_ = opt_.measured_timing ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
                                         : step_timing{info_.backprop_s, 0.0, 0.0};
     ++step_;
@@ -1214,6 +1221,7 @@ class gradient_pipeline {
     if (receivers) {
       for (tensor_id const id : device_tensors_) detail::put_feedback_record(out, id, device_->receiver_on_host(id));
     }
+    detail::seal_feedback_state(out);  // version 3, with its checksum, as `compressor::save`
     return out;
   }
 

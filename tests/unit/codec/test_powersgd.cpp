@@ -14,6 +14,7 @@
 
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/powersgd.hpp>
+#include <gradcomp/core/crc32c.hpp>
 #include <gradcomp/cpu/kernels/finite.hpp>
 
 #include <algorithm>
@@ -694,6 +695,38 @@ TEST_CASE("powersgd state saves and loads; the resumed run is identical", "[code
   trailing.push_back(std::byte{0});
   CHECK_THROWS_AS(b.load(trailing), gc::format_error);
   CHECK(b.tensors() == 2);  // kept after the failures
+}
+
+TEST_CASE("powersgd state: every flipped byte is refused, the state unchanged; version 1 is refused",
+          "[codec][powersgd][state]") {
+  std::size_t const rows = 6, cols = 5;
+  gc::powersgd a(opts(2));
+  compress(a, gaussian(rows * cols, 1), rows, cols, {}, gc::tensor_id{4});
+  compress(a, gaussian(rows * cols, 2), rows, cols, {}, gc::tensor_id{4});
+  compress(a, gaussian(6, 3), 2, 3, {}, gc::tensor_id{9});  // a dense one
+  auto const saved = a.save();
+  REQUIRE(static_cast<unsigned>(saved[4]) == 2);
+  CHECK(gc::detail::load_le<std::uint32_t>(saved.data() + saved.size() - 4) ==
+        gc::detail::crc32c_table(std::span<std::byte const>(saved).first(saved.size() - 4)));
+  gc::powersgd b(opts(2));
+  compress(b, gaussian(rows * cols, 7), rows, cols, {}, gc::tensor_id{1});
+  auto const before = b.save();
+  for (std::size_t i = 0; i < saved.size(); ++i) {
+    for (std::byte mask : {std::byte{0xff}, std::byte{0x01}}) {
+      auto bad = saved;
+      bad[i] ^= mask;
+      INFO("byte " << i << " of " << saved.size());
+      CHECK_THROWS_AS(b.load(bad), gc::format_error);
+    }
+  }
+  CHECK(b.save() == before);
+  // version 1: the same bytes without the checksum
+  std::vector<std::byte> v1(saved.begin(), saved.end() - 4);
+  v1[4] = std::byte{1};
+  CHECK_THROWS_WITH(b.load(v1), Catch::Contains("carries no checksum"));
+  CHECK(b.save() == before);
+  b.load(saved);
+  CHECK(b.save() == saved);
 }
 
 TEST_CASE("powersgd: the BLAS backend agrees with the built-in GEMM", "[codec][powersgd][blas]") {

@@ -6,6 +6,8 @@
 
 #include "feedback_support.hpp"
 
+#include <gradcomp/core/crc32c.hpp>
+#include <gradcomp/core/serialize.hpp>
 #include <gradcomp/gradcomp.hpp>
 
 #include <catch2/catch.hpp>
@@ -70,7 +72,27 @@ struct byte_writer {
         .put<std::uint32_t>(0);
     return *this;
   }
+  // The state as version 3: the version byte set and the CRC32C trailer appended.
+  [[nodiscard]] std::vector<std::byte> sealed() const {
+    auto v = bytes;
+    gc::detail::seal_feedback_state(v);
+    return v;
+  }
 };
+
+// A saved (version 3) state edited on purpose, its checksum recomputed so that the edit
+// reaches the parser.
+std::vector<std::byte> resealed(std::vector<std::byte> v) {
+  gc::detail::seal_state(v);
+  return v;
+}
+
+// The first `len` bytes of a saved state's body (without its checksum), sealed again.
+std::vector<std::byte> sealed_prefix(std::vector<std::byte> const& state, std::size_t len) {
+  std::vector<std::byte> v(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(len));
+  gc::detail::seal_feedback_state(v);
+  return v;
+}
 
 }  // namespace
 
@@ -232,7 +254,7 @@ TEST_CASE("feedback state: codec errors and size mismatches leave the state unch
   }
   SECTION("reset forgets everything") {
     comp.reset();
-    CHECK(comp.save().size() == 16);
+    CHECK(comp.save().size() == 16 + 4);  // head and checksum
     std::vector<std::byte> buf(4096);
     std::vector<float> const h(7, 1.0f);
     CHECK_NOTHROW(comp.compress(gc::tensor_view<float const>(h, gc::tensor_id{5}), buf));
@@ -278,9 +300,12 @@ TEST_CASE("feedback state: save layout and round trip", "[feedback][state][save]
   auto const saved = comp.save();
 
   SECTION("bytes as documented (docs/wire-format.md, Error-feedback state)") {
-    REQUIRE(saved.size() == 16 + 3 * (12 + 4 * 50));
+    REQUIRE(saved.size() == 16 + 3 * (12 + 4 * 50) + 4);
     CHECK(std::memcmp(saved.data(), "GCEF", 4) == 0);
-    CHECK(static_cast<unsigned>(saved[4]) == 2);  // version
+    CHECK(static_cast<unsigned>(saved[4]) == 3);  // version
+    // the trailer: CRC32C of every byte before it
+    CHECK(gc::detail::load_le<std::uint32_t>(saved.data() + saved.size() - 4) ==
+          gc::detail::crc32c_table(std::span<std::byte const>(saved).first(saved.size() - 4)));
     CHECK(static_cast<unsigned>(saved[5]) == 1);  // residual
     CHECK(gc::detail::load_le<std::uint16_t>(saved.data() + 6) == 0);
     CHECK(gc::detail::load_le<std::uint32_t>(saved.data() + 8) == 3);
@@ -301,7 +326,7 @@ TEST_CASE("feedback state: save layout and round trip", "[feedback][state][save]
     gc::compressor<gc::qsgd_codec, gc::no_feedback> z;
     CHECK(static_cast<unsigned>(e.save()[5]) == 2);
     CHECK(static_cast<unsigned>(z.save()[5]) == 0);
-    CHECK(e.save().size() == 16);
+    CHECK(e.save().size() == 16 + 4);
   }
 
   SECTION("restored state gives identical future packets") {
@@ -345,10 +370,10 @@ TEST_CASE("feedback state: save layout and round trip", "[feedback][state][save]
     CHECK(same_bytes(z2.save(), z.save()));
   }
 
-  SECTION("an empty compressor saves 16 bytes and loads them back") {
+  SECTION("an empty compressor saves 20 bytes (head and checksum) and loads them back") {
     gc::compressor<gc::qsgd_codec> empty;
     auto const s = empty.save();
-    CHECK(s.size() == 16);
+    CHECK(s.size() == 20);
     comp.load(s);
     CHECK(same_bytes(comp.save(), s));
   }
@@ -382,7 +407,7 @@ TEST_CASE("feedback state: load rejects malformed input and keeps the previous s
     }
   }
   SECTION("unsupported version") {
-    for (unsigned v : {0u, 3u, 255u}) {
+    for (unsigned v : {0u, 4u, 255u}) {
       auto bad = good;
       bad[4] = static_cast<std::byte>(v);
       rejects(bad, ("version " + std::to_string(v)).c_str());
@@ -394,7 +419,7 @@ TEST_CASE("feedback state: load rejects malformed input and keeps the previous s
     rejects(e.save(), "policy 2");
     auto bad = good;
     bad[5] = std::byte{7};
-    rejects(bad, "policy 7");
+    rejects(resealed(bad), "policy 7");
     // And the other way round.
     auto const e_before = e.save();
     CHECK_THROWS_AS(e.load(good), gc::format_error);
@@ -403,48 +428,51 @@ TEST_CASE("feedback state: load rejects malformed input and keeps the previous s
     CHECK_THROWS_AS(z.load(good), gc::format_error);
   }
   SECTION("truncated at every length") {
-    for (std::size_t len = 16; len < good.size(); ++len) {
+    for (std::size_t len = 16; len < good.size(); ++len) {  // the checksum refuses each
       INFO("length " << len << " of " << good.size());
       std::vector<std::byte> const cut(good.begin(),
                                        good.begin() + static_cast<std::ptrdiff_t>(len));
       CHECK_THROWS_AS(comp.load(cut), gc::format_error);
       REQUIRE(same_bytes(comp.save(), previous));
     }
-    rejects(std::vector<std::byte>(good.begin(), good.begin() + 20), "truncated");
-    rejects(std::vector<std::byte>(good.begin(), good.begin() + 16 + 12 + 4), "beyond the buffer");
+    rejects(std::vector<std::byte>(good.begin(), good.begin() + 20), "checksum");
+    // cut and sealed again: the parser's own checks
+    rejects(sealed_prefix(good, 20), "truncated");
+    rejects(sealed_prefix(good, 16 + 12 + 4), "beyond the buffer");
   }
   SECTION("trailing bytes") {
     for (std::size_t extra : {1u, 3u, 4u, 12u}) {
       auto bad = good;
       bad.insert(bad.end(), extra, std::byte{0});
       INFO(extra << " extra bytes");
-      rejects(bad, "trailing");
+      rejects(bad, "checksum");
+      rejects(resealed(bad), "trailing");
     }
   }
   SECTION("a tensor count larger or smaller than the records") {
     auto more = good;
     gc::detail::store_le<std::uint32_t>(more.data() + 8, 3);
-    rejects(more, "truncated");
+    rejects(resealed(more), "truncated");
     auto fewer = good;
     gc::detail::store_le<std::uint32_t>(fewer.data() + 8, 1);
-    rejects(fewer, "trailing");
+    rejects(resealed(fewer), "trailing");
     auto huge = good;
     gc::detail::store_le<std::uint32_t>(huge.data() + 8, 0xffffffffu);
-    rejects(huge, "truncated");
+    rejects(resealed(huge), "truncated");
   }
   SECTION("duplicate tensor ids") {
     byte_writer w;
     w.header(1, 2);
     w.put<std::uint32_t>(3).put<std::uint64_t>(1).put_f32(0.5f);
     w.put<std::uint32_t>(3).put<std::uint64_t>(1).put_f32(0.25f);
-    rejects(w.bytes, "appears twice");
+    rejects(w.sealed(), "appears twice");
     // Unsorted but distinct ids are fine.
     byte_writer ok;
     ok.header(1, 2);
     ok.put<std::uint32_t>(5).put<std::uint64_t>(1).put_f32(0.5f);
     ok.put<std::uint32_t>(3).put<std::uint64_t>(2).put_f32(0.25f).put_f32(-1.0f);
     gc::compressor<gc::qsgd_codec> other;
-    CHECK_NOTHROW(other.load(ok.bytes));
+    CHECK_NOTHROW(other.load(ok.sealed()));
     CHECK(other.state(gc::tensor_id{3}).values().size() == 2);
     CHECK(other.state(gc::tensor_id{3}).values()[1] == -1.0f);
     CHECK(other.state(gc::tensor_id{5}).values()[0] == 0.5f);
@@ -456,7 +484,7 @@ TEST_CASE("feedback state: load rejects malformed input and keeps the previous s
       w.header(1, 1);
       w.put<std::uint32_t>(0).put<std::uint64_t>(n).put_f32(1.0f);
       INFO("n = " << n);
-      rejects(w.bytes, "beyond the buffer");
+      rejects(w.sealed(), "beyond the buffer");
     }
   }
   SECTION("no_feedback state with values") {
@@ -466,8 +494,32 @@ TEST_CASE("feedback state: load rejects malformed input and keeps the previous s
     byte_writer w;
     w.header(0, 1);
     w.put<std::uint32_t>(0).put<std::uint64_t>(1).put_f32(1.0f);
-    CHECK_THROWS_AS(z.load(w.bytes), gc::format_error);
+    CHECK_THROWS_AS(z.load(w.sealed()), gc::format_error);
     CHECK(same_bytes(z.save(), z_before));
+  }
+  SECTION("every byte flipped, and a state without a checksum, is refused") {
+    for (std::size_t i = 0; i < good.size(); ++i) {
+      for (std::byte mask : {std::byte{0xff}, std::byte{0x01}}) {
+        auto bad = good;
+        bad[i] ^= mask;
+        INFO("byte " << i << " of " << good.size());
+        CHECK_THROWS_AS(comp.load(bad), gc::format_error);
+      }
+    }
+    REQUIRE(same_bytes(comp.save(), previous));
+    // versions 2 and 1 (no checksum): refused on their own, taken inside a checked container
+    std::vector<std::byte> v2(good.begin(), good.end() - 4);
+    v2[4] = std::byte{2};
+    rejects(v2, "version 2 carries no checksum");
+    gc::compressor<gc::qsgd_codec> other;
+    other.load(v2, gc::state_check::container);
+    CHECK(same_bytes(other.save(), good));
+    byte_writer w1;
+    w1.header(1, 1);
+    w1.put<std::uint32_t>(3).put<std::uint64_t>(1).put_f32(0.5f);
+    rejects(w1.bytes, "version 1 carries no checksum");
+    other.load(w1.bytes, gc::state_check::container);
+    CHECK(other.state(gc::tensor_id{3}).values()[0] == 0.5f);
   }
   SECTION("after a failure a good state still loads") {
     auto bad = good;
