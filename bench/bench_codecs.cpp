@@ -43,27 +43,6 @@ namespace {
 namespace gb = gradcomp_bench;
 namespace gc = gradcomp;
 
-/// Every codec configuration measured, as `make_codec` specs.
-constexpr char const* codec_specs[] = {
-    "identity",
-    "fp16",
-    "bf16",
-    "int8:bucket=512,rounding=nearest",
-    "int8:bucket=512,rounding=stochastic",
-    "int4:bucket=64",
-    "chunk_topk:chunk=4096,k=64,values=f32",
-    "chunk_topk:chunk=4096,k=64,values=int2",
-    "dct_sign:chunk=64,k=8",
-    "onebit:scaling=mean_abs",
-    "onebit:scaling=none",
-    "qsgd:levels=7,bucket=512",
-    "qsgd:levels=127,bucket=512",
-    "terngrad:bucket=512",
-    "natural:bucket=512",
-    "dithering:levels=2,partition=linear,norm=max,bucket=512",
-    "dithering:levels=8,partition=natural,norm=max,bucket=512",
-    "dithering:levels=2,partition=linear,norm=l2,bucket=512",
-};
 
 /// The codecs measured with error feedback (ef, ef_3pass): the fused ones and, for comparison,
 /// onebit (one scale for the whole tensor) and top-k (a global selection), which run the three
@@ -262,7 +241,7 @@ int main(int argc, char** argv) {
         gb::add(std::string("baseline/") + gb::baseline_name(b) + tail,
             [b, n, t](benchmark::State& s) { bm_baseline(s, b, n, t); });
       }
-      for (char const* spec : codec_specs) {
+      for (char const* spec : gb::codec_specs) {
         for (op o : {op::compress, op::decompress, op::decompress_add}) {
           std::string const s = spec;
           gb::add(std::string(op_name(o)) + "/" + s + tail,

@@ -482,4 +482,28 @@ inline float run_baseline(baseline b, float const* x, float* y, std::size_t n,
   return s;
 }
 
+/// The codec configurations bench_codecs.cpp measures, as `make_codec` specs: every element-wise
+/// codec, chunk-wise top-k and the DCT-sign codec at their documented settings. The
+/// `gradcomp-bench` tool's `--codec all` is this list and the sparsifiers (tools/bench/measure.hpp).
+inline constexpr char const* codec_specs[] = {
+    "identity",
+    "fp16",
+    "bf16",
+    "int8:bucket=512,rounding=nearest",
+    "int8:bucket=512,rounding=stochastic",
+    "int4:bucket=64",
+    "chunk_topk:chunk=4096,k=64,values=f32",
+    "chunk_topk:chunk=4096,k=64,values=int2",
+    "dct_sign:chunk=64,k=8",
+    "onebit:scaling=mean_abs",
+    "onebit:scaling=none",
+    "qsgd:levels=7,bucket=512",
+    "qsgd:levels=127,bucket=512",
+    "terngrad:bucket=512",
+    "natural:bucket=512",
+    "dithering:levels=2,partition=linear,norm=max,bucket=512",
+    "dithering:levels=8,partition=natural,norm=max,bucket=512",
+    "dithering:levels=2,partition=linear,norm=l2,bucket=512",
+};
+
 }  // namespace gradcomp_bench

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -277,28 +278,15 @@ inline row measure(gc::any_codec const& codec, std::string const& spec, tensor_i
   return r;
 }
 
-/// The codecs of `--codec all`: every CPU codec `make_codec` builds, with the settings of
-/// bench/bench_codecs.cpp and the sparsifiers at 1 % and 0.1 %. (`threshold` is left out: its
-/// cut-off depends on the gradient's scale; `powersgd` is not an `any_codec`.)
+/// The codecs of `--codec all`: the configurations bench/bench_codecs.cpp measures
+/// (`gradcomp_bench::codec_specs`) and the sparsifiers at 1 % and 0.1 %. (`threshold` is left
+/// out: its cut-off depends on the gradient's scale; `powersgd` is not an `any_codec`.)
 inline std::vector<std::string> all_codec_specs() {
-  return {"identity",
-          "fp16",
-          "bf16",
-          "int8:bucket=512,rounding=nearest",
-          "int8:bucket=512,rounding=stochastic",
-          "onebit:scaling=mean_abs",
-          "onebit:scaling=none",
-          "qsgd:levels=7,bucket=512",
-          "qsgd:levels=127,bucket=512",
-          "terngrad:bucket=512",
-          "natural:bucket=512",
-          "dithering:levels=2,partition=linear,norm=max,bucket=512",
-          "dithering:levels=8,partition=natural,norm=max,bucket=512",
-          "dithering:levels=2,partition=linear,norm=l2,bucket=512",
-          "topk:ratio=0.01",
-          "topk:ratio=0.001",
-          "approx_topk:ratio=0.01",
-          "randomk:ratio=0.01,scale=true"};
+  std::vector<std::string> specs(std::begin(gradcomp_bench::codec_specs), std::end(gradcomp_bench::codec_specs));
+  for (char const* s : {"topk:ratio=0.01", "topk:ratio=0.001", "approx_topk:ratio=0.01", "randomk:ratio=0.01,scale=true"}) {
+    specs.emplace_back(s);
+  }
+  return specs;
 }
 
 }  // namespace gradcomp_tool
