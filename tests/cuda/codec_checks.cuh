@@ -45,6 +45,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #ifndef GCT_BACKEND
@@ -1314,8 +1315,15 @@ TEST_CASE(GCT_BACKEND ": the CUDA codecs write and read the golden packets", "[c
       gct::require_same_decoding(cpu, gpu, want, gct::make_input(37, 1), rs);
     });
   }
-  // Every golden codec.
-  CHECK(covered == std::size(gradcomp_test::goldens));
+  // Every golden codec that has a CUDA version. The codecs of issue 33 (int4, chunk_topk) have
+  // none yet: named here, so that a golden packet of any other codec left uncovered still fails.
+  std::size_t cpu_only = 0;
+  for (gradcomp_test::golden const& g : gradcomp_test::goldens) {
+    std::string_view const spec = g.spec;
+    if (spec.starts_with("int4") || spec.starts_with("chunk_topk")) ++cpu_only;
+  }
+  CHECK(cpu_only == 3);
+  CHECK(covered == std::size(gradcomp_test::goldens) - cpu_only);
 }
 
 #include "sparse_checks.cuh"
