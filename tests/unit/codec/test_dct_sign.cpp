@@ -89,8 +89,9 @@ TEST_CASE("dct_sign keeps each chunk's top k coefficients and decodes their inve
     for (std::size_t c = 0; c < nc; ++c) {
       std::vector<std::size_t> order(C);
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return std::fabs(coef[c * C + a]) > std::fabs(coef[c * C + b]);
+      std::size_t const base = c * C;  // a lambda cannot name a structured binding in clang 14
+      std::stable_sort(order.begin(), order.end(), [&coef, base](std::size_t a, std::size_t b) {
+        return std::fabs(coef[base + a]) > std::fabs(coef[base + b]);
       });
       order.resize(k);
       std::sort(order.begin(), order.end());
