@@ -20,12 +20,6 @@ namespace {
 using namespace gradcomp_test;
 namespace gc = gradcomp;
 
-double ulp_of(double v) {
-  v = std::fabs(v);
-  if (v < FLT_MIN) return FLT_TRUE_MIN;
-  return std::ldexp(1.0, std::ilogb(v) - 23);
-}
-
 /// Checks the scales and the error bound of an int4 packet of `x` with bucket parameter
 /// `bucket`.
 ///
