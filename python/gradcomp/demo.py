@@ -175,7 +175,7 @@ class DeMo(torch.optim.Optimizer):
                       "gradients, zeros where a parameter was unused)"
                       % (len(work), total, int(layout[1]), int(layout[0]), -int(layout[3]),
                          -int(layout[2])))
-            gathered = comm.all_gather_v(local, [total] * world)
+            gathered = comm.all_gather_v(local, [total] * world) if total else local
         else:
             gathered = local
 
@@ -205,6 +205,9 @@ class DeMo(torch.optim.Optimizer):
         self.last_stats = {
             "packet_bytes": total,  # what this rank sends: its packets (headers included)
             "received_bytes": total * (world - 1),  # the other ranks' packets
+            # the library's traffic model (collective_result::wire_bytes): a ring all-gather,
+            # where each rank passes on every block but the one the next rank holds
+            "wire_bytes": total * (world - 1),
             "dense_bytes": 4 * elements,  # the same gradients as float32
             "ratio": (4.0 * elements / total) if total else 0.0,
             "tensors": len(work),

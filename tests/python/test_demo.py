@@ -151,7 +151,7 @@ def test_two_ranks_agree_with_the_reference_and_each_other(chunk, k):
         for r in range(2):
             st = logs[r]["stats"]
             assert st["packet_bytes"] == per_step
-            assert st["received_bytes"] == per_step
+            assert st["received_bytes"] == per_step and st["wire_bytes"] == per_step
             assert st["dense_bytes"] == 4 * 584 and st["world"] == 2
     assert results[0][1] == results[1][1] == steps * per_step
 
@@ -252,6 +252,19 @@ def _mismatch(rank, world):
         message = ""
     unchanged = all(torch.equal(p.detach(), b) for p, b in zip(params, before))
     return message, unchanged, opt.state[params[0]]["step"]
+
+
+def _no_gradients(rank, world):
+    params = make_params(5)
+    opt = gradcomp.DeMo(params, lr=0.1)
+    before = [p.detach().clone() for p in params]
+    opt.step()  # no parameter has a gradient: nothing to send, nothing changes
+    return all(torch.equal(p.detach(), b) for p, b in zip(params, before)), opt.last_stats, len(opt.state)
+
+
+def test_a_step_without_gradients_changes_nothing():
+    for unchanged, stats, states in run_ranks(_no_gradients, 2):
+        assert unchanged and stats["packet_bytes"] == 0 and stats["tensors"] == 0 and states == 0
 
 
 def test_ranks_with_different_gradients_fail_alike_and_change_nothing():
