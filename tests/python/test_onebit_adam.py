@@ -59,8 +59,9 @@ def test_matches_the_cpp_optimizer_driven_directly(options):
     x0 = [p.detach().reshape(-1).tolist() for p in make_params()]
     gs = [[[g.reshape(-1).tolist() for g in grads(s, r)] for s in range(len(LRS))] for r in range(world)]
     rows = [6, 0, 3]
-    driven = _C._drive_calibrated_onebit_adam(codec, {k: (float(v) if k in ("lr", "beta1", "beta2", "eps", "weight_decay") else v)
-                                                      for k, v in full.items()}, rows, x0, gs, LRS)
+    floats = ("lr", "beta1", "beta2", "eps", "weight_decay")
+    options = {k: (float(v) if k in floats else v) for k, v in full.items()}
+    driven = _C._drive_calibrated_onebit_adam(codec, options, rows, x0, gs, LRS)
     for r in range(world):
         xs, bytes_per_step = driven[r]
         final, _ = results[r][-1]
@@ -92,7 +93,7 @@ def _identity_adam(rank, world, decoupled):
         opt.step()
         adam.step()
         worst = max(worst, max(float((p.detach().double() - q.detach()).abs().max()) for p, q in zip(params, ref)))
-    moved = max(float((p.detach() - p0).abs().max()) for p, p0 in zip(params, make_params(1, shapes)))
+    moved = max(float((p.detach() - p0.detach()).abs().max()) for p, p0 in zip(params, make_params(1, shapes)))
     return worst, moved, [opt.calibration(p) for p in params]
 
 
