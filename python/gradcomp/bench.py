@@ -36,6 +36,10 @@ Options of this entry point only (the program knows nothing of them):
   against torch's memory passes on the device (threads column: 1). The CPU codecs are not
   measured in that run. Without a CUDA device, or with a package built without its CUDA part,
   it prints one line and exits with status 2.
+
+With ``--controller`` the program runs controllers over the steps (docs/bench.md) and this entry
+point only passes the options through (and the torch files converted): there are no torch rows
+in a controller report.
 """
 
 import csv
@@ -491,7 +495,15 @@ def main(argv=None):
         print(f"gradcomp-bench: {e}", file=sys.stderr)
         return 2
     if any(a in ("--help", "-h") for a in argv):
-        return subprocess.call([program, *argv])
+        status = subprocess.call([program, *argv])
+        sys.stdout.flush()
+        print("\npython -m gradcomp.bench also takes (docs/bench.md):\n"
+              "  --torch LIST        torch's own ops next to the codecs: half, bfloat16, sign, topk:ratio=R; "
+              "auto (default), none\n"
+              "  --no-torch          the same as --torch none\n"
+              "  --device cpu|cuda   cuda: the CUDA codecs and torch's CUDA ops (CUDA events)\n"
+              "  and .pt/.pth files (a tensor or a dict of tensors) as inputs")
+        return status
     if device == "cuda":
         why = _cuda_check()
         if why is not None:

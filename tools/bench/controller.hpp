@@ -15,8 +15,9 @@
 /// and no loss (so ef_window's loss check and Accordion's learning-rate rule stay inert), and,
 /// unless `measured_timing`, the times of the previous step as `backprop_s` and zeros for
 /// compression and communication (the pipeline's `measured_timing = false`): the run is then
-/// reproducible bit for bit; GraVAC's throughput is flat in the factor and it decides by
-/// gains alone. With `measured_timing` it sees the pipeline's wall-clock times of this process.
+/// reproducible bit for bit (GraVAC chooses by its gains; its throughput record, which ends its
+/// search, stays empty while every time is zero). With `measured_timing` it sees the
+/// pipeline's wall-clock times of this process.
 /// The divergence guard is off.
 ///
 /// Per step the report gives what was sent (`minimum`, `candidate` or `dense`), the factor and
