@@ -318,10 +318,10 @@ inline void write_json(std::ostream& os, std::vector<row> const& rows, run_info 
 }
 
 /// Draws `png` with gnuplot: on the left the relative L2 error against bits per element (one
-/// point per codec and tensor, log-log), on the right the compress, decompress and
-/// decompress_add throughput of each codec as a ratio to the memory pass (first thread count
-/// measured, first tensor; log scale), with the line 1.0 = the memory pass. `input_error` when gnuplot is
-/// missing or fails.
+/// point per codec and tensor, log-log; torch's own ops, rows `torch.*`, as open circles), on
+/// the right the compress, decompress and decompress_add throughput of each codec as a ratio to
+/// the memory pass (first thread count measured, first tensor; log scale), with the line 1.0 =
+/// the memory pass. `input_error` when gnuplot is missing or fails.
 inline void write_plot(std::filesystem::path const& png, std::vector<row> const& rows) {
   namespace fs = std::filesystem;
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
@@ -329,12 +329,17 @@ inline void write_plot(std::filesystem::path const& png, std::vector<row> const&
   }
   fs::path const dir = fs::temp_directory_path() / ("gradcomp-bench-plot-" + std::to_string(::getpid()));
   fs::create_directories(dir);
+  bool any_torch = false;
   {
-    std::ofstream err(dir / "error.dat");
+    // torch's own ops (rows torch.*, python -m gradcomp.bench) in a second set of points
+    std::ofstream err(dir / "error.dat"), err_torch(dir / "error_torch.dat");
     for (row const& r : rows) {
       if (r.rel_l2 > 0 && std::isfinite(r.rel_l2)) {
-        err << "\"" << r.codec << "\" " << num(8.0 * static_cast<double>(r.bytes) / static_cast<double>(r.n)) << ' '
-            << num(r.rel_l2) << '\n';
+        bool const torch = r.codec.rfind("torch.", 0) == 0;
+        any_torch |= torch;
+        (torch ? err_torch : err) << "\"" << r.codec << "\" "
+                                  << num(8.0 * static_cast<double>(r.bytes) / static_cast<double>(r.n)) << ' '
+                                  << num(r.rel_l2) << '\n';
       }
     }
     std::ofstream spd(dir / "speed.dat");
@@ -355,9 +360,15 @@ inline void write_plot(std::filesystem::path const& png, std::vector<row> const&
        << "set datafile separator whitespace\n";
     if (has_speed) gp << "set multiplot layout 1,2\n";
     gp << "set title 'error against size'\nset xlabel 'bits per element'\nset ylabel 'relative L2 error'\n"
-          "set logscale xy\nset grid\nunset key\n"
-          "plot '" << (dir / "error.dat").string() << "' using 2:3 with points pt 7 ps 1.2, '' using 2:3:1 with labels "
-          "offset 0.5,0.5 left font ',8'\n";
+          "set logscale xy\nset grid\n"
+       << (any_torch ? "set key bottom left\n" : "unset key\n")
+       << "plot '" << (dir / "error.dat").string() << "' using 2:3 with points pt 7 ps 1.2 lc rgb '#7030a0' title "
+          "'gradcomp', '' using 2:3:1 with labels offset 0.5,0.5 left font ',8' notitle";
+    if (any_torch) {
+      gp << ", '" << (dir / "error_torch.dat").string() << "' using 2:3 with points pt 6 ps 1.6 lc rgb '#e07000' "
+            "title 'torch', '' using 2:3:1 with labels offset 0.5,-0.7 left font ',8' tc rgb '#e07000' notitle";
+    }
+    gp << '\n';
     if (has_speed) {
       gp << "unset logscale\nset logscale y\nset title 'speed / memory pass (1.0 = memory pass)'\nset xlabel ''\n"
             "set ylabel 'ratio to the memory pass (log)'\nset style data histograms\nset style histogram clustered\n"

@@ -524,7 +524,7 @@ TEST_CASE("gradcomp-bench: every malformed input gives one line and exit status 
   }
 }
 
-TEST_CASE("gradcomp-bench: --export-inputs writes the tensors as read and the settings; --import-rows reports rows back") {
+TEST_CASE("gradcomp-bench: --export-inputs writes the tensors as read and the settings, --import-rows reads reports back") {
   scratch s;
   result const e = run_tool(s, "--synthetic laplace --size 3000 --steps 3 --feedback residual --codec fp16 --codec "
                                "topk:ratio=0.02 --threads 1,2 --min-time 0.05 --seeds 4 --export-inputs " +
@@ -710,8 +710,10 @@ TEST_CASE("gradcomp-bench --controller: the sequence equals the controller drive
   }
   tool::write_capture_index(s / "cap", entries);
 
-  std::vector<std::string> const specs = {"schedule:0=10,4=50,9=1,12=200", "ef_window:min=10,max=400,window=3",
-                                          "gravac:theta_min=10,theta_max=400,window=3", "static:factor=100"};
+  std::vector<std::string> const specs = {"schedule:0=10,4=50,9=1,12=200",
+                                          "ef_window:min=10,max=400,window=3,max_delay=2",
+                                          "gravac:theta_min=10,theta_max=400,window=3,epsilon=0.1",
+                                          "static:factor=100"};
   std::string args = q(s / "cap") + " --codec topk:ratio=0.01 -q --csv " + q(s / "ctl.csv") + " --json " + q(s / "ctl.json");
   for (auto const& spec : specs) args += " --controller " + spec;
   result const r = run_tool(s, args);
@@ -728,9 +730,9 @@ TEST_CASE("gradcomp-bench --controller: the sequence equals the controller drive
     REQUIRE(v.size() == 11);
     by_ctrl[v[0]].push_back(v);
   }
-  bool any_change = false;
   for (auto const& spec : specs) {
     INFO(spec);
+    bool moved = false;
     auto const want = drive_directly(spec, "topk:ratio=0.01", layers);
     auto const& got = by_ctrl[spec];
     REQUIRE(got.size() == want.size());
@@ -743,11 +745,13 @@ TEST_CASE("gradcomp-bench --controller: the sequence equals the controller drive
       CHECK(std::stoull(got[k][6]) == want[k].bytes);
       CHECK(got[k][7] == std::to_string(4 * (6000 + 300 + 20000)));
       CHECK(got[k][9] == (want[k].sent == "dense" ? "0" : "2"));
-      if (k > 0 && got[k][4] != got[k - 1][4]) any_change = true;
+      if (k > 0 && got[k][4] != got[k - 1][4]) moved = true;
     }
+    // every controller but the static one changes its factor on these inputs
+    CHECK(moved == (spec.rfind("static", 0) != 0));
   }
-  CHECK(any_change);  // the inputs make some controller move
-  CHECK(slurp(s / "ctl.json").find("\"controller\": \"ef_window:min=10,max=400,window=3\"") != std::string::npos);
+  CHECK(slurp(s / "ctl.json").find("\"controller\": \"ef_window:min=10,max=400,window=3,max_delay=2\"") !=
+        std::string::npos);
 
   // the table on stdout
   result const t = run_tool(s, q(s / "cap") + " --controller static:factor=100 --steps 3");
