@@ -365,3 +365,36 @@ def test_bench_controller_from_python(tmp_path):
     assert [row["codec"] for row in rows] == ["topk:ratio=0.1"] * 2 + ["topk:ratio=0.01"] * 2 + ["dense"] * 2
     assert [row["bytes"] for row in rows[4:]] == [str(4 * 8000)] * 2
     assert all(int(row["dense_bytes"]) == 4 * 8000 for row in rows)
+
+
+def test_bench_gradcomp_coder_on_cpu_equals_program(tmp_path):
+    """The coder that --device cuda measures the codecs with (gradcomp.Codec through
+    gradcomp.bench.measure_rows), run here on CPU tensors: its bytes, error and error feedback
+    equal the program's rows for the same codecs and steps, and it is timed."""
+    _program()
+    steps = [np.random.default_rng(k).laplace(size=6000).astype(np.float32) for k in range(3)]
+    os.makedirs(tmp_path / "cap")
+    with open(tmp_path / "cap" / "index.tsv", "w") as f:
+        f.write("# gradcomp capture v1\nstep\tname\tfile\n")
+        for k, s in enumerate(steps):
+            np.save(tmp_path / "cap" / f"s{k}.npy", s)
+            f.write(f"{k}\tw\ts{k}.npy\n")
+    specs = ["fp16", "topk:ratio=0.02", "qsgd:levels=7,bucket=512"]
+    args = [str(tmp_path / "cap"), "--feedback", "residual", "--no-timing", "--no-torch", "-q", "--csv",
+            str(tmp_path / "r.csv")]
+    for s in specs:
+        args += ["--codec", s]
+    r = run_bench(args)
+    assert r.returncode == 0, r.stderr
+    program_rows = read_csv(tmp_path / "r.csv")
+    settings = {"feedback": "1", "timing": "1", "min_time": "0.001", "threads": "1"}
+    coders = [gradcomp.bench.GradcompCodec(s, "cpu") for s in specs]
+    lines = gradcomp.bench.measure_rows(coders, [("w", steps)], settings, "cpu")
+    assert len(lines) == len(specs)
+    for line, want in zip(lines, program_rows):
+        row = dict(zip(gradcomp.bench.CSV_HEADER, line))
+        assert row["codec"] == want["codec"] + " @cpu"
+        assert row["bytes"] == want["bytes"] and row["n"] == want["n"]
+        for k in ("rel_l2", "cosine", "ef_residual", "ef_delay"):
+            assert float(row[k]) == pytest.approx(float(want[k]), rel=2e-5), (row["codec"], k)
+        assert row["threads"] == "1" and float(row["compress_gbps"]) > 0 and float(row["decompress_add_ratio"]) > 0
