@@ -219,9 +219,12 @@ void model(input& in) {
     for (auto const& e : row.entries)
       GRADCOMP_FUZZ_CHECK(e.rank >= 0 && e.rank < n, "a mixing row names a rank outside [0, n)");
   };
+  // A complete topology's row lists all n ranks: at 2^24 ranks five rows take seconds, which
+  // libFuzzer reports as a timeout; its rows are checked up to 4096 ranks.
+  bool const small_rows = topo->kind() != gc::topology_kind::complete || n <= 4096;
   for (std::uint64_t s = 0; s < std::min<std::uint64_t>(topo->period(), 64); ++s) {
     for (int r : {0, 1, n / 2, n - 2, n - 1}) {
-      if (r >= 0 && r < n) in_range(topo->row(s, r));
+      if (small_rows && r >= 0 && r < n) in_range(topo->row(s, r));
     }
     if (n <= 256 && topo->group_based()) gc::check_partition(topo->groups(s), n);
   }
