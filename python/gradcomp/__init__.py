@@ -12,7 +12,8 @@ packets and back, for people who write their own exchange; ``Codec`` also compre
 tensors on the GPU where the package was built with its CUDA part (``has_cuda``; the codecs it
 carries: ``cuda_codecs``). Errors are ``gradcomp.Error`` and its
 kinds (``ConfigError``, ``FormatError``, ``NumericError``, ``CommError``), with the C++ library's
-messages. See docs/pytorch.md.
+messages. ``DiLoCo`` turns a model and its optimizer into local-update training (DiLoCo,
+Streaming DiLoCo, SparseLoCo) over a process group. See docs/pytorch.md.
 """
 
 # torch first: it loads libtorch and libtorch_python, which the extension links against.
@@ -34,6 +35,7 @@ from ._C import (  # noqa: F401
 )
 from .capture import Capture, capture  # noqa: F401
 from .ddp import GradcompState, hook  # noqa: F401
+from .diloco import DiLoCo  # noqa: F401
 
 __all__ = [
     "Capture",
@@ -41,6 +43,7 @@ __all__ = [
     "CommError",
     "Communicator",
     "ConfigError",
+    "DiLoCo",
     "Error",
     "FormatError",
     "GradcompState",

@@ -73,7 +73,8 @@
 ///
 /// Cost: theta_sync (one copy of the weights) plus u (`nesterov`) or e (`sparseloco`) and the
 /// compressor's residuals, float32. Bytes per sync: those of `all_reduce_compressed` for each
-/// tensor of the fragment, one agreement round of 40 bytes per rank and the outcome round.
+/// tensor of the fragment (each with its own agreement round), one more agreement round of 48 bytes
+/// per rank (56 with `checksum`) and one outcome round.
 
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/collective/agreement.hpp>
