@@ -35,7 +35,7 @@ class DiLoCo:
 
     def __init__(self, model, inner_optimizer, sync_every=30, outer="nesterov", outer_lr=None,
                  outer_momentum=None, codec="identity", feedback=None, fragments=1, overlap=0,
-                 mix=0.5, process_group=None, *, seed=0, checksum=False, timeout_s=300.0):
+                 process_group=None, mix=0.5, *, seed=0, checksum=False, timeout_s=300.0):
         self.model = model
         self.inner_optimizer = inner_optimizer
         self.process_group = process_group
