@@ -28,7 +28,8 @@
 ///   its part. The ranks send C(e) (the paper: chunk-wise top-k at 1-3 % density with 2-bit
 ///   values, e.g. codec `chunk_topk:chunk=4096,k=64,values=int2`), keep e - D(C(e)), and the
 ///   mean of the decoded packets moves theta_sync with lr 1. The accumulator is this step's
-///   own: `feedback` must be `none` with it.
+///   own: `feedback` must be `none` with it. (The defaults mu 0.95 and lr 1 are our reading of
+///   the paper, docs/algorithms.md.)
 /// - `average`: local SGD / model averaging (lr 1, no momentum).
 ///
 /// **Schedule.** Steps t = 1, 2, ... are the caller's inner steps (`step` is called after
