@@ -113,6 +113,7 @@
 #include <gradcomp/pipeline/guard.hpp>
 #include <gradcomp/pipeline/low_rank_mode.hpp>
 #include <gradcomp/pipeline/options.hpp>
+#include <gradcomp/pipeline/two_way_mode.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -168,7 +169,7 @@ class gradient_pipeline {
     }
     comp_ = make_feedback(opt_.feedback, base_);
     if (mode_ == pipeline_mode::controlled) ctrl_.emplace(make_controller(opt_.controller));
-    if (mode_ == pipeline_mode::two_way) two_way_.emplace(make_two_way(opt_.feedback, base_));
+    if (mode_ == pipeline_mode::two_way) two_way_.emplace(opt_.feedback, base_);
     if (mode_ == pipeline_mode::hierarchical) {
       hier_ = true;
       opt_.hierarchical.op = opt_.buckets.op;
@@ -403,8 +404,10 @@ class gradient_pipeline {
     }
     if (device_ && opt_.two_way) {
       w.put_bytes(device_->two_way_save());
+    } else if (two_way_) {
+      two_way_->save(w);
     } else {
-      w.put_bytes(two_way_ ? std::visit([](auto const& t) { return t.save(); }, *two_way_) : std::vector<std::byte>{});
+      two_way_mode::save_none(w);
     }
     w.put_bytes(guard_->save());
     return w.finish();
@@ -481,16 +484,16 @@ class gradient_pipeline {
     } else {
       low_rank_mode::expect_none(r);
     }
-    std::optional<two_way_variant> tw = two_way_;
-    std::vector<std::byte> const tstate = r.get_bytes();
+    std::optional<two_way_mode> tw;
+    std::vector<std::byte> tstate;
     if (device_ && opt_.two_way) {
-      // validated by a host two-way compressor of the same feedback, loaded at the end
-      two_way_variant check = make_two_way(opt_.feedback, base_);
-      std::visit([&](auto& t) { t.load(tstate); }, check);
-    } else if (tw) {
-      std::visit([&](auto& t) { t.load(tstate); }, *tw);
-    } else if (!tstate.empty()) {
-      r.fail("holds two-way state, this pipeline is not two-way");
+      // validated by a host two-way mode of the same feedback, loaded at the end
+      tstate = r.get_bytes();
+      (void)two_way_mode(opt_.feedback, base_).loaded_from(tstate);
+    } else if (two_way_) {
+      tw.emplace(two_way_->loaded(r));
+    } else {
+      two_way_mode::expect_none(r);
     }
     std::optional<divergence_guard> guard(std::in_place, opt_.guard);
     {
@@ -530,15 +533,6 @@ class gradient_pipeline {
  private:
   using clock = std::chrono::steady_clock;
   static double seconds(clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-  using two_way_variant = std::variant<two_way_compressor<any_codec, no_feedback, no_feedback>,
-                                       two_way_compressor<any_codec, residual_feedback, residual_feedback>>;
-  static two_way_variant make_two_way(std::string const& feedback, any_codec const& c) {
-    if (feedback == "none") return two_way_compressor<any_codec, no_feedback, no_feedback>(c);
-    if (feedback == "residual") return two_way_compressor<any_codec, residual_feedback, residual_feedback>(c);
-    throw config_error("gradcomp: two-way compression takes feedback none or residual (worker and server side), got '" +
-                       feedback + "'");
-  }
 
   // One tensor of the step in progress.
   struct entry {
@@ -791,7 +785,7 @@ class gradient_pipeline {
   void rollback() noexcept {
     try {
       if (low_rank_) low_rank_->rollback();
-      if (two_way_) std::visit([](auto& tw) { tw.rollback_step(); }, *two_way_);
+      if (two_way_) two_way_->rollback();
       if (device_ && opt_.two_way) device_->two_way_rollback();
       if (device_ && low_rank_) device_->low_rank_rollback();
       if (device_ && hier_) device_->hierarchical_rollback();
@@ -909,7 +903,7 @@ class gradient_pipeline {
     // anyone commits: the step-outcome round (collective/outcome.hpp).
     detail::agree_outcome(comm, step_check_, "gradient_pipeline", step_);
     br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
-    if (two_way_) std::visit([](auto& tw) { tw.commit_step(); }, *two_way_);
+    if (two_way_) two_way_->commit();
     std::visit([&](auto& c) {
       for (tensor_id id : hier_staged_) c.apply_commit(id);
     }, comp_);
@@ -1411,7 +1405,6 @@ class gradient_pipeline {
   template <communicator Comm>
   void send_per_tensor(Comm& comm, bucket_result& br, double& decode) {
     collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
-    if (two_way_) std::visit([](auto& tw) { tw.begin_step(); }, *two_way_);
     std::vector<bucket_item> const dense = for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
       collective_result r;
       if (low_rank_) {
@@ -1437,8 +1430,7 @@ class gradient_pipeline {
         r.packet_bytes = hr.packet_bytes;
         r.wire_bytes = hr.wire_bytes;
       } else {
-        r = std::visit([&](auto& tw) { return detail::two_way_exchange(comm, tw, g, e.out32, ctx_, copt, step_check_); },
-                       *two_way_);
+        r = two_way_->exchange(comm, exchange_tensor{g, e.out32, 0, 0}, ctx_, copt, step_check_);
       }
       return r;
     });
@@ -1508,7 +1500,7 @@ class gradient_pipeline {
   std::optional<any_controller> ctrl_;
   std::optional<low_rank_mode> low_rank_;  // PowerSGD (pipeline/low_rank_mode.hpp)
   std::map<tensor_id, std::pair<std::size_t, std::size_t>> shapes_;
-  std::optional<two_way_variant> two_way_;
+  std::optional<two_way_mode> two_way_;     // two-way compression (pipeline/two_way_mode.hpp)
   bool hier_ = false;                      // hierarchical all-reduce (opt_.hierarchical)
   detail::hierarchical_plan hier_plan_;    // its layout, settled by the step's agreement round
   std::optional<any_communicator> hier_node_, hier_lane_;  // set_hierarchical_groups
