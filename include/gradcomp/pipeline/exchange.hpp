@@ -20,7 +20,10 @@
 ///   not change, so that the pipeline swaps every restored part in only once all parsed.
 ///
 /// `per_tensor_exchange_mode` states this as a concept; each mode lives in its own header
-/// (pipeline/low_rank_mode.hpp: PowerSGD, one session per tensor).
+/// (pipeline/low_rank_mode.hpp: PowerSGD, one session per tensor; pipeline/two_way_mode.hpp:
+/// two-way compression, worker and server feedback; pipeline/hierarchical_mode.hpp: the
+/// hierarchical all-reduce, the shard owners' feedback). A mode's shape and `collective_options`
+/// arguments may go unused (two-way needs no shape; the hierarchical mode has its own options).
 
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/outcome.hpp>

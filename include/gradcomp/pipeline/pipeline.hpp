@@ -111,8 +111,10 @@
 #include <gradcomp/pipeline/device_source.hpp>
 #include <gradcomp/pipeline/exchange.hpp>
 #include <gradcomp/pipeline/guard.hpp>
+#include <gradcomp/pipeline/hierarchical_mode.hpp>
 #include <gradcomp/pipeline/low_rank_mode.hpp>
 #include <gradcomp/pipeline/options.hpp>
+#include <gradcomp/pipeline/two_way_mode.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -168,11 +170,11 @@ class gradient_pipeline {
     }
     comp_ = make_feedback(opt_.feedback, base_);
     if (mode_ == pipeline_mode::controlled) ctrl_.emplace(make_controller(opt_.controller));
-    if (mode_ == pipeline_mode::two_way) two_way_.emplace(make_two_way(opt_.feedback, base_));
+    if (mode_ == pipeline_mode::two_way) two_way_.emplace(opt_.feedback, base_);
     if (mode_ == pipeline_mode::hierarchical) {
-      hier_ = true;
       opt_.hierarchical.op = opt_.buckets.op;
       opt_.hierarchical.checksum = opt_.buckets.checksum;
+      hier_.emplace(opt_.hierarchical, opt_.feedback, base_);
     }
     guard_.emplace(opt_.guard);
   }
@@ -283,8 +285,7 @@ class gradient_pipeline {
       throw config_error("gradcomp: gradient_pipeline::set_hierarchical_groups without pipeline_options::hierarchical");
     }
     if (open_) throw config_error("gradcomp: gradient_pipeline::set_hierarchical_groups during a step");
-    hier_node_.emplace(std::move(node));
-    hier_lane_ = std::move(lane);
+    hier_->set_groups(std::move(node), std::move(lane));
   }
 
   /// The committed error-feedback state of tensor `id` (the residual for "residual", h for
@@ -292,7 +293,8 @@ class gradient_pipeline {
   /// With a device source: the residual in device memory.
   [[nodiscard]] std::span<float const> feedback_state(tensor_id id) {
     if (device_) return device_->state(id);
-    return std::visit([&](auto& c) -> std::span<float const> { return c.state(id).values(); }, comp_);
+    feedback_compressor& comp = hier_ ? hier_->feedback() : comp_;  // the shard owners', by shard id
+    return std::visit([&](auto& c) -> std::span<float const> { return c.state(id).values(); }, comp);
   }
 
   /// One step over all of the model's gradients (see file comment): averages them over the
@@ -383,8 +385,13 @@ class gradient_pipeline {
     w.put_f64(last_timing_.backprop);
     w.put_f64(last_timing_.compress);
     w.put_f64(last_timing_.sync);
-    w.put_bytes(device_ ? device_state()
-                        : std::visit([](auto const& c) { return c.save(); }, comp_));
+    if (device_) {
+      w.put_bytes(device_state());
+    } else if (hier_) {
+      hier_->save(w);  // the shard owners' feedback
+    } else {
+      w.put_bytes(std::visit([](auto const& c) { return c.save(); }, comp_));
+    }
     w.put_bytes(ctrl_ ? ctrl_->save() : std::vector<std::byte>{});
     std::map<tensor_id, std::vector<float>> const device_layers =
         device_ ? device_->layers_on_host() : std::map<tensor_id, std::vector<float>>{};
@@ -403,8 +410,10 @@ class gradient_pipeline {
     }
     if (device_ && opt_.two_way) {
       w.put_bytes(device_->two_way_save());
+    } else if (two_way_) {
+      two_way_->save(w);
     } else {
-      w.put_bytes(two_way_ ? std::visit([](auto const& t) { return t.save(); }, *two_way_) : std::vector<std::byte>{});
+      two_way_mode::save_none(w);
     }
     w.put_bytes(guard_->save());
     return w.finish();
@@ -435,8 +444,13 @@ class gradient_pipeline {
     timing.sync = r.get_f64();
     // Everything is restored into copies first, then swapped in: a failure changes nothing.
     feedback_compressor comp = comp_;
+    std::optional<hierarchical_mode> hier;  // host tensors: the owners' feedback is the mode's
     std::vector<std::byte> const cstate = r.get_bytes();
-    std::visit([&](auto& c) { c.load(cstate, state_check::container); }, comp);  // GCPL checked it
+    if (hier_ && !device_) {
+      hier.emplace(hier_->loaded_from(cstate));
+    } else {
+      std::visit([&](auto& c) { c.load(cstate, state_check::container); }, comp);  // GCPL checked it
+    }
     // A device source: the states (and EF21's receivers) validated by the host compressor
     // above, then copied.
     std::map<tensor_id, std::vector<float>> device_states, device_receivers;
@@ -481,16 +495,16 @@ class gradient_pipeline {
     } else {
       low_rank_mode::expect_none(r);
     }
-    std::optional<two_way_variant> tw = two_way_;
-    std::vector<std::byte> const tstate = r.get_bytes();
+    std::optional<two_way_mode> tw;
+    std::vector<std::byte> tstate;
     if (device_ && opt_.two_way) {
-      // validated by a host two-way compressor of the same feedback, loaded at the end
-      two_way_variant check = make_two_way(opt_.feedback, base_);
-      std::visit([&](auto& t) { t.load(tstate); }, check);
-    } else if (tw) {
-      std::visit([&](auto& t) { t.load(tstate); }, *tw);
-    } else if (!tstate.empty()) {
-      r.fail("holds two-way state, this pipeline is not two-way");
+      // validated by a host two-way mode of the same feedback, loaded at the end
+      tstate = r.get_bytes();
+      (void)two_way_mode(opt_.feedback, base_).loaded_from(tstate);
+    } else if (two_way_) {
+      tw.emplace(two_way_->loaded(r));
+    } else {
+      two_way_mode::expect_none(r);
     }
     std::optional<divergence_guard> guard(std::in_place, opt_.guard);
     {
@@ -517,6 +531,7 @@ class gradient_pipeline {
     ctrl_ = std::move(ctrl);
     if (!device_) accumulators_ = std::move(acc);
     if (!device_ && low_rank) low_rank_ = std::move(low_rank);
+    if (hier) hier_ = std::move(hier);
     two_way_ = std::move(tw);
     guard_ = std::move(guard);
     step_ = step;
@@ -530,15 +545,6 @@ class gradient_pipeline {
  private:
   using clock = std::chrono::steady_clock;
   static double seconds(clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-  using two_way_variant = std::variant<two_way_compressor<any_codec, no_feedback, no_feedback>,
-                                       two_way_compressor<any_codec, residual_feedback, residual_feedback>>;
-  static two_way_variant make_two_way(std::string const& feedback, any_codec const& c) {
-    if (feedback == "none") return two_way_compressor<any_codec, no_feedback, no_feedback>(c);
-    if (feedback == "residual") return two_way_compressor<any_codec, residual_feedback, residual_feedback>(c);
-    throw config_error("gradcomp: two-way compression takes feedback none or residual (worker and server side), got '" +
-                       feedback + "'");
-  }
 
   // One tensor of the step in progress.
   struct entry {
@@ -791,14 +797,12 @@ class gradient_pipeline {
   void rollback() noexcept {
     try {
       if (low_rank_) low_rank_->rollback();
-      if (two_way_) std::visit([](auto& tw) { tw.rollback_step(); }, *two_way_);
+      if (two_way_) two_way_->rollback();
       if (device_ && opt_.two_way) device_->two_way_rollback();
       if (device_ && low_rank_) device_->low_rank_rollback();
       if (device_ && hier_) device_->hierarchical_rollback();
       if (device_ && ctrl_) device_->layers_rollback();
-      std::visit([&](auto& c) {
-        for (tensor_id id : hier_staged_) c.discard(id);
-      }, comp_);
+      if (hier_) hier_->rollback();
       for (auto& [id, acc] : accumulator_undo_) {
         if (acc) accumulators_[id] = std::move(*acc);
         else accumulators_.erase(id);
@@ -806,7 +810,6 @@ class gradient_pipeline {
     } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while restoring
     }
     accumulator_undo_.clear();
-    hier_staged_.clear();
   }
 
   // The opening of every step: the statistics' counts, the pending tensors as bucket items, the
@@ -909,11 +912,8 @@ class gradient_pipeline {
     // anyone commits: the step-outcome round (collective/outcome.hpp).
     detail::agree_outcome(comm, step_check_, "gradient_pipeline", step_);
     br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
-    if (two_way_) std::visit([](auto& tw) { tw.commit_step(); }, *two_way_);
-    std::visit([&](auto& c) {
-      for (tensor_id id : hier_staged_) c.apply_commit(id);
-    }, comp_);
-    hier_staged_.clear();
+    if (two_way_) two_way_->commit();
+    if (hier_) hier_->commit();
     if (low_rank_) low_rank_->commit();
     accumulator_undo_.clear();
     communicate += seconds(t_send, clock::now()) - decode;
@@ -1149,9 +1149,10 @@ class gradient_pipeline {
         // two-way and PowerSGD keep their own state; the hierarchical all-reduce's is the shard
         // owners' (a tensor's shard, compressed between nodes)
         if (hier_) {
-          int const local = hier_plan_.layout.local_rank(comm.rank());
-          if (local < hier_plan_.lanes && hier_plan_.layout.nodes() > 1)
-            device_tensors_.insert(hierarchical_shard_id(e.id, local, hier_plan_.lanes));
+          detail::hierarchical_plan const& hp = hier_->plan();
+          int const local = hp.layout.local_rank(comm.rank());
+          if (local < hp.lanes && hp.layout.nodes() > 1)
+            device_tensors_.insert(hierarchical_shard_id(e.id, local, hp.lanes));
         } else if (!opt_.two_way && !low_rank_) {
           device_tensors_.insert(e.id);
         }
@@ -1183,8 +1184,8 @@ class gradient_pipeline {
       }
       if (hier_) {
         hierarchical_result const hr =
-            device_->hierarchical_exchange(comm, *hier_node_, hier_lane_ ? &*hier_lane_ : nullptr, hier_plan_, g,
-                                           e.out32, ctx_, opt_.hierarchical, step_check_);
+            device_->hierarchical_exchange(comm, *hier_->node(), hier_->lane(), hier_->plan(), g, e.out32, ctx_,
+                                           hier_->options(), step_check_);
         collective_result r;
         r.packet_bytes = hr.packet_bytes;
         r.wire_bytes = hr.wire_bytes;
@@ -1310,21 +1311,7 @@ class gradient_pipeline {
       plan = detail::plan_buckets(std::span<bucket_item const>(items), opt_.buckets);
       fingerprint fp;
       fp.add("gradient_pipeline").add(opt_.codec).add(opt_.feedback).add(opt_.controller);
-      if (hier_) {
-        hier_plan_ = detail::plan_hierarchy(opt_.hierarchical, comm.size());
-        if (hier_node_) {
-          detail::check_groups(hier_plan_, comm.rank(), &*hier_node_, hier_lane_ ? &*hier_lane_ : nullptr);
-        } else if (device_) {
-          throw config_error(
-              "gradcomp: gradient_pipeline: the hierarchical all-reduce of a device source needs the "
-              "node and lane communicators (set_hierarchical_groups)");
-        }
-        fp.add("hierarchical").add(hier_plan_.grouping).add(hier_node_ ? "own groups" : "point-to-point groups");
-        fp.add(static_cast<std::uint64_t>(hier_plan_.lanes));
-        fp.add(static_cast<std::uint64_t>(opt_.hierarchical.intra));
-        fp.add(static_cast<std::uint64_t>(opt_.hierarchical.groups.tag_base));
-        fp.add(static_cast<std::uint64_t>(opt_.hierarchical.groups.tag_count));
-      }
+      if (hier_) hier_->plan_step(comm.size(), comm.rank(), device_ != nullptr, fp);
       fp.add(opt_.two_way ? 1 : 0).add(step_).add(opt_.buckets.bucket_bytes).add(opt_.buckets.min_compress_elements);
       fp.add(static_cast<std::uint64_t>(opt_.buckets.small_format)).add(static_cast<std::uint64_t>(opt_.buckets.op));
       fp.add(opt_.measure_gain ? 1 : 0).add(opt_.guard);
@@ -1411,34 +1398,15 @@ class gradient_pipeline {
   template <communicator Comm>
   void send_per_tensor(Comm& comm, bucket_result& br, double& decode) {
     collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
-    if (two_way_) std::visit([](auto& tw) { tw.begin_step(); }, *two_way_);
     std::vector<bucket_item> const dense = for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
       collective_result r;
       if (low_rank_) {
         auto const [rows, cols] = shape_of(e.id, e.n);
         r = low_rank_->exchange(comm, exchange_tensor{g, e.out32, rows, cols}, ctx_, copt, step_check_);
       } else if (hier_) {
-        hierarchical_result hr;
-        std::visit(
-            [&](auto& c) {
-              detail::pending_commit<std::remove_reference_t<decltype(c)>> staged(c);
-              if (hier_node_) {
-                detail::hierarchical_exchange_over(comm, *hier_node_, hier_lane_ ? &*hier_lane_ : nullptr,
-                                                   hier_plan_, c, g, e.out32, ctx_, opt_.hierarchical,
-                                                   step_check_, staged, hr);
-              } else {
-                detail::hierarchical_exchange(comm, hier_plan_, c, g, e.out32, ctx_,
-                                              opt_.hierarchical, step_check_, staged, hr);
-              }
-              // made current after the step's outcome round, or discarded by `rollback`
-              for (tensor_id id : staged.release()) hier_staged_.push_back(id);
-            },
-            comp_);
-        r.packet_bytes = hr.packet_bytes;
-        r.wire_bytes = hr.wire_bytes;
+        r = hier_->exchange(comm, exchange_tensor{g, e.out32, 0, 0}, ctx_, copt, step_check_);
       } else {
-        r = std::visit([&](auto& tw) { return detail::two_way_exchange(comm, tw, g, e.out32, ctx_, copt, step_check_); },
-                       *two_way_);
+        r = two_way_->exchange(comm, exchange_tensor{g, e.out32, 0, 0}, ctx_, copt, step_check_);
       }
       return r;
     });
@@ -1508,11 +1476,8 @@ class gradient_pipeline {
   std::optional<any_controller> ctrl_;
   std::optional<low_rank_mode> low_rank_;  // PowerSGD (pipeline/low_rank_mode.hpp)
   std::map<tensor_id, std::pair<std::size_t, std::size_t>> shapes_;
-  std::optional<two_way_variant> two_way_;
-  bool hier_ = false;                      // hierarchical all-reduce (opt_.hierarchical)
-  detail::hierarchical_plan hier_plan_;    // its layout, settled by the step's agreement round
-  std::optional<any_communicator> hier_node_, hier_lane_;  // set_hierarchical_groups
-  std::vector<tensor_id> hier_staged_;     // the owners' staged feedback of the step
+  std::optional<two_way_mode> two_way_;     // two-way compression (pipeline/two_way_mode.hpp)
+  std::optional<hierarchical_mode> hier_;  // hierarchical all-reduce (pipeline/hierarchical_mode.hpp)
   std::map<double, any_codec> codec_cache_;
   std::map<tensor_id, buffers> buffers_;
   std::map<tensor_id, std::vector<float>> accumulators_;
