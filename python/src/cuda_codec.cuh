@@ -16,7 +16,8 @@
 // float16 and bfloat16, compress, decompress and decompress-add.
 //
 // Not carried (a config_error names them): approx_topk (whose CPU codec falls back to exact
-// top-k on one tensor anyway) and powersgd (stateful and shaped: the CPU `Codec` only).
+// top-k on one tensor anyway), powersgd (stateful and shaped: the CPU `Codec` only) and
+// dct_sign (no CUDA version yet).
 
 #include "cuda_codec.hpp"
 
@@ -25,8 +26,10 @@
 #include <gradcomp/core/spec.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/cuda/cast.cuh>
+#include <gradcomp/cuda/chunk_topk.cuh>
 #include <gradcomp/cuda/collective.cuh>
 #include <gradcomp/cuda/dithering.cuh>
+#include <gradcomp/cuda/int4.cuh>
 #include <gradcomp/cuda/int8.cuh>
 #include <gradcomp/cuda/natural.cuh>
 #include <gradcomp/cuda/onebit.cuh>
@@ -48,12 +51,12 @@ namespace gc = ::gradcomp;
 namespace gcu = ::gradcomp::cuda;
 
 using any_device_codec =
-    std::variant<gcu::identity_codec, gcu::fp16_codec, gcu::bf16_codec, gcu::int8_codec, gcu::onebit_codec,
+    std::variant<gcu::identity_codec, gcu::fp16_codec, gcu::bf16_codec, gcu::int8_codec, gcu::int4_codec, gcu::onebit_codec,
                  gcu::qsgd_codec, gcu::terngrad_codec, gcu::natural_codec, gcu::dithering_codec, gcu::topk_codec,
-                 gcu::threshold_codec, gcu::random_k_codec, gcu::scaled_random_k_codec>;
+                 gcu::threshold_codec, gcu::random_k_codec, gcu::scaled_random_k_codec, gcu::chunk_topk_codec>;
 
 inline constexpr char const* carried =
-    "identity, fp16, bf16, int8, onebit, qsgd, terngrad, natural, dithering, topk, threshold, randomk";
+    "identity, fp16, bf16, int8, int4, onebit, qsgd, terngrad, natural, dithering, topk, threshold, randomk, chunk_topk";
 
 // The CUDA codec of a spec make_codec has accepted: the same options, read the same way.
 inline any_device_codec parse(std::string const& spec) {
@@ -74,6 +77,7 @@ inline any_device_codec parse(std::string const& spec) {
     unsigned const r = opts.choice("rounding", {"nearest", "stochastic"});
     return gcu::int8_codec(b, r == 0 ? gc::int8_rounding::nearest : gc::int8_rounding::stochastic);
   }
+  if (name == "int4") return gcu::int4_codec(num("bucket", 64));
   if (name == "onebit") {
     unsigned const s = opts.choice("scaling", {"mean_abs", "none"});
     return gcu::onebit_codec(s == 1 ? gcu::onebit_codec::scaling::none : gcu::onebit_codec::scaling::mean_abs);
@@ -91,6 +95,12 @@ inline any_device_codec parse(std::string const& spec) {
     std::uint32_t const b = num("bucket", 512);
     return gcu::dithering_codec(l, part == 1 ? gc::dither_partition::natural : gc::dither_partition::linear,
                                 norm == 1 ? gc::dither_norm::l2 : gc::dither_norm::max, b);
+  }
+  if (name == "chunk_topk") {
+    std::uint32_t const chunk = num("chunk", 4096);
+    std::uint32_t const k = num("k", 64);
+    unsigned const v = opts.choice("values", {"f32", "f16", "bf16", "int2", "int4"});
+    return gcu::chunk_topk_codec(chunk, k, static_cast<gc::chunk_values>(v));
   }
   if (name == "topk") {
     gc::sparse_values const v = values();

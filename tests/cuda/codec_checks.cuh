@@ -14,7 +14,9 @@
 
 #include <gradcomp/codec/approx_topk.hpp>
 #include <gradcomp/codec/cast.hpp>
+#include <gradcomp/codec/chunk_topk.hpp>
 #include <gradcomp/codec/dithering.hpp>
+#include <gradcomp/codec/int4.hpp>
 #include <gradcomp/codec/int8.hpp>
 #include <gradcomp/codec/natural.hpp>
 #include <gradcomp/codec/onebit.hpp>
@@ -22,7 +24,9 @@
 #include <gradcomp/codec/threshold.hpp>
 #include <gradcomp/codec/topk.hpp>
 #include <gradcomp/cuda/cast.cuh>
+#include <gradcomp/cuda/chunk_topk.cuh>
 #include <gradcomp/cuda/dithering.cuh>
+#include <gradcomp/cuda/int4.cuh>
 #include <gradcomp/cuda/int8.cuh>
 #include <gradcomp/cuda/natural.cuh>
 #include <gradcomp/cuda/onebit.cuh>
@@ -648,6 +652,30 @@ void for_each_int8(Fn&& fn) {
 }
 
 template <class Fn>
+void for_each_int4(Fn&& fn) {
+  fn("int4", gc::int4_codec{}, gc::cuda::int4_codec{});
+  fn("int4:bucket=0", gc::int4_codec{0}, gc::cuda::int4_codec{0});
+  fn("int4:bucket=17", gc::int4_codec{17}, gc::cuda::int4_codec{17});
+  fn("int4:bucket=5000", gc::int4_codec{5000}, gc::cuda::int4_codec{5000});
+}
+
+template <class Fn>
+void for_each_chunk_topk(Fn&& fn) {
+  using v = gc::chunk_values;
+  fn("chunk_topk", gc::chunk_topk_codec{}, gc::cuda::chunk_topk_codec{});
+  fn("chunk_topk:chunk=16,k=3,values=f16", gc::chunk_topk_codec{16, 3, v::f16},
+     gc::cuda::chunk_topk_codec{16, 3, v::f16});
+  fn("chunk_topk:chunk=8,k=2,values=int2", gc::chunk_topk_codec{8, 2, v::int2},
+     gc::cuda::chunk_topk_codec{8, 2, v::int2});
+  fn("chunk_topk:chunk=64,k=5,values=int4", gc::chunk_topk_codec{64, 5, v::int4},
+     gc::cuda::chunk_topk_codec{64, 5, v::int4});
+  fn("chunk_topk:chunk=2,k=2,values=bf16", gc::chunk_topk_codec{2, 2, v::bf16},
+     gc::cuda::chunk_topk_codec{2, 2, v::bf16});
+  fn("chunk_topk:chunk=1024,k=300,values=int4", gc::chunk_topk_codec{1024, 300, v::int4},
+     gc::cuda::chunk_topk_codec{1024, 300, v::int4});
+}
+
+template <class Fn>
 void for_each_natural(Fn&& fn) {
   fn("natural", gc::natural_codec{}, gc::cuda::natural_codec{});
   fn("natural:bucket=0", gc::natural_codec{0}, gc::cuda::natural_codec{0});
@@ -688,6 +716,7 @@ void for_each_onebit(Fn&& fn) {
 template <class Fn>
 void for_each_quantizer(Fn&& fn) {
   for_each_int8(fn);
+  for_each_int4(fn);
   for_each_natural(fn);
   for_each_dither(fn);
   for_each_onebit(fn);
@@ -928,6 +957,8 @@ TEST_CASE(GCT_BACKEND ": element-type codecs reject malformed packets like the C
   }
 
 GCT_QUANTIZER_CASES(int8, "[int8]")
+GCT_QUANTIZER_CASES(int4, "[int4]")
+GCT_QUANTIZER_CASES(chunk_topk, "[chunk_topk]")
 GCT_QUANTIZER_CASES(natural, "[natural]")
 GCT_QUANTIZER_CASES(dither, "[dither]")
 GCT_QUANTIZER_CASES(onebit, "[onebit]")
@@ -980,6 +1011,113 @@ TEST_CASE(GCT_BACKEND ": int8 extreme ranges and rejected ranges", "[cuda][int8]
                                                 gct::put_u32(p, 36 + 8 * k, hi);
                                               }),
                                   n);
+    }
+  }
+}
+
+TEST_CASE(GCT_BACKEND ": int4 zero and extreme buckets, rejected scales", "[cuda][int4]") {
+  // Buckets of zeros whose first zero is -0 (the scale is +0 on both backends), extreme
+  // magnitudes, subnormal buckets.
+  for (std::uint32_t bucket : {0u, 16u, 17u, 64u}) {
+    gc::int4_codec const cpu(bucket);
+    gc::cuda::int4_codec const gpu(bucket);
+    INFO("bucket " << bucket);
+    std::vector<float> x = gct::make_input(300, 43);
+    for (std::size_t i = 64; i < 128; ++i) x[i] = i % 3 == 0 ? 0.0f : -0.0f;
+    x[64] = -0.0f;
+    x[5] = std::numeric_limits<float>::max();
+    x[6] = -std::numeric_limits<float>::max();
+    for (std::size_t i = 200; i < 264; ++i) x[i] *= 1e-43f;
+    gct::require_same_packets(cpu, gpu, x, false);
+  }
+
+  gc::int4_codec const cpu(16);
+  gc::cuda::int4_codec const gpu(16);
+  std::size_t const n = 100;  // 7 buckets, an even count
+  std::vector<std::byte> const good = gct::cpu_compress(cpu, gct::make_input(n, 13));
+  gct::check_header_rejections(cpu, gpu, good, n);
+  using bytes = std::vector<std::byte>;
+  float const above = std::nextafter(gc::int4_format::max_scale(), 1e39f);
+  for (std::size_t k : {0u, 3u, 6u}) {
+    for (std::uint32_t bad : {0x7fc00000u, 0x7f800000u, 0xff800000u, 0xbf800000u, 0x80000001u,
+                              gct::to_bits(above)}) {
+      INFO("scale of bucket " << k << ": 0x" << std::hex << bad);
+      gct::require_same_rejection(
+          cpu, gpu, gct::edited(good, [&](bytes& p) { gct::put_u32(p, 32 + 4 * k, bad); }), n);
+    }
+  }
+  // Every nibble decodes (0, never written, is -8 steps), and so do the largest scale and -0.
+  bytes odd = good;
+  for (std::size_t i = 32 + 28; i < odd.size(); ++i) odd[i] = static_cast<std::byte>(i * 37);
+  gct::put_u32(odd, 32, gct::to_bits(gc::int4_format::max_scale()));
+  gct::put_u32(odd, 36, 0x80000000u);
+  gct::require_same_decoding(cpu, gpu, odd, gct::make_input(n, 14));
+}
+
+TEST_CASE(GCT_BACKEND ": chunk_topk ties, and malformed packets", "[cuda][chunk_topk]") {
+  using v = gc::chunk_values;
+  // Ties at the k-th largest magnitude (the first ones by index are kept), signed zeros,
+  // chunks of one value, a short last chunk shorter than k.
+  for (auto values : {v::f32, v::int2, v::bf16}) {
+    gc::chunk_topk_codec const cpu(32, 7, values);
+    gc::cuda::chunk_topk_codec const gpu(32, 7, values);
+    INFO("values " << static_cast<unsigned>(values));
+    std::vector<float> x(32 * 5 + 3);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+    for (std::size_t i = 32; i < 64; ++i) x[i] = i % 2 == 0 ? 0.0f : -0.0f;
+    for (std::size_t i = 64; i < 96; ++i) x[i] = -1.5f;
+    gct::require_same_packets(cpu, gpu, x, false);
+    gct::require_same_decoding(cpu, gpu, gct::cpu_compress(cpu, x), gct::make_input(x.size(), 3));
+  }
+
+  std::size_t const n = 16 * 6 + 5;  // 7 chunks, the last of 5 elements
+  using bytes = std::vector<std::byte>;
+  for (auto values : {v::f32, v::f16, v::int4}) {
+    gc::chunk_topk_codec const cpu(16, 6, values);
+    gc::cuda::chunk_topk_codec const gpu(16, 6, values);
+    INFO("values " << static_cast<unsigned>(values));
+    bytes const good = gct::cpu_compress(cpu, gct::make_input(n, 13));
+    gct::check_header_rejections(cpu, gpu, good, n);
+    gc::chunk_topk_format const f = cpu.wire_format();
+    std::size_t const vals = 32 + f.values_offset(16, values, n);
+    std::size_t const idx = 32 + f.indices_offset(16, 6, values, n);
+    // Index fields are 4 bits: field j is nibble j of the index section.
+    auto set_index = [&](bytes& p, std::size_t j, unsigned i) {
+      auto& b = p[idx + j / 2];
+      unsigned const shift = 4 * (j % 2);
+      b = static_cast<std::byte>((static_cast<unsigned>(b) & ~(0xfu << shift)) | (i << shift));
+    };
+    for (std::size_t j : {std::size_t{0}, std::size_t{13}, std::size_t{35}}) {
+      INFO("index field " << j);
+      // Equal to its predecessor (or, for a chunk's first, past the next).
+      gct::require_same_rejection(cpu, gpu, gct::edited(good, [&](bytes& p) {
+                                    unsigned const mine = (static_cast<unsigned>(p[idx + j / 2]) >> (4 * (j % 2))) & 0xfu;
+                                    set_index(p, j + 1, mine);
+                                  }),
+                                  n);
+    }
+    // An index past the short last chunk (5 elements).
+    gct::require_same_rejection(cpu, gpu, gct::edited(good, [&](bytes& p) { set_index(p, 36 + 4, 5); }),
+                                n);
+    if (values == v::f32) {
+      for (std::uint32_t bad : {0x7fc00000u, 0xff800000u}) {
+        gct::require_same_rejection(
+            cpu, gpu, gct::edited(good, [&](bytes& p) { gct::put_u32(p, vals + 4 * 20, bad); }), n);
+      }
+    } else if (values == v::f16) {
+      gct::require_same_rejection(cpu, gpu, gct::edited(good, [&](bytes& p) {
+                                    p[vals + 2 * 9] = std::byte{0x00};
+                                    p[vals + 2 * 9 + 1] = std::byte{0x7c};
+                                  }),
+                                  n);
+    } else {
+      for (std::size_t c : {std::size_t{0}, std::size_t{6}}) {
+        for (std::uint32_t bad : {0x7fc00000u, 0xbf800000u, 0x7f7fffffu}) {
+          INFO("step of chunk " << c << ": 0x" << std::hex << bad);
+          gct::require_same_rejection(
+              cpu, gpu, gct::edited(good, [&](bytes& p) { gct::put_u32(p, 32 + 4 * c, bad); }), n);
+        }
+      }
     }
   }
 }
@@ -1258,6 +1396,10 @@ bool with_golden_codecs(std::string const& spec, Fn&& fn) {
   visit("int8:bucket=16", gc::int8_codec{16}, gc::cuda::int8_codec{16});
   visit("int8:bucket=16,rounding=stochastic", gc::int8_codec{16, r::stochastic},
         gc::cuda::int8_codec{16, r::stochastic});
+  visit("int4:bucket=16", gc::int4_codec{16}, gc::cuda::int4_codec{16});
+  visit("chunk_topk:chunk=16,k=3", gc::chunk_topk_codec{16, 3}, gc::cuda::chunk_topk_codec{16, 3});
+  visit("chunk_topk:chunk=8,k=2,values=int2", gc::chunk_topk_codec{8, 2, gc::chunk_values::int2},
+        gc::cuda::chunk_topk_codec{8, 2, gc::chunk_values::int2});
   visit("natural:bucket=16", gc::natural_codec{16}, gc::cuda::natural_codec{16});
   visit("qsgd:levels=7,bucket=16", gc::qsgd_codec{7, 16}, gc::cuda::qsgd_codec{7, 16});
   visit("qsgd:levels=255,bucket=0", gc::qsgd_codec{255, 0}, gc::cuda::qsgd_codec{255, 0});
@@ -1315,15 +1457,8 @@ TEST_CASE(GCT_BACKEND ": the CUDA codecs write and read the golden packets", "[c
       gct::require_same_decoding(cpu, gpu, want, gct::make_input(37, 1), rs);
     });
   }
-  // Every golden codec that has a CUDA version. The codecs of issue 33 (int4, chunk_topk) have
-  // none yet: named here, so that a golden packet of any other codec left uncovered still fails.
-  std::size_t cpu_only = 0;
-  for (gradcomp_test::golden const& g : gradcomp_test::goldens) {
-    std::string_view const spec = g.spec;
-    if (spec.starts_with("int4") || spec.starts_with("chunk_topk")) ++cpu_only;
-  }
-  CHECK(cpu_only == 3);
-  CHECK(covered == std::size(gradcomp_test::goldens) - cpu_only);
+  // Every golden codec has a CUDA version.
+  CHECK(covered == std::size(gradcomp_test::goldens));
 }
 
 #include "sparse_checks.cuh"

@@ -30,7 +30,8 @@ SPECS = [
     "identity", "fp16", "bf16", "int8", "int8:bucket=100,rounding=stochastic", "onebit",
     "onebit:scaling=none", "qsgd:levels=15,bucket=256", "terngrad", "natural",
     "dithering:levels=3,partition=natural,norm=l2", "topk:ratio=0.1", "topk:k=7,values=f16",
-    "threshold:value=0.5", "randomk:ratio=0.05", "randomk:k=9,scale=true",
+    "threshold:value=0.5", "randomk:ratio=0.05", "randomk:k=9,scale=true", "int4",
+    "int4:bucket=17", "chunk_topk:chunk=64,k=5", "chunk_topk:chunk=16,k=3,values=int2",
 ]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 

@@ -26,6 +26,8 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/quant/half.hpp>
 #include <gradcomp/core/quant/int4.hpp>
+#include <gradcomp/cpu/isa.hpp>
+#include <gradcomp/cpu/kernels/dct.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
 #include <algorithm>
@@ -40,15 +42,24 @@ GRADCOMP_NAMESPACE_BEGIN
 namespace detail {
 
 /// Calls `keep(i)` in ascending i for the `kc` largest of `mag[0, L)` (ties to the lower
-/// index); `work` holds L scratch values. For finite floats, `mag` = their bits with the sign
+/// index); `work` holds L scratch values; `level` picks the kernels of short rows (the result
+/// is the same at every level). For finite floats, `mag` = their bits with the sign
 /// cleared orders them by magnitude.
 template <class Keep>
 void for_each_top(std::uint32_t const* mag, std::size_t L, std::size_t kc, std::uint32_t* work,
-                  Keep&& keep) {
+                  cpu::isa level, Keep&& keep) {
+  // Speed only: both branches find the same t and ties, so the kept set is the same.
+  constexpr std::size_t small_select = 256;
   // The kc-th largest t: every mag > t is kept, then the first (kc - #greater) equal to t.
   std::uint32_t t = 0;
   std::size_t equal_left = L;
-  if (kc < L) {
+  if (kc < L && L <= small_select && level == cpu::isa::avx512) {
+    // Short rows (DeMo's chunks of 64): t found bit by bit, 16 keys a comparison, with no
+    // data-dependent branch (the scalar form of that search is slower than the histogram).
+    std::size_t greater = 0;
+    t = cpu::kernels::kth_largest_key(mag, L, kc, greater, level);
+    equal_left = kc - greater;
+  } else if (kc < L) {
     // The exponent byte (bits 23..30) whose bin holds the kc-th largest; only that bin's
     // elements go through nth_element.
     std::size_t hist[256] = {};
@@ -113,6 +124,7 @@ class chunk_topk_codec : public detail::codec_base<chunk_topk_codec> {
     std::byte* const vals = payload + chunk_topk_format::values_offset(C, v, n);
     std::byte* const idx = payload + chunk_topk_format::indices_offset(C, k, v, n);
     // Groups of 8 chunks: each group's sections start on a byte boundary.
+    cpu::isa const level = cpu::effective_isa(ctx.isa);
     cpu::for_each_chunk(n, std::size_t{8} * C, ctx, [&](std::size_t, std::size_t gb, std::size_t ge) {
       std::vector<std::uint32_t> mag(C), work(C);
       std::uint64_t const j0 = gb / C * k;  // first value of the group
@@ -120,7 +132,7 @@ class chunk_topk_codec : public detail::codec_base<chunk_topk_codec> {
       detail::bit_writer wi{idx + j0 * ib / 8};
       for (std::size_t b = gb; b < ge; b += C) {
         std::size_t const e = std::min<std::size_t>(ge, b + C);
-        encode_chunk(x, b, e, mag, work, steps, wv, wi);
+        encode_chunk(x, b, e, mag, work, steps, wv, wi, level);
       }
       wv.flush();
       wi.flush();
@@ -202,7 +214,7 @@ class chunk_topk_codec : public detail::codec_base<chunk_topk_codec> {
   /// Selects and writes chunk [b, e): its step (codes), values and indices.
   void encode_chunk(float const* x, std::size_t b, std::size_t e, std::vector<std::uint32_t>& mag,
                     std::vector<std::uint32_t>& work, std::byte* steps, detail::bit_writer& wv,
-                    detail::bit_writer& wi) const {
+                    detail::bit_writer& wi, cpu::isa level) const {
     std::size_t const L = e - b;
     std::size_t const kc = std::min<std::size_t>(f_.k, L);
     chunk_values const v = f_.values;
@@ -222,7 +234,7 @@ class chunk_topk_codec : public detail::codec_base<chunk_topk_codec> {
       inv = quant::magnitude_inverse(m, vb);
       detail::store_f32(steps + 4 * (b / f_.chunk), step);
     }
-    detail::for_each_top(mag.data(), L, kc, work.data(), [&](std::size_t i) {
+    detail::for_each_top(mag.data(), L, kc, work.data(), level, [&](std::size_t i) {
       float const xv = x[b + i];
       std::uint32_t raw;
       switch (v) {

@@ -5,6 +5,7 @@
 /// `int4_codec`: dense 4-bit quantization, symmetric, with one f32 absmax scale per bucket of
 /// 64 elements (4.5 bits per element). Each element rounds to the nearest of the 15 levels
 /// -7 s .. 7 s, s = max|x| / 7 over its bucket, so |x - x̂| <= s / 2 (plus float rounding).
+/// A bucket of zeros (of either sign) has the scale +0.
 ///
 /// Why this format (Streaming DiLoCo sends its pseudo-gradients in 4 bits):
 /// - symmetric, absmax: pseudo-gradients are centred on zero; zero and the sign survive
@@ -33,6 +34,11 @@
 #include <gradcomp/cpu/kernels/stream.hpp>
 #include <gradcomp/cpu/parallel.hpp>
 
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
@@ -68,19 +74,29 @@ class int4_codec : public detail::codec_base<int4_codec> {
   void encode(float const* x, std::size_t n, std::byte* payload, packet_header const&,
               random_stream const&, codec_context const& ctx) const {
     std::size_t const blen = detail::bucket_length(bucket_, n);
-    std::size_t const nb = detail::bucket_count(bucket_, n);
-    std::vector<float> inv(nb);
     auto* codes = reinterpret_cast<std::uint8_t*>(payload + int4_format::codes_offset(bucket_, n));
     cpu::isa const level = cpu::effective_isa(ctx.isa);
+    auto nonfinite = [&](std::size_t b) {
+      std::size_t const bad = b + detail::first_nonfinite(x + b, std::min(n, b + blen) - b);
+      detail::throw_nonfinite(id, bad, x[bad]);
+    };
+    if (blen % 16 == 0 && blen <= fused_bucket_limit) {
+      // One visit per bucket: its maximum, scale and codes (the second read hits L1).
+      cpu::for_each_chunk(n, std::lcm(blen, std::size_t{128}), ctx,
+                          [&](std::size_t, std::size_t cb, std::size_t ce) {
+                            std::size_t const bad = cpu::kernels::int4_encode_buckets(
+                                x, cb, ce, blen, payload, codes, level);
+                            if (bad != cpu::kernels::int4_no_bad_bucket) nonfinite(bad * blen);
+                          });
+      return;
+    }
+    std::vector<float> inv(detail::bucket_count(bucket_, n));
     detail::bucketed_pass(
         n, blen, ctx,
         [&](std::size_t k, std::size_t b, std::size_t e) {
-          float lo = x[b], hi = x[b];
-          if (!cpu::kernels::block_minmax(x + b, e - b, lo, hi, level)) {
-            std::size_t const bad = b + detail::first_nonfinite(x + b, e - b);
-            detail::throw_nonfinite(id, bad, x[bad]);
-          }
-          float const m = -lo > hi ? -lo : hi;
+          std::uint32_t const top = cpu::kernels::int4_absmax_bits(x + b, e - b, level);
+          if (top >= 0x7f800000u) nonfinite(b);
+          float const m = std::bit_cast<float>(top);
           detail::store_f32(payload + 4 * k, quant::int4_scale(m));
           inv[k] = quant::int4_inverse(m);
         },
@@ -109,6 +125,9 @@ class int4_codec : public detail::codec_base<int4_codec> {
   }
 
  private:
+  // The longest bucket encoded in one visit (its floats stay in L1/L2 between the two reads).
+  static constexpr std::size_t fused_bucket_limit = 16384;
+
   std::uint32_t bucket_;
 };
 

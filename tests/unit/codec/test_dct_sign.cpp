@@ -11,12 +11,17 @@
 
 #include "../support/codec_support.hpp"
 
+#include <gradcomp/cpu/kernels/dct.hpp>
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <functional>
 #include <numbers>
 #include <numeric>
+#include <random>
 #include <vector>
 
 namespace {
@@ -225,5 +230,55 @@ TEST_CASE("dct_sign rejects bad options, non-finite input and malformed payloads
     auto p = good;
     put_u32(p, field::param1, k);
     rejects(p);
+  }
+}
+
+TEST_CASE("short-row selection and the signed row sum agree with plain references at every ISA level",
+          "[codec][dct_sign][chunk_topk][isa]") {
+  // kth_largest_key (chunk_topk's and dct_sign's rows of at most 256) against a sort, with
+  // ties, zeros and the largest finite key; add_signed_row against the scalar double loop.
+  std::mt19937 rng(5);
+  for (std::size_t L : {std::size_t{1}, std::size_t{2}, std::size_t{15}, std::size_t{16},
+                        std::size_t{17}, std::size_t{64}, std::size_t{100}, std::size_t{256}}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<std::uint32_t> keys(L);
+      for (auto& k : keys) {
+        switch (rng() % 4) {
+          case 0: k = static_cast<std::uint32_t>(rng() % 4); break;  // many ties, zeros
+          case 1: k = 0x7f7fffffu - static_cast<std::uint32_t>(rng() % 2); break;
+          default: k = static_cast<std::uint32_t>(rng()) & 0x7f7fffffu;
+        }
+      }
+      std::vector<std::uint32_t> sorted = keys;
+      std::sort(sorted.begin(), sorted.end(), std::greater<>());
+      for (std::size_t kc = 1; kc <= L; kc += (L > 20 ? 7 : 1)) {
+        std::size_t want_greater = 0;
+        for (auto k : keys) want_greater += k > sorted[kc - 1] ? 1 : 0;
+        for (auto level : isa_levels) {
+          CAPTURE(L, trial, kc, gc::cpu::isa_name(level));
+          std::size_t greater = 99999;
+          REQUIRE(gc::cpu::kernels::kth_largest_key(keys.data(), L, kc, greater, level) ==
+                  sorted[kc - 1]);
+          REQUIRE(greater == want_greater);
+        }
+      }
+    }
+  }
+  for (std::size_t C : {std::size_t{2}, std::size_t{7}, std::size_t{64}, std::size_t{1024}}) {
+    auto const row = gaussian(C, C);
+    std::vector<double> start(C);
+    for (std::size_t i = 0; i < C; ++i) start[i] = 1e-3 * static_cast<double>(i) - 0.1;
+    for (bool neg : {false, true}) {
+      std::vector<double> ref = start;
+      for (std::size_t i = 0; i < C; ++i) {
+        ref[i] = neg ? ref[i] - static_cast<double>(row[i]) : ref[i] + static_cast<double>(row[i]);
+      }
+      for (auto level : isa_levels) {
+        CAPTURE(C, neg, gc::cpu::isa_name(level));
+        std::vector<double> acc = start;
+        gc::cpu::kernels::add_signed_row(acc.data(), row.data(), C, neg, level);
+        REQUIRE(std::memcmp(acc.data(), ref.data(), C * sizeof(double)) == 0);
+      }
+    }
   }
 }

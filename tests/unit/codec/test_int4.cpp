@@ -223,3 +223,67 @@ TEST_CASE("int4 rejects malformed payloads", "[codec][int4][malformed]") {
   REQUIRE(std::isinf(y[17]));  // -8 * max_scale overflows, as any decoder computes it
   REQUIRE(y[36] == 0.0f);
 }
+
+TEST_CASE("int4 scale of a bucket of zeros is +0 at every ISA level", "[codec][int4][isa]") {
+  // max |x| of zeros of either sign is +0, whatever sign the bucket's first zero has; the
+  // one-visit encoder (buckets of 16k elements) and the two-pass one (other lengths) agree.
+  for (std::uint32_t bucket : {0u, 16u, 17u, 64u, 96u}) {
+    for (float first : {-0.0f, 0.0f}) {
+      std::vector<float> x(150, -0.0f);
+      x[0] = first;
+      x[149] = 0.0f;
+      gc::int4_codec const c(bucket);
+      std::size_t const blen = bucket == 0 ? x.size() : bucket;
+      std::size_t const nb = (x.size() + blen - 1) / blen;
+      for (auto level : isa_levels) {
+        CAPTURE(bucket, first, gc::cpu::isa_name(level));
+        auto const p = compress(c, x, serial_ctx(level));
+        for (std::size_t k = 0; k < nb; ++k) REQUIRE(get_u32(p, hdr + 4 * k) == 0u);
+        for (std::size_t i = hdr + 4 * nb; i < p.size() - 1; ++i) REQUIRE(p[i] == std::byte{0x88});
+      }
+    }
+  }
+}
+
+TEST_CASE("int4 one-visit encoder agrees with the reference on long tensors and threads",
+          "[codec][int4][isa]") {
+  // Bucket lengths that are multiples of 16 (the one-visit encoder) with a partial last bucket,
+  // on enough elements for several chunks, serial and on the pool: the scalar reference's bytes.
+  std::size_t const n = (std::size_t{1} << 18) + 40;
+  auto x = heavy_tailed(n, 77);
+  for (std::size_t i = 1000; i < 1064; ++i) x[i] = 0.0f;  // a zero bucket (bucket 64)
+  x[5000] = FLT_MAX;
+  x[7000] = -3e38f;
+  for (std::uint32_t bucket : {16u, 64u, 128u, 4096u, 16384u, 16400u}) {
+    gc::int4_codec const c(bucket);
+    CAPTURE(bucket);
+    auto const ref = compress(c, x, serial_ctx(gc::cpu::isa::scalar));
+    for (auto level : isa_levels) {
+      CAPTURE(gc::cpu::isa_name(level));
+      REQUIRE(compress(c, x, serial_ctx(level)) == ref);
+      REQUIRE(compress(c, x, parallel_ctx(2, level)) == ref);
+    }
+  }
+}
+
+TEST_CASE("int4 names the first non-finite element, in any bucket", "[codec][int4]") {
+  for (std::uint32_t bucket : {16u, 64u, 17u, 0u}) {
+    for (std::size_t at : {std::size_t{0}, std::size_t{63}, std::size_t{64}, std::size_t{4999}}) {
+      auto x = gaussian(5000, 12);
+      x[at] = NAN;
+      if (at + 1 < x.size()) x[at + 1] = INFINITY;  // a later one, not reported
+      for (auto level : isa_levels) {
+        CAPTURE(bucket, at, gc::cpu::isa_name(level));
+        std::vector<std::byte> out(gc::int4_codec(bucket).max_compressed_bytes(x.size()));
+        try {
+          (void)gc::int4_codec(bucket).compress(
+              gc::tensor_view<float const>(std::span<float const>(x), gc::tensor_id{0}),
+              std::span<std::byte>(out), serial_ctx(level));
+          FAIL("no error");
+        } catch (gc::numeric_error const& e) {
+          REQUIRE_THAT(e.what(), Catch::Matchers::Contains("element " + std::to_string(at) + ";"));
+        }
+      }
+    }
+  }
+}

@@ -6,8 +6,10 @@
 ///
 /// Payload: nb f32 scales s, one per bucket, then ceil(n / 2) bytes of 4-bit codes, element 2i
 /// in the low nibble of byte i and element 2i + 1 in the high one (the high nibble of the last
-/// byte of an odd n is written 0 and ignored). x̂ = (c - 8) * s. Header: param0 = bucket
-/// (0 = whole tensor), variant 0 (nearest rounding; other values are reserved), param1 = 0.
+/// byte of an odd n is written 0 and ignored). x̂ = (c - 8) * s, s = f32(max |x| / 7) over the
+/// bucket (+0 for a bucket of zeros of either sign; decoders accept -0 too). Header: param0 =
+/// bucket (0 = whole tensor), variant 0 (nearest rounding; other values are reserved), param1 =
+/// 0.
 /// Decoding rejects a scale that is not finite in [0, f32(FLT_MAX / 7)] (no encoder writes
 /// one) and accepts every nibble (0, never written, decodes to -8 s).
 
