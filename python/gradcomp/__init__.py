@@ -33,7 +33,7 @@ from ._C import (  # noqa: F401
     inspect,
 )
 from .capture import Capture, capture  # noqa: F401
-from .ddp import GradcompState, hook  # noqa: F401
+from .ddp import GradcompState, hook, packet_hook  # noqa: F401
 
 __all__ = [
     "Capture",
@@ -51,4 +51,5 @@ __all__ = [
     "has_cuda",
     "hook",
     "inspect",
+    "packet_hook",
 ]
