@@ -264,6 +264,12 @@ def _check_device(state, bucket, path):
             "packet path): make a state for each" % (
                 "C++ pipeline" if state._path == "engine" else "packet path"))
     if path == "packets" and state._packets is None:
+        if state._live().iteration > 0:
+            # a state_dict loaded into the C++ engine (residuals, iteration) would be dropped
+            raise _C.ConfigError(
+                "gradcomp: this GradcompState holds the C++ engine's state of %d iterations (from "
+                "load_state_dict); the packet path (CUDA buckets, packet_hook) cannot take it over: "
+                "use a fresh state" % state._live().iteration)
         # the options are checked against the packet path here (ConfigError listing what it
         # does not run), before the state takes the device or the path
         state._packets = PacketExchange(state._group(), state._options, device)

@@ -261,6 +261,19 @@ def _refusals(rank, world):
             refused[tuple(sorted(options))] = str(e.value)
         finally:
             state.close()
+    # a checkpoint of the C++ engine is not silently dropped by the packet path
+    engine_state = gradcomp.GradcompState(codec="topk:ratio=0.01", guard="off")
+    gradcomp.hook(engine_state, Bucket(0, torch.ones(5000), bucket.parameters(), True)).wait()
+    saved = engine_state.state_dict()
+    engine_state.close()
+    state = gradcomp.GradcompState(codec="topk:ratio=0.01", guard="off")
+    try:
+        state.load_state_dict(saved)
+        with pytest.raises(gradcomp.ConfigError, match="C\\+\\+ engine's state of 1 iterations"):
+            gradcomp.packet_hook(state, bucket)
+        assert state._path is None
+    finally:
+        state.close()
     # a state takes one path; the packet path has no checkpoint
     state = gradcomp.GradcompState(codec="topk:ratio=0.01", guard="off")
     try:
