@@ -4,6 +4,7 @@
 """gradcomp's DDP hook on CUDA buckets against PyTorch's, per training step, on one GPU.
 
     bench/torch_cuda_hooks.py [--steps N] [--width W] [--layers L] [--json PATH]
+    bench/torch_cuda_hooks.py --smoke        # no GPU needed: every row, tiny, on the CPU
 
 One process, a process group of size 1 over NCCL (the exchange is then the hooks' own work:
 compression, the collective call, decoding; what a step costs beyond the model), a float32 MLP of
@@ -21,6 +22,11 @@ of N steps after 5 of warm-up; every row runs in the same process, one after the
 and then prints the target lines of issue 32 ("target ...: measured R, needed <= 1.00, met" or
 "missed"): gradcomp_fp16 against torch_fp16, gradcomp_topk against ddp_allreduce. Without a GPU
 (or without the package's CUDA part) it prints one "skipped" line and exits 0.
+
+``--smoke`` runs every row on the CPU over gloo with a tiny model and 2 steps (gradcomp's rows
+through ``gradcomp.packet_hook``, the path CUDA buckets take), so that the script is exercised
+where there is no GPU (tests/python/test_packet_path.py runs it); its times are not figures, and
+it prints no target lines.
 
 The figures of one GPU with a process group of size 1 say what the hooks cost on the device,
 not what they save on a network: see docs/cuda.md.
@@ -41,10 +47,14 @@ def parse_args(argv):
     p.add_argument("--layers", type=int, default=8, help="linear layers (default 8)")
     p.add_argument("--batch", type=int, default=64, help="batch (default 64)")
     p.add_argument("--json", default=None, help="also write the rows and targets here")
-    return p.parse_args(argv)
+    p.add_argument("--smoke", action="store_true", help="every row on the CPU over gloo, tiny (no figures)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.steps, args.width, args.layers, args.batch = 2, 32, 2, 4
+    return args
 
 
-def make_model(width, layers):
+def make_model(width, layers, device):
     import torch
 
     torch.manual_seed(0)
@@ -52,10 +62,10 @@ def make_model(width, layers):
     for _ in range(layers - 1):
         mods += [torch.nn.Linear(width, width), torch.nn.ReLU()]
     mods.append(torch.nn.Linear(width, 10))
-    return torch.nn.Sequential(*mods).cuda()
+    return torch.nn.Sequential(*mods).to(device)
 
 
-def run_row(name, args, group):
+def run_row(name, args, group, device):
     import torch
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
@@ -63,7 +73,11 @@ def run_row(name, args, group):
 
     import gradcomp
 
-    model = DDP(make_model(args.width, args.layers), device_ids=[0], process_group=group)
+    cuda = device.type == "cuda"
+    model = DDP(make_model(args.width, args.layers, device), device_ids=[0] if cuda else None,
+                process_group=group)
+    # on the CPU (--smoke) gradcomp's rows take the packet path explicitly, as CUDA buckets do
+    gradcomp_hook = gradcomp.hook if cuda else gradcomp.packet_hook
     state = None
     if name == "torch_fp16":
         model.register_comm_hook(group, default_hooks.fp16_compress_hook)
@@ -73,30 +87,37 @@ def run_row(name, args, group):
         model.register_comm_hook(state, psgd.powerSGD_hook)
     elif name == "gradcomp_fp16":
         state = gradcomp.GradcompState(group, codec="fp16", feedback="none", guard="off")
-        model.register_comm_hook(state, gradcomp.hook)
+        model.register_comm_hook(state, gradcomp_hook)
     elif name == "gradcomp_topk":
         state = gradcomp.GradcompState(group, codec="topk:ratio=0.01", feedback="residual", guard="off")
-        model.register_comm_hook(state, gradcomp.hook)
+        model.register_comm_hook(state, gradcomp_hook)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    g = torch.Generator(device="cuda").manual_seed(1)
-    x = torch.randn(args.batch, args.width, device="cuda", generator=g)
-    y = torch.randint(0, 10, (args.batch,), device="cuda", generator=g)
+    g = torch.Generator(device=device).manual_seed(1)
+    x = torch.randn(args.batch, args.width, device=device, generator=g)
+    y = torch.randint(0, 10, (args.batch,), device=device, generator=g)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
     times = []
     for step in range(5 + args.steps):
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
-        torch.cuda.synchronize()
+        sync()
         if step >= 5:
             times.append(time.perf_counter() - t0)
     row = {"name": name, "median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times)}
     if isinstance(state, gradcomp.GradcompState):
         row["bytes_sent"] = state.last_stats["bytes_sent"]
+        row["iterations"] = state.iteration
         state.close()
     del model, opt
-    torch.cuda.empty_cache()
+    if cuda:
+        torch.cuda.empty_cache()
     return row
 
 
@@ -110,26 +131,37 @@ def main(argv):
     except ImportError as e:
         print("bench/torch_cuda_hooks.py: skipped (%s)" % e)
         return 0
-    if not torch.cuda.is_available() or not gradcomp.has_cuda:
+    smoke = args.smoke
+    if not smoke and (not torch.cuda.is_available() or not gradcomp.has_cuda):
         print("bench/torch_cuda_hooks.py: skipped (torch.cuda.is_available() is %s, gradcomp.has_cuda is %s)"
               % (torch.cuda.is_available(), gradcomp.has_cuda))
         return 0
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29531")
-    torch.cuda.set_device(0)
-    dist.init_process_group("nccl", rank=0, world_size=1)
+    if smoke:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        where = "CPU (--smoke: not figures)"
+    else:
+        device = torch.device("cuda", 0)
+        torch.cuda.set_device(0)
+        dist.init_process_group("nccl", rank=0, world_size=1)
+        where = torch.cuda.get_device_name(0)
     group = dist.group.WORLD
-    params = sum(p.numel() for p in make_model(args.width, args.layers).parameters())
+    params = sum(p.numel() for p in make_model(args.width, args.layers, "cpu").parameters())
     print("bench/torch_cuda_hooks.py: %s, torch %s, gradcomp %s, MLP %d x %d (%d parameters), batch %d, "
-          "%d steps per row, NCCL world 1" % (torch.cuda.get_device_name(0), torch.__version__, gradcomp.__version__,
-                                             args.layers, args.width, params, args.batch, args.steps))
+          "%d steps per row, %s world 1" % (where, torch.__version__, gradcomp.__version__, args.layers, args.width,
+                                           params, args.batch, args.steps, dist.get_backend(group)))
     rows = {}
     for name in ("ddp_allreduce", "torch_fp16", "torch_powersgd_r4", "gradcomp_fp16", "gradcomp_topk"):
-        rows[name] = run_row(name, args, group)
+        rows[name] = run_row(name, args, group, device)
         r = rows[name]
         print("  %-18s median %8.3f ms/step (min %8.3f)%s" % (
             name, r["median_ms"], r["min_ms"], ", %d bytes sent" % r["bytes_sent"] if "bytes_sent" in r else ""))
     targets = []
+    if smoke:
+        dist.destroy_process_group()
+        return 0
     for mine, theirs in (("gradcomp_fp16", "torch_fp16"), ("gradcomp_topk", "ddp_allreduce")):
         ratio = rows[mine]["median_ms"] / rows[theirs]["median_ms"]
         met = ratio <= 1.0

@@ -368,3 +368,23 @@ def test_packet_hook_in_ddp_against_the_cpp_hook(spec, feedback):
             assert torch.equal(out["packets"], out["engine"])
         if spec == "identity":
             assert torch.equal(out["packets"], out["ddp"])
+
+
+# ---------------------------------------------------------------------------------------------
+# bench/torch_cuda_hooks.py (the GPU benchmark of the hooks) runs its rows in --smoke mode
+
+def test_cuda_hook_benchmark_smoke_runs_every_row_on_the_cpu():
+    import os
+    import subprocess
+    import sys
+
+    from ranks import free_port
+
+    root = os.environ.get("GRADCOMP_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, os.path.join(root, "bench", "torch_cuda_hooks.py"), "--smoke"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [line.split()[0] for line in out.stdout.splitlines() if "ms/step" in line]
+    assert rows == ["ddp_allreduce", "torch_fp16", "torch_powersgd_r4", "gradcomp_fp16", "gradcomp_topk"], out.stdout
+    assert "target" not in out.stdout  # no figures from a smoke run
