@@ -262,6 +262,11 @@ class PacketExchange:
         def done(fut):
             try:
                 fut.value()  # the collective's own error, if any
+                if device.type == "cuda":
+                    # the decoding below runs on this callback's stream (synchronized with the
+                    # collective's), not on the one recv was allocated on: keep its memory from
+                    # being reused before that stream is done with it
+                    recv.record_stream(torch.cuda.current_stream(device))
                 tables = recv.view(world, region)[:, :table_bytes].cpu().contiguous().view(torch.int64)
                 failed = [r for r in range(world) if int(tables[r, 0]) != 0]
                 if failed:
