@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C, _options
-from .packets import PacketExchange
+from .packets import PacketExchange, check_saved
 
 # The options a state takes: the table of gradcomp/_options.py (names, types, defaults, meanings).
 _D = _options.DEFAULTS
@@ -112,6 +112,7 @@ class GradcompState:
         self._device = None
         self._path = None      # "engine" (the C++ pipeline) or "packets", fixed by the first bucket
         self._packets = None   # the PacketExchange of the packet path
+        self._pending_packets = None  # a packet-path state_dict loaded before its first bucket
         self._make_engine()
 
     # -- configuration -----------------------------------------------------------------------
@@ -153,7 +154,11 @@ class GradcompState:
     def iteration(self):
         """DDP iterations handled so far (plain all-reduce ones included)."""
         engine = self._live()
-        return self._packets.iteration if self._packets is not None else engine.iteration
+        if self._packets is not None:
+            return self._packets.iteration
+        if self._pending_packets is not None:
+            return self._pending_packets["iteration"]
+        return engine.iteration
 
     @property
     def last_stats(self):
@@ -194,22 +199,43 @@ class GradcompState:
 
     def state_dict(self):
         """Everything needed to resume: options, iteration, residuals, controller, PowerSGD
-        factors (bytes in the library's checkpoint format, docs/wire-format.md). Not on the
-        packet path (CUDA buckets): ConfigError."""
-        self._refuse_on_packet_path("state_dict")
-        return {"version": 1, "options": dict(self._options), "engine": self._live().save()}
+        factors (bytes in the library's checkpoint format, docs/wire-format.md). On the packet
+        path (CUDA buckets): its counters and residuals (CPU tensors) under "packets"."""
+        engine = self._live()
+        if self._path == "packets":
+            return {"version": 1, "options": dict(self._options), "packets": self._packets.save()}
+        if self._pending_packets is not None:
+            return {"version": 1, "options": dict(self._options), "packets": self._pending_packets}
+        return {"version": 1, "options": dict(self._options), "engine": engine.save()}
 
     def load_state_dict(self, state):
         """Restores a ``state_dict``; the options must match. A malformed or mismatched state
-        raises FormatError and changes nothing."""
-        if not isinstance(state, dict) or state.get("version") != 1 or "engine" not in state:
+        raises FormatError and changes nothing; a state of the other path (the C++ engine's
+        into a state that runs the packet path, or the reverse) raises ConfigError."""
+        if not isinstance(state, dict) or state.get("version") != 1 or ("engine" in state) == ("packets" in state):
             raise _C.FormatError("gradcomp: not a GradcompState state_dict (version 1)")
-        self._refuse_on_packet_path("load_state_dict")
+        engine = self._live()
         if state.get("options") != self._options:
             raise _C.FormatError(
                 "gradcomp: the state_dict was saved with options %r, this state has %r"
                 % (state.get("options"), self._options))
-        self._live().load(state["engine"])
+        if "packets" in state:
+            saved = check_saved(state["packets"])
+            if self._path == "engine":
+                raise _C.ConfigError(
+                    "gradcomp: load_state_dict: the state_dict is the packet path's (CUDA buckets, "
+                    "packet_hook), this state runs the C++ engine (CPU buckets through gradcomp.hook)")
+            if self._packets is not None:
+                self._packets.load(saved)
+            else:
+                self._pending_packets = saved  # taken by the packet path at its first bucket
+            return
+        if self._path == "packets":
+            raise _C.ConfigError(
+                "gradcomp: load_state_dict: the state_dict is the C++ engine's (CPU buckets through "
+                "gradcomp.hook), this state runs the packet path (CUDA buckets, packet_hook)")
+        engine.load(state["engine"])
+        self._pending_packets = None
 
     def __getstate__(self):
         # Like PyTorch's PowerSGDState: the process group is not pickled; the unpickled state
@@ -224,16 +250,13 @@ class GradcompState:
         self._device = None
         self._path = None
         self._packets = None
+        self._pending_packets = None
         self._make_engine()
-        self._engine.load(state["engine"])
+        if "packets" in state:
+            self._pending_packets = check_saved(state["packets"])
+        else:
+            self._engine.load(state["engine"])
 
-    def _refuse_on_packet_path(self, what):
-        self._live()
-        if self._path == "packets":
-            raise _C.ConfigError(
-                "gradcomp: %s: this state runs the packet path (CUDA buckets, or packet_hook), which "
-                "has no checkpoint of its own in this release; checkpoints are the C++ engine's "
-                "(CPU buckets through gradcomp.hook)" % what)
 
 
 def _check_device(state, bucket, path):
@@ -263,6 +286,11 @@ def _check_device(state, bucket, path):
             "buckets: the C++ pipeline; on CUDA buckets, or through gradcomp.ddp.packet_hook: the "
             "packet path): make a state for each" % (
                 "C++ pipeline" if state._path == "engine" else "packet path"))
+    if path == "engine" and state._pending_packets is not None:
+        raise _C.ConfigError(
+            "gradcomp: this GradcompState holds a packet-path state_dict (CUDA buckets, packet_hook) "
+            "from load_state_dict; the C++ engine (CPU buckets through gradcomp.hook) cannot take it "
+            "over: use a fresh state")
     if path == "packets" and state._packets is None:
         if state._live().iteration > 0:
             # a state_dict loaded into the C++ engine (residuals, iteration) would be dropped
@@ -272,7 +300,11 @@ def _check_device(state, bucket, path):
                 "use a fresh state" % state._live().iteration)
         # the options are checked against the packet path here (ConfigError listing what it
         # does not run), before the state takes the device or the path
-        state._packets = PacketExchange(state._group(), state._options, device)
+        packets = PacketExchange(state._group(), state._options, device)
+        if state._pending_packets is not None:
+            packets.load(state._pending_packets)
+            state._pending_packets = None
+        state._packets = packets
         if device.type != "cpu":
             _bound_group_timeout(state._group(), state._options["timeout_s"], device)
     state._device = device

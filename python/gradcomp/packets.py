@@ -36,7 +36,8 @@ and no residual of that message changes.
 What the packet path runs and refuses is ``check_options``'s business (docs/pytorch.md, "CUDA
 tensors"): codecs of ``gradcomp.cuda_codecs`` (any ``make_codec`` codec but PowerSGD on a CPU
 bucket), feedback ``none`` / ``residual``, ``seed``, ``start_iter``, ``min_compress_elements``,
-``log_every``, ``timeout_s``; statistics (``last_stats``, ``totals``, ``iteration``).
+``log_every``, ``timeout_s``; statistics (``last_stats``, ``totals``, ``iteration``); checkpoints
+(``save`` / ``load``: the counters and the residuals, which a resumed run continues bit for bit).
 """
 
 import sys
@@ -58,7 +59,7 @@ _REFUSED = (
 
 # What the packet path does not run, for messages and docs (kept in step with check_options).
 NOT_ON_PACKET_PATH = ("controller", "guard (pass guard=\"off\")", "two_way", "measure_gain",
-                      "PowerSGD", "feedback other than none/residual (ef21, dgc)", "state_dict")
+                      "PowerSGD", "feedback other than none/residual (ef21, dgc)")
 
 _KINDS = {1: "ConfigError", 2: "FormatError", 3: "NumericError", 4: "CommError", 5: "Error"}
 
@@ -100,7 +101,7 @@ def check_options(options, device):
         raise _C.ConfigError(
             "gradcomp: the DDP hook on %s buckets (its packet path, docs/pytorch.md \"CUDA tensors\") "
             "does not run: %s. It runs codec (%s), feedback none/residual, seed, start_iter, "
-            "min_compress_elements, log_every and timeout_s; it does not run %s"
+            "min_compress_elements, log_every, timeout_s and state_dict; it does not run %s"
             % (device, "; ".join(problems),
                _C.cuda_codecs if device.type == "cuda" else "any codec but PowerSGD",
                ", ".join(NOT_ON_PACKET_PATH)))
@@ -124,6 +125,27 @@ def _chain(fut, fn, device):
 
     fut.add_done_callback(callback)
     return out
+
+
+def check_saved(saved):
+    """``saved`` if it is a packet path's state (``PacketExchange.save``), else FormatError saying
+    what is wrong with it."""
+    def bad(why):
+        raise _C.FormatError("gradcomp: not a packet-path state: %s" % why)
+
+    if not isinstance(saved, dict) or set(saved) != {"iteration", "step", "residuals"}:
+        bad("expected a dict of iteration, step and residuals")
+    it, step, residuals = saved["iteration"], saved["step"], saved["residuals"]
+    if not (isinstance(it, int) and isinstance(step, int) and 0 <= step <= it):
+        bad("iteration and step must be ints with 0 <= step <= iteration")
+    if not isinstance(residuals, dict):
+        bad("residuals must be a dict")
+    for k, r in residuals.items():
+        if not isinstance(k, int) or k < 0:
+            bad("a residual's key is %r, not a parameter index" % (k,))
+        if not isinstance(r, torch.Tensor) or r.dtype != torch.float32 or r.dim() != 1:
+            bad("the residual of parameter %d is not a 1-D float32 tensor" % k)
+    return saved
 
 
 def _stats_template():
@@ -356,6 +378,24 @@ class PacketExchange:
                 print("gradcomp: iteration %d (packet path, %s): %d bytes sent, factor %.1f, hook %.2f ms"
                       % (s["step"], self.device, s["bytes_sent"], s["factor"], 1e3 * hook_s), file=sys.stderr)
 
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save(self):
+        """The packet path's state: counters and every residual (a CPU copy)."""
+        self.wait()
+        with self._lock:
+            return {"iteration": self.iteration, "step": self.step,
+                    "residuals": {k: r.detach().to("cpu", copy=True) for k, r in sorted(self.residuals.items())}}
+
+    def load(self, saved):
+        """Restores ``save``'s dict (checked by ``check_saved`` first: FormatError, nothing
+        changed); the residuals are copied to this path's device."""
+        saved = check_saved(saved)
+        self.wait()
+        residuals = {k: r.to(self.device, copy=True) for k, r in saved["residuals"].items()}
+        with self._lock:
+            self.iteration, self.step, self.residuals = saved["iteration"], saved["step"], residuals
+
     def wait(self):
         """Waits for every future handed out so far (their errors are DDP's to report)."""
         futures, self._futures = self._futures, []
@@ -368,4 +408,4 @@ class PacketExchange:
             torch.cuda.current_stream(self.device).synchronize()
 
 
-__all__ = ["PacketExchange", "check_options", "NOT_ON_PACKET_PATH"]
+__all__ = ["PacketExchange", "check_options", "check_saved", "NOT_ON_PACKET_PATH"]

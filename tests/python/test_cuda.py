@@ -274,8 +274,8 @@ def _train_cuda(rank, world):
         losses.append(float(loss))
     stats = state.last_stats
     residual_devices = {str(r.device) for r in state._packets.residuals.values()}
-    with pytest.raises(gradcomp.ConfigError, match="packet path"):
-        state.state_dict()
+    saved = state.state_dict()["packets"]  # the residuals come back as CPU tensors
+    assert saved["iteration"] == 60 and all(r.device.type == "cpu" for r in saved["residuals"].values())
     iterations = state.iteration
     state.close()
     return losses[0], losses[-1], stats["compressed_tensors"], residual_devices, iterations

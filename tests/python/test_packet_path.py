@@ -63,11 +63,11 @@ def make_params():
     return [[nn.Parameter(torch.zeros(n)) for n in sizes] for sizes in SIZES]
 
 
-def run_packet_steps(state, rank, steps, dtype, params, nan_at=None):
-    """Feeds the buckets of `steps` steps to packet_hook; returns the buckets after each step
-    (or the error's type name and message for a step that failed)."""
+def run_packet_steps(state, rank, steps, dtype, params, nan_at=None, first=0):
+    """Feeds the buckets of steps first, ..., first + steps - 1 to packet_hook; returns the
+    buckets after each step (or the error's type name and message for a step that failed)."""
     outs = []
-    for s in range(steps):
+    for s in range(first, first + steps):
         futures = []
         for b, pieces in enumerate(grads(rank, s, dtype, nan=(nan_at == (rank, s)))):
             buffer = torch.cat(pieces)
@@ -240,6 +240,56 @@ def test_a_failure_on_one_rank_fails_the_step_on_every_rank():
 
 
 # ---------------------------------------------------------------------------------------------
+# Checkpoints: a resumed run continues bit for bit
+
+def _resume(rank, world, spec):
+    import io
+    import pickle
+
+    options = dict(codec=spec, feedback="residual", guard="off", seed=SEED, min_compress_elements=MIN)
+    straight = gradcomp.GradcompState(**options)
+    expected = run_packet_steps(straight, rank, 4, torch.float32, make_params())
+    straight.close()
+
+    first = gradcomp.GradcompState(**options)
+    run_packet_steps(first, rank, 2, torch.float32, make_params())
+    buf = io.BytesIO()
+    torch.save(first.state_dict(), buf)
+    pickled = pickle.dumps(first)
+    first.close()
+
+    outs = {}
+    for how in ("state_dict", "pickle"):
+        if how == "state_dict":
+            resumed = gradcomp.GradcompState(**options)
+            saved = torch.load(io.BytesIO(buf.getvalue()))
+            # a malformed one changes nothing
+            broken = dict(saved, packets=dict(saved["packets"], residuals={0: torch.zeros(3, dtype=torch.float64)}))
+            with pytest.raises(gradcomp.FormatError, match="not a 1-D float32 tensor"):
+                resumed.load_state_dict(broken)
+            with pytest.raises(gradcomp.FormatError, match="saved with options"):
+                resumed.load_state_dict(dict(saved, options=dict(saved["options"], seed=SEED + 1)))
+            assert resumed.iteration == 0
+            resumed.load_state_dict(saved)
+        else:
+            resumed = pickle.loads(pickled)
+        assert resumed.iteration == 2
+        outs[how] = run_packet_steps(resumed, rank, 2, torch.float32, make_params(), first=2)
+        assert resumed.iteration == 4
+        resumed.close()
+    return expected[2:], outs
+
+
+@pytest.mark.parametrize("spec", ["topk:ratio=0.05", "qsgd:levels=15,bucket=256"])
+def test_packet_path_resumes_bit_for_bit(spec):
+    for expected, outs in run_ranks(_resume, 2, spec):
+        for how, got in outs.items():
+            for s in range(2):
+                for b in range(len(SIZES)):
+                    assert torch.equal(got[s][b], expected[s][b]), (how, s, b)
+
+
+# ---------------------------------------------------------------------------------------------
 # What the packet path refuses
 
 def _refusals(rank, world):
@@ -274,17 +324,39 @@ def _refusals(rank, world):
         assert state._path is None
     finally:
         state.close()
-    # a state takes one path; the packet path has no checkpoint
+    # a packet-path checkpoint is not taken by the C++ engine either
+    packets_saved = None
+    state = gradcomp.GradcompState(codec="topk:ratio=0.01", guard="off")
+    try:
+        gradcomp.packet_hook(state, Bucket(0, torch.ones(5000), bucket.parameters(), True)).wait()
+        packets_saved = state.state_dict()
+    finally:
+        state.close()
+    state = gradcomp.GradcompState(codec="topk:ratio=0.01", guard="off")
+    try:
+        state.load_state_dict(packets_saved)
+        with pytest.raises(gradcomp.ConfigError, match="packet-path state_dict"):
+            gradcomp.hook(state, bucket)
+        assert state._path is None and state.iteration == 1
+    finally:
+        state.close()
+    state = gradcomp.GradcompState(codec="topk:ratio=0.01", guard="off")
+    try:
+        gradcomp.hook(state, Bucket(0, torch.ones(5000), bucket.parameters(), True)).wait()
+        with pytest.raises(gradcomp.ConfigError, match="is the packet path's"):
+            state.load_state_dict(packets_saved)
+    finally:
+        state.close()
+    # a state takes one path
     state = gradcomp.GradcompState(codec="topk:ratio=0.01", guard="off")
     try:
         gradcomp.packet_hook(state, Bucket(0, torch.ones(5000), bucket.parameters(), True)).wait()
         with pytest.raises(gradcomp.ConfigError, match="one state takes one path"):
             gradcomp.hook(state, Bucket(0, torch.ones(5000), bucket.parameters(), True))
-        with pytest.raises(gradcomp.ConfigError, match="state_dict: this state runs the packet path"):
-            state.state_dict()
-        with pytest.raises(gradcomp.ConfigError, match="load_state_dict"):
-            state.load_state_dict({"version": 1, "engine": b"", "options": state.options})
-        assert state.iteration == 1
+        # checkpoints of the other path are refused
+        with pytest.raises(gradcomp.ConfigError, match="is the C\\+\\+ engine's"):
+            state.load_state_dict(saved)
+        assert "packets" in state.state_dict() and state.iteration == 1
         state.report_loss(1.0)  # no guard on the packet path: accepted, nothing to do
         state.wait()
     finally:
