@@ -144,6 +144,12 @@ def test_bench_reads_state_dicts_and_tensors(tmp_path):
     tensors = {n: t for n, t in sd.items() if t.is_floating_point()}
     tensors["g"] = torch.load(tmp_path / "g.pt")
     assert sorted({row["tensor"] for row in rows}) == sorted(tensors)
+    # torch's own ops by default: half, bfloat16, sign and topk at the run's ratio, per tensor
+    torch_rows = [row for row in rows if row["codec"].startswith("torch.")]
+    assert sorted({row["codec"] for row in torch_rows}) == ["torch.bfloat16", "torch.half", "torch.sign",
+                                                            "torch.topk:ratio=0.1"]
+    rows = [row for row in rows if not row["codec"].startswith("torch.")]
+    assert len(torch_rows) == 4 * len(tensors)
     assert len(rows) == 2 * len(tensors)
     for row in rows:
         t = tensors[row["tensor"]].float().reshape(-1)
@@ -194,3 +200,201 @@ def test_bench_bad_torch_files(tmp_path, content, expect):
     assert r.returncode == 2
     assert r.stderr.startswith("gradcomp-bench: ") and expect in r.stderr
     assert r.stderr.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# torch's own ops in the same run (--torch), --device cuda, controllers through Python
+
+
+def _direct_torch(op, x):
+    """What a user sends for torch op ``op`` on float32 ``x``, computed here: (bytes, decoded)."""
+    n = x.numel()
+    if op == "torch.half":
+        return 2 * n, x.half().float()
+    if op == "torch.bfloat16":
+        return 2 * n, x.bfloat16().float()
+    if op == "torch.sign":
+        scale = x.abs().mean()
+        return n + 4, torch.sign(x) * scale
+    ratio = float(op.split("ratio=")[1])
+    k = max(1, int(ratio * n))
+    idx = torch.topk(x.abs(), k).indices
+    d = torch.zeros_like(x)
+    d[idx] = x[idx]
+    return 12 * k, d
+
+
+def _rel_cos(x, d):
+    x, d = x.double(), d.double()
+    return float((d - x).norm() / x.norm()), float(x.dot(d) / (x.norm() * d.norm()))
+
+
+def test_bench_torch_rows_equal_direct_computation(tmp_path):
+    _program()
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(30000, generator=g) * (torch.rand(30000, generator=g) < 0.4)  # 60 % zeros
+    np.save(tmp_path / "g.npy", x.numpy())
+    r = run_bench([str(tmp_path / "g.npy"), "--codec", "topk:ratio=0.01", "--codec", "topk:ratio=0.001",
+                   "--codec", "fp16", "--no-timing", "-q", "--csv", str(tmp_path / "r.csv")])
+    assert r.returncode == 0, r.stderr
+    rows = read_csv(tmp_path / "r.csv")
+    codecs = [row["codec"] for row in rows]
+    # the codecs' rows, then torch's: half, bfloat16, sign, topk at each ratio of the run
+    assert codecs == ["topk:ratio=0.01", "topk:ratio=0.001", "fp16", "torch.half", "torch.bfloat16", "torch.sign",
+                      "torch.topk:ratio=0.01", "torch.topk:ratio=0.001"]
+    for row in rows[3:]:
+        nbytes, d = _direct_torch(row["codec"], x)
+        assert int(row["bytes"]) == nbytes, row["codec"]
+        assert int(row["n"]) == x.numel()
+        assert float(row["smaller"]) == pytest.approx(4 * x.numel() / nbytes, rel=1e-5)
+        rel, cos = _rel_cos(x, d)
+        assert float(row["rel_l2"]) == pytest.approx(rel, rel=1e-5, abs=1e-12), row["codec"]
+        assert float(row["cosine"]) == pytest.approx(cos, rel=1e-5), row["codec"]
+        assert row["unbiased"] == "0" and row["bias"] == ""
+    # torch's topk at 1 % keeps the same values as gradcomp's topk: the same error (ties aside)
+    assert float(rows[6]["rel_l2"]) == pytest.approx(float(rows[0]["rel_l2"]), rel=1e-4)
+
+
+def test_bench_torch_rows_feedback_and_speed(tmp_path):
+    _program()
+    steps = [torch.randn(5000, generator=torch.Generator().manual_seed(k)) for k in range(4)]
+    # a capture directory of one tensor over 4 steps
+    os.makedirs(tmp_path / "cap")
+    with open(tmp_path / "cap" / "index.tsv", "w") as f:
+        f.write("# gradcomp capture v1\nstep\tname\tfile\n")
+        for k, s in enumerate(steps):
+            np.save(tmp_path / "cap" / f"s{k}.npy", s.numpy())
+            f.write(f"{k}\tw\ts{k}.npy\n")
+    r = run_bench([str(tmp_path / "cap"), "--codec", "fp16", "--torch", "sign,topk:ratio=0.05", "--feedback",
+                   "residual", "--threads", "1,2", "--min-time", "0.002", "-q", "--csv", str(tmp_path / "r.csv"),
+                   "--json", str(tmp_path / "r.json")])
+    assert r.returncode == 0, r.stderr
+    rows = read_csv(tmp_path / "r.csv")
+    assert [(row["codec"], row["threads"]) for row in rows] == [
+        ("fp16", "1"), ("fp16", "2"), ("torch.sign", "1"), ("torch.sign", "2"),
+        ("torch.topk:ratio=0.05", "1"), ("torch.topk:ratio=0.05", "2")]
+    for row in rows[2:]:
+        for k in ("compress_gbps", "decompress_gbps", "decompress_add_gbps", "read_gbps", "compress_ratio",
+                  "decompress_ratio", "decompress_add_ratio"):
+            assert float(row[k]) > 0, (row["codec"], k)
+        # error feedback as the program measures it: p = g + e, d = D(C(p)), e = p - d
+        e = torch.zeros(5000)
+        res = sent = 0.0
+        for g in steps:
+            p = e + g
+            _, d = _direct_torch(row["codec"], p)
+            e = p - d
+            res += float(e.double().dot(e.double()))
+            sent += float(d.double().dot(d.double()))
+        assert int(row["ef_steps"]) == 4
+        assert float(row["ef_delay"]) == pytest.approx(res / sent, rel=1e-5)
+        assert float(row["ef_residual"]) == pytest.approx(float(e.norm() / steps[-1].norm()), rel=1e-5)
+    import json
+
+    doc = json.load(open(tmp_path / "r.json"))
+    assert [row["codec"] for row in doc["rows"]] == ["fp16", "torch.sign", "torch.topk:ratio=0.05"]
+
+
+def test_bench_torch_options(tmp_path):
+    _program()
+    np.save(tmp_path / "g.npy", np.linspace(-1, 1, 1000, dtype=np.float32))
+    r = run_bench([str(tmp_path / "g.npy"), "--codec", "fp16", "--no-torch", "--no-timing", "-q", "--csv",
+                   str(tmp_path / "r.csv")])
+    assert r.returncode == 0, r.stderr
+    assert [row["codec"] for row in read_csv(tmp_path / "r.csv")] == ["fp16"]
+    for args, expect in ((["--torch", "cube"], "--torch 'cube' is not one of torch's ops"),
+                         (["--torch", "topk:ratio=2"], "topk takes ratio=R"),
+                         (["--device", "tpu"], "--device 'tpu' is not a device"),
+                         (["--codec", "zstd"], "--codec 'zstd'")):
+        r = run_bench([str(tmp_path / "g.npy"), "--no-timing", *args])
+        assert r.returncode == 2, args
+        assert r.stderr.startswith("gradcomp-bench: ") and expect in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1
+
+
+def test_bench_device_cuda_without_gpu(tmp_path):
+    _program()
+    np.save(tmp_path / "g.npy", np.linspace(-1, 1, 1000, dtype=np.float32))
+    if torch.cuda.is_available() and gradcomp.has_cuda:
+        pytest.skip("a CUDA device is here: test_bench_device_cuda runs instead")
+    r = run_bench([str(tmp_path / "g.npy"), "--device", "cuda", "--codec", "fp16"])
+    assert r.returncode == 2
+    assert r.stderr.startswith("gradcomp-bench: --device cuda: ") and r.stderr.count("\n") == 1
+
+
+def test_bench_device_cuda(tmp_path):
+    _program()
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here: the GPU part of --device cuda is not tested")
+    if not gradcomp.has_cuda:
+        pytest.skip("the package has no CUDA part: the GPU part of --device cuda is not tested")
+    x = torch.randn(50000)
+    np.save(tmp_path / "g.npy", x.numpy())
+    r = run_bench([str(tmp_path / "g.npy"), "--device", "cuda", "--codec", "fp16", "--codec", "topk:ratio=0.01",
+                   "--codec", "approx_topk:ratio=0.01", "--min-time", "0.01", "-q", "--csv", str(tmp_path / "r.csv")])
+    assert r.returncode == 0, r.stderr
+    assert "approx_topk" in r.stderr  # not carried on CUDA: named and left out
+    rows = read_csv(tmp_path / "r.csv")
+    assert [row["codec"] for row in rows] == ["fp16 @cuda", "topk:ratio=0.01 @cuda", "torch.half @cuda",
+                                             "torch.bfloat16 @cuda", "torch.sign @cuda",
+                                             "torch.topk:ratio=0.01 @cuda"]
+    for row in rows[:2]:
+        spec = row["codec"].split(" @")[0]
+        packet = gradcomp.Codec(spec).compress(x, seed=20261122, step=0)
+        assert int(row["bytes"]) == packet.numel()  # the CUDA packet is the CPU packet, byte for byte
+    for row in rows[2:]:
+        nbytes, d = _direct_torch(row["codec"].split(" @")[0], x)
+        assert int(row["bytes"]) == nbytes
+        assert float(row["rel_l2"]) == pytest.approx(_rel_cos(x, d)[0], rel=1e-4, abs=1e-12)
+    assert all(float(row["compress_gbps"]) > 0 for row in rows)
+
+
+def test_bench_controller_from_python(tmp_path):
+    _program()
+    np.save(tmp_path / "g.npy", torch.randn(8000, generator=torch.Generator().manual_seed(3)).numpy())
+    r = run_bench([str(tmp_path / "g.npy"), "--controller", "schedule:0=10,2=100,4=1", "--steps", "6", "-q",
+                   "--csv", str(tmp_path / "c.csv")])
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / "c.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    # the schedule, step by step (tools/tests/test_bench_tool.cpp checks other controllers and
+    # the bytes against the controller driven directly)
+    assert [row["step"] for row in rows] == [str(k) for k in range(6)]
+    assert [row["factor"] for row in rows] == ["10", "10", "100", "100", "1", "1"]
+    assert [row["sent"] for row in rows] == ["minimum"] * 4 + ["dense"] * 2
+    assert [row["codec"] for row in rows] == ["topk:ratio=0.1"] * 2 + ["topk:ratio=0.01"] * 2 + ["dense"] * 2
+    assert [row["bytes"] for row in rows[4:]] == [str(4 * 8000)] * 2
+    assert all(int(row["dense_bytes"]) == 4 * 8000 for row in rows)
+
+
+def test_bench_gradcomp_coder_on_cpu_equals_program(tmp_path):
+    """The coder that --device cuda measures the codecs with (gradcomp.Codec through
+    gradcomp.bench.measure_rows), run here on CPU tensors: its bytes, error and error feedback
+    equal the program's rows for the same codecs and steps, and it is timed."""
+    _program()
+    steps = [np.random.default_rng(k).laplace(size=6000).astype(np.float32) for k in range(3)]
+    os.makedirs(tmp_path / "cap")
+    with open(tmp_path / "cap" / "index.tsv", "w") as f:
+        f.write("# gradcomp capture v1\nstep\tname\tfile\n")
+        for k, s in enumerate(steps):
+            np.save(tmp_path / "cap" / f"s{k}.npy", s)
+            f.write(f"{k}\tw\ts{k}.npy\n")
+    specs = ["fp16", "topk:ratio=0.02", "qsgd:levels=7,bucket=512"]
+    args = [str(tmp_path / "cap"), "--feedback", "residual", "--no-timing", "--no-torch", "-q", "--csv",
+            str(tmp_path / "r.csv")]
+    for s in specs:
+        args += ["--codec", s]
+    r = run_bench(args)
+    assert r.returncode == 0, r.stderr
+    program_rows = read_csv(tmp_path / "r.csv")
+    settings = {"feedback": "1", "timing": "1", "min_time": "0.001", "threads": "1"}
+    coders = [gradcomp.bench.GradcompCodec(s, "cpu") for s in specs]
+    lines = gradcomp.bench.measure_rows(coders, [("w", steps)], settings, "cpu")
+    assert len(lines) == len(specs)
+    for line, want in zip(lines, program_rows):
+        row = dict(zip(gradcomp.bench.CSV_HEADER, line))
+        assert row["codec"] == want["codec"] + " @cpu"
+        assert row["bytes"] == want["bytes"] and row["n"] == want["n"]
+        for k in ("rel_l2", "cosine", "ef_residual", "ef_delay"):
+            assert float(row[k]) == pytest.approx(float(want[k]), rel=2e-5), (row["codec"], k)
+        assert row["threads"] == "1" and float(row["compress_gbps"]) > 0 and float(row["decompress_add_ratio"]) > 0

@@ -6,10 +6,14 @@
 // residual and delay (with --feedback residual), and compress / decompress / decompress_add
 // speed next to the memory pass measured in the same run. docs/bench.md is the manual; the
 // measurements are defined in tools/bench/measure.hpp, the inputs in tools/bench/inputs.hpp.
+// With --controller it runs compression controllers over the steps instead
+// (tools/bench/controller.hpp). --export-inputs and --import-rows are how
+// python -m gradcomp.bench adds torch's own ops (and CUDA measurements) to the report.
 //
 // Exit status: 0 on success, 2 for a bad option or input (one line on stderr), 1 for a failure
 // while measuring or writing.
 
+#include "controller.hpp"
 #include "inputs.hpp"
 #include "measure.hpp"
 #include "report.hpp"
@@ -19,6 +23,7 @@
 #include <gradcomp/gradcomp.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -43,7 +48,7 @@ struct cli {
   std::string dtype_name;
   std::size_t count = 0;
   std::vector<std::string> codecs;
-  std::string feedback = "none";
+  std::string feedback;  // none (codecs) or residual (controllers) when not given
   unsigned steps = 0;
   unsigned seeds = 8;
   std::string threads = "1,all";
@@ -52,6 +57,12 @@ struct cli {
   bool flatten = false;
   bool quiet = false;
   std::string json, csv, plot;
+  std::string export_inputs;
+  std::vector<std::string> import_rows;
+  bool imported_only = false;
+  std::vector<std::string> controllers;
+  bool measured_timing = false;
+  double backprop_s = 0.0;
 };
 
 // "N" or "2^K": an element count of --size.
@@ -185,10 +196,99 @@ std::vector<tool::tensor_input> load_inputs(cli const& c, unsigned steps) {
   return out;
 }
 
+// --export-inputs DIR: the inputs as this program reads them, as a capture directory (every
+// step of every tensor, float32), and the resolved settings in DIR/settings.tsv, one
+// "key<TAB>value" per line (threads, min_time, timing, seeds, feedback, steps, then one codec
+// line per spec). python -m gradcomp.bench measures torch's own ops on exactly these tensors.
+void export_inputs(std::string const& dir_name, std::vector<tool::tensor_input> const& tensors,
+                   tool::settings const& s, std::vector<std::string> const& specs) {
+  fs::path const dir(dir_name);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir, ec)) throw tool::input_error("--export-inputs " + dir_name + ": cannot create");
+  std::vector<tool::capture_entry> entries;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    for (std::size_t k = 0; k < tensors[i].steps.size(); ++k) {
+      fs::path const step_dir = dir / ("step_" + std::to_string(k));
+      fs::create_directories(step_dir, ec);
+      fs::path const file = step_dir / ("t" + std::to_string(i) + ".npy");
+      tool::write_npy(file, tensors[i].steps[k]);
+      entries.push_back({k, tensors[i].name, file});
+    }
+  }
+  tool::write_capture_index(dir, entries);
+  std::ofstream f(dir / "settings.tsv");
+  f << "threads\t";
+  for (std::size_t i = 0; i < s.threads.size(); ++i) f << (i ? "," : "") << s.threads[i];
+  f << "\nmin_time\t" << tool::num(s.min_time) << "\ntiming\t" << (s.timing ? 1 : 0) << "\nseeds\t" << s.seeds
+    << "\nfeedback\t" << (s.feedback ? 1 : 0) << "\nsteps\t" << (tensors.empty() ? 0 : tensors.front().steps.size())
+    << '\n';
+  for (std::string const& spec : specs) f << "codec\t" << spec << '\n';
+  if (!f.flush()) throw std::runtime_error("--export-inputs " + dir_name + ": write failed");
+}
+
+// --controller: each controller over the steps of the inputs (tools/bench/controller.hpp).
+int run_controllers(cli const& c) {
+  if (c.codecs.size() > 1) {
+    throw tool::input_error("--controller takes one --codec, the sparsifier whose budget it sets (got " +
+                            std::to_string(c.codecs.size()) + ")");
+  }
+  if (!c.plot.empty()) throw tool::input_error("--plot draws codec reports; it does not take --controller");
+  if (!c.import_rows.empty() || c.imported_only || !c.export_inputs.empty()) {
+    throw tool::input_error("--controller does not take --import-rows, --imported-only or --export-inputs");
+  }
+  if (!(c.backprop_s >= 0.0) || !std::isfinite(c.backprop_s)) {
+    throw tool::input_error("--backprop-s must be a finite number of seconds >= 0");
+  }
+  std::string const codec = c.codecs.empty() ? "topk:ratio=0.01" : c.codecs.front();
+  tool::controller_settings cs;
+  cs.feedback = c.feedback.empty() ? "residual" : c.feedback;
+  cs.measured_timing = c.measured_timing;
+  cs.backprop_s = c.backprop_s;
+  try {
+    (void)gc::make_codec(codec);
+  } catch (gc::config_error const& e) {
+    std::string msg = e.what();
+    if (msg.rfind("gradcomp: ", 0) == 0) msg = msg.substr(10);
+    throw tool::input_error("--codec '" + codec + "': " + msg);
+  }
+  for (std::string const& spec : c.controllers) {  // every spec checked before any input is read
+    try {
+      (void)gc::make_controller(spec);
+    } catch (gc::config_error const& e) {
+      std::string msg = e.what();
+      if (msg.rfind("gradcomp: ", 0) == 0) msg = msg.substr(10);
+      throw tool::input_error("--controller '" + spec + "': " + msg);
+    }
+  }
+  std::vector<tool::tensor_input> const tensors = load_inputs(c, c.steps > 0 ? c.steps : 20);
+  std::ofstream json_file, csv_file;
+  auto open = [](std::string const& path, char const* opt) {
+    std::ofstream f(path);
+    if (!f) throw tool::input_error(std::string(opt) + " " + path + ": cannot write");
+    return f;
+  };
+  if (!c.json.empty()) json_file = open(c.json, "--json");
+  if (!c.csv.empty()) csv_file = open(c.csv, "--csv");
+  std::vector<tool::controller_run> runs;
+  for (std::string const& spec : c.controllers) runs.push_back(tool::run_controller(spec, codec, tensors, cs));
+  if (!c.quiet) tool::write_controller_table(std::cout, runs);
+  if (json_file.is_open()) {
+    tool::write_controller_json(json_file, runs);
+    if (!json_file.flush()) throw std::runtime_error("--json " + c.json + ": write failed");
+  }
+  if (csv_file.is_open()) {
+    tool::write_controller_csv(csv_file, runs);
+    if (!csv_file.flush()) throw std::runtime_error("--csv " + c.csv + ": write failed");
+  }
+  return 0;
+}
+
 int run(cli const& c) {
-  if (c.feedback != "none" && c.feedback != "residual") {
+  if (!c.feedback.empty() && c.feedback != "none" && c.feedback != "residual") {
     throw tool::input_error("--feedback '" + c.feedback + "' is not a feedback (expected none or residual)");
   }
+  if (!c.controllers.empty()) return run_controllers(c);
   tool::settings s;
   s.feedback = c.feedback == "residual";
   s.timing = !c.no_timing;
@@ -206,6 +306,7 @@ int run(cli const& c) {
       specs.push_back(spec);
     }
   }
+  if (c.imported_only) specs.clear();  // nothing measured here
   std::vector<gc::any_codec> codecs;
   for (std::string const& spec : specs) {
     try {
@@ -216,7 +317,21 @@ int run(cli const& c) {
       throw tool::input_error("--codec '" + spec + "': " + msg);
     }
   }
-  std::vector<tool::tensor_input> const tensors = load_inputs(c, steps);
+  // Rows measured elsewhere (python -m gradcomp.bench's torch rows, an earlier run): read
+  // before anything is measured, so that a bad file fails at once.
+  std::vector<tool::row> imported;
+  for (std::string const& path : c.import_rows) {
+    for (auto& r : tool::read_csv_rows(path)) imported.push_back(std::move(r));
+  }
+  if (c.imported_only && c.import_rows.empty()) {
+    throw tool::input_error("--imported-only needs --import-rows FILE");
+  }
+  std::vector<tool::tensor_input> const tensors =
+      c.imported_only ? std::vector<tool::tensor_input>{} : load_inputs(c, steps);
+  if (!c.export_inputs.empty()) {
+    export_inputs(c.export_inputs, tensors, s, specs);
+    return 0;
+  }
 
   // The output files are opened before measuring, so that a path that cannot be written fails
   // at once instead of after minutes of measurements.
@@ -236,8 +351,18 @@ int run(cli const& c) {
 
   double const t0 = gradcomp_bench::now_seconds();
   std::vector<tool::row> rows;
+  std::vector<bool> placed(imported.size(), false);
   for (tool::tensor_input const& t : tensors) {
     for (std::size_t i = 0; i < codecs.size(); ++i) rows.push_back(tool::measure(codecs[i], specs[i], t, s));
+    for (std::size_t i = 0; i < imported.size(); ++i) {  // next to the rows of the same tensor
+      if (!placed[i] && imported[i].tensor == t.name) {
+        rows.push_back(imported[i]);
+        placed[i] = true;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < imported.size(); ++i) {
+    if (!placed[i]) rows.push_back(imported[i]);
   }
   tool::run_info info;
   info.isa = gc::cpu::isa_name(gc::cpu::machine_isa());
@@ -270,7 +395,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", c.dtype_name, "element type of raw files (f32, f16, bf16); checked against .npy files");
   app.add_option("--count", c.count, "values to read from each raw file (default: the whole file)");
   app.add_option("--codec", c.codecs, "codec spec, e.g. topk:ratio=0.01 or qsgd:levels=15 (repeatable; default all)");
-  app.add_option("--feedback", c.feedback, "error feedback over the steps: none or residual")->capture_default_str();
+  app.add_option("--feedback", c.feedback,
+                 "error feedback over the steps: none or residual (default none; residual with --controller)");
   app.add_option("--steps", c.steps,
                  "steps of each gradient (synthetic: fresh draws; a file: the same gradient again; default 1, 8 with "
                  "--feedback residual; a capture directory has its own)");
@@ -283,6 +409,22 @@ int main(int argc, char** argv) {
   app.add_option("--json", c.json, "write the report as JSON to this file");
   app.add_option("--csv", c.csv, "write the report as CSV to this file");
   app.add_option("--plot", c.plot, "draw the report with gnuplot into this PNG file");
+  app.add_option("--import-rows", c.import_rows,
+                 "add the rows of a CSV report (written by --csv, e.g. by python -m gradcomp.bench for torch's own "
+                 "ops) to this report, next to the rows of the same tensor (repeatable)");
+  app.add_option("--controller", c.controllers,
+                 "run this controller spec (ef_window, gravac:..., accordion:..., schedule:..., static:factor=F) over "
+                 "the steps with the --codec sparsifier (default topk:ratio=0.01) and report per step what it sends "
+                 "(repeatable; default --steps 20)");
+  app.add_flag("--measured-timing", c.measured_timing,
+               "with --controller: report the pipeline's wall-clock times to the controller (default: zeros, "
+               "reproducible)");
+  app.add_option("--backprop-s", c.backprop_s, "with --controller: the backward time reported for every step (s)")
+      ->capture_default_str();
+  app.add_flag("--imported-only", c.imported_only, "measure nothing; report the --import-rows rows only");
+  app.add_option("--export-inputs", c.export_inputs,
+                 "write the inputs as read (a capture directory, float32) and the resolved settings into DIR, then "
+                 "exit without measuring (what python -m gradcomp.bench measures torch's ops on)");
   try {
     app.parse(argc, argv);
   } catch (CLI::ParseError const& e) {

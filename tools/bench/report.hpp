@@ -12,11 +12,13 @@
 
 #include <gradcomp/version.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -113,6 +115,12 @@ inline void write_table(std::ostream& os, std::vector<row> const& rows, run_info
   if (any_speed) {
     os << "\nthroughput in GB/s of float32 input (ratio to the memory pass of the same run: read for "
           "compress, write for decompress, update for decompress_add)\n";
+    bool any_torch = false;
+    for (row const& r : rows) any_torch |= r.codec.rfind("torch.", 0) == 0;
+    if (any_torch) {
+      os << "torch.* rows (python -m gradcomp.bench): torch's own ops against torch's own passes of the same run "
+            "(x.sum(), out.fill_(c), acc.add_(c))\n";
+    }
     os << pad("tensor", wt, true) << "  " << pad("codec", wc, true) << "  " << pad("thr", 4) << pad("compress", 21)
        << pad("decompress", 21) << pad("decompress_add", 21) << '\n';
     for (row const& r : rows) {
@@ -160,6 +168,121 @@ inline void write_csv(std::ostream& os, std::vector<row> const& rows) {
   }
 }
 
+/// Splits one line of a CSV file written by `write_csv` into its fields (a field in double
+/// quotes may hold commas and doubled quotes). `input_error` naming `where` for an unterminated
+/// quote.
+inline std::vector<std::string> csv_split(std::string const& line, std::string const& where) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    char const c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        out.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        out.back() += c;
+      }
+    } else if (c == '"' && out.back().empty()) {
+      quoted = true;
+    } else if (c == ',') {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  if (quoted) throw input_error(where + ": unterminated quoted field");
+  return out;
+}
+
+/// Reads the rows of a CSV report written by `write_csv` (`--import-rows`: rows measured
+/// elsewhere, e.g. torch's own ops by `python -m gradcomp.bench`, or an earlier run). Lines of
+/// the same tensor and codec that follow each other are one row with one speed per line; the
+/// seconds are recovered from the printed GB/s and ratios (6 digits). `input_error` naming the
+/// file and line for anything that is not such a report.
+inline std::vector<row> read_csv_rows(std::filesystem::path const& path) {
+  std::ifstream f(path);
+  std::string const name = path.string();
+  if (!f) throw input_error("--import-rows " + name + ": cannot open");
+  std::string line;
+  if (!std::getline(f, line) || line != csv_header) {
+    throw input_error("--import-rows " + name + ": first line is not gradcomp-bench's CSV header");
+  }
+  std::vector<row> out;
+  std::size_t lineno = 1;
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    std::string const where = "--import-rows " + name + ":" + std::to_string(lineno);
+    std::vector<std::string> const v = csv_split(line, where);
+    if (v.size() != 24) {
+      throw input_error(where + ": " + std::to_string(v.size()) + " fields; the header has 24");
+    }
+    auto number = [&](std::size_t i, bool required) {
+      std::string const& s = v[i];
+      if (s.empty()) {
+        if (required) throw input_error(where + ": field " + std::to_string(i + 1) + " is empty");
+        return std::numeric_limits<double>::quiet_NaN();
+      }
+      char* end = nullptr;
+      double const d = std::strtod(s.c_str(), &end);
+      if (end != s.c_str() + s.size()) {
+        throw input_error(where + ": field " + std::to_string(i + 1) + " '" + s + "' is not a number");
+      }
+      return d;
+    };
+    auto count = [&](std::size_t i) {
+      double const d = number(i, true);
+      if (!(d >= 0) || d != std::floor(d) || d > 1e18) {
+        throw input_error(where + ": field " + std::to_string(i + 1) + " '" + v[i] + "' is not a count");
+      }
+      return static_cast<std::size_t>(d);
+    };
+    row r;
+    r.tensor = v[0];
+    r.codec = v[1];
+    r.n = count(2);
+    r.bytes = count(3);
+    if (r.n == 0 || r.bytes == 0) throw input_error(where + ": n and bytes must be positive");
+    r.smaller = number(4, true);
+    r.rel_l2 = number(5, true);
+    r.cosine = number(6, true);
+    r.unbiased = v[7] == "1";
+    r.seeds = static_cast<unsigned>(count(8));
+    r.bias = number(9, false);
+    r.bias_bound = number(10, false);
+    r.ef_steps = static_cast<unsigned>(count(11));
+    r.ef_residual = number(12, false);
+    r.ef_delay = number(13, false);
+    bool const same = !out.empty() && out.back().tensor == r.tensor && out.back().codec == r.codec &&
+                      out.back().n == r.n && !v[14].empty() && !out.back().speeds.empty();
+    if (!v[14].empty()) {
+      speed s;
+      s.threads = static_cast<unsigned>(count(14));
+      double const bytes_in = 4.0 * static_cast<double>(r.n);
+      auto seconds = [&](std::size_t i) {
+        double const g = number(i, true);
+        return g > 0 ? bytes_in / (g * 1e9) : 0.0;
+      };
+      s.compress_s = seconds(15);
+      s.decompress_s = seconds(16);
+      s.decompress_add_s = seconds(17);
+      s.read_s = s.compress_s * number(21, true);
+      s.write_s = s.decompress_s * number(22, true);
+      s.update_s = s.decompress_add_s * number(23, true);
+      if (same) {
+        out.back().speeds.push_back(s);
+        continue;
+      }
+      r.speeds.push_back(s);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 /// The JSON document: `{"tool", "version", "isa", "all_threads", "seconds", "rows": [...]}`,
 /// each row with the fields of `row` and its `speeds` (seconds and GB/s per operation).
 inline void write_json(std::ostream& os, std::vector<row> const& rows, run_info const& info) {
@@ -195,10 +318,10 @@ inline void write_json(std::ostream& os, std::vector<row> const& rows, run_info 
 }
 
 /// Draws `png` with gnuplot: on the left the relative L2 error against bits per element (one
-/// point per codec and tensor, log-log), on the right the compress, decompress and
-/// decompress_add throughput of each codec as a ratio to the memory pass (first thread count
-/// measured, first tensor; log scale), with the line 1.0 = the memory pass. `input_error` when gnuplot is
-/// missing or fails.
+/// point per codec and tensor, log-log; torch's own ops, rows `torch.*`, as open circles), on
+/// the right the compress, decompress and decompress_add throughput of each codec as a ratio to
+/// the memory pass (first thread count measured, first tensor; log scale), with the line 1.0 =
+/// the memory pass. `input_error` when gnuplot is missing or fails.
 inline void write_plot(std::filesystem::path const& png, std::vector<row> const& rows) {
   namespace fs = std::filesystem;
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
@@ -206,12 +329,17 @@ inline void write_plot(std::filesystem::path const& png, std::vector<row> const&
   }
   fs::path const dir = fs::temp_directory_path() / ("gradcomp-bench-plot-" + std::to_string(::getpid()));
   fs::create_directories(dir);
+  bool any_torch = false;
   {
-    std::ofstream err(dir / "error.dat");
+    // torch's own ops (rows torch.*, python -m gradcomp.bench) in a second set of points
+    std::ofstream err(dir / "error.dat"), err_torch(dir / "error_torch.dat");
     for (row const& r : rows) {
       if (r.rel_l2 > 0 && std::isfinite(r.rel_l2)) {
-        err << "\"" << r.codec << "\" " << num(8.0 * static_cast<double>(r.bytes) / static_cast<double>(r.n)) << ' '
-            << num(r.rel_l2) << '\n';
+        bool const torch = r.codec.rfind("torch.", 0) == 0;
+        any_torch |= torch;
+        (torch ? err_torch : err) << "\"" << r.codec << "\" "
+                                  << num(8.0 * static_cast<double>(r.bytes) / static_cast<double>(r.n)) << ' '
+                                  << num(r.rel_l2) << '\n';
       }
     }
     std::ofstream spd(dir / "speed.dat");
@@ -232,9 +360,15 @@ inline void write_plot(std::filesystem::path const& png, std::vector<row> const&
        << "set datafile separator whitespace\n";
     if (has_speed) gp << "set multiplot layout 1,2\n";
     gp << "set title 'error against size'\nset xlabel 'bits per element'\nset ylabel 'relative L2 error'\n"
-          "set logscale xy\nset grid\nunset key\n"
-          "plot '" << (dir / "error.dat").string() << "' using 2:3 with points pt 7 ps 1.2, '' using 2:3:1 with labels "
-          "offset 0.5,0.5 left font ',8'\n";
+          "set logscale xy\nset grid\n"
+       << (any_torch ? "set key bottom left\n" : "unset key\n")
+       << "plot '" << (dir / "error.dat").string() << "' using 2:3 with points pt 7 ps 1.2 lc rgb '#7030a0' title "
+          "'gradcomp', '' using 2:3:1 with labels offset 0.5,0.5 left font ',8' notitle";
+    if (any_torch) {
+      gp << ", '" << (dir / "error_torch.dat").string() << "' using 2:3 with points pt 6 ps 1.6 lc rgb '#e07000' "
+            "title 'torch', '' using 2:3:1 with labels offset 0.5,-0.7 left font ',8' tc rgb '#e07000' notitle";
+    }
+    gp << '\n';
     if (has_speed) {
       gp << "unset logscale\nset logscale y\nset title 'speed / memory pass (1.0 = memory pass)'\nset xlabel ''\n"
             "set ylabel 'ratio to the memory pass (log)'\nset style data histograms\nset style histogram clustered\n"

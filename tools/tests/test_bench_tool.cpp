@@ -10,12 +10,14 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
+#include "controller.hpp"
 #include "inputs.hpp"
 #include "measure.hpp"
 #include "report.hpp"
 
 #include <gradcomp/gradcomp.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -457,6 +459,11 @@ TEST_CASE("gradcomp-bench: every malformed input gives one line and exit status 
   write_bytes(s / "missing" / "index.tsv", "# gradcomp capture v1\nstep\tname\tfile\n0\tw\tstep_0/w.npy\n");
   fs::create_directories(s / "nolines");
   write_bytes(s / "nolines" / "index.tsv", "# gradcomp capture v1\nstep\tname\tfile\n");
+  write_bytes(s / "rows_header.csv", "tensor,codec\n");
+  std::string const head = std::string(tool::csv_header) + "\n";
+  write_bytes(s / "rows_fields.csv", head + "g,torch.half,4,8,2,0,1\n");
+  write_bytes(s / "rows_number.csv", head + "g,torch.half,4,8,2,zero,1,0,0,,,0,,,,,,,,,,,,\n");
+  write_bytes(s / "rows_quote.csv", head + "\"g,torch.half,4,8,2,0,1,0,0,,,0,,,,,,,,,,,,\n");
 
   struct bad {
     std::string args, expect;
@@ -499,6 +506,12 @@ TEST_CASE("gradcomp-bench: every malformed input gives one line and exit status 
       {q(s / "good.npy") + " --csv " + q(s / "nodir" / "x.csv") + nt, "--csv"},
       {q(s / "good.npy") + " --json " + q(s / "nodir" / "x.json") + nt, "--json"},
       {q(s / "good.npy") + " --plot " + q(s / "nodir" / "x.png") + nt, "--plot"},
+      {q(s / "good.npy") + " --import-rows " + q(s / "nothere.csv") + nt, "--import-rows"},
+      {q(s / "good.npy") + " --import-rows " + q(s / "rows_header.csv") + nt, "first line is not gradcomp-bench's CSV header"},
+      {q(s / "good.npy") + " --import-rows " + q(s / "rows_fields.csv") + nt, "rows_fields.csv:2: 7 fields"},
+      {q(s / "good.npy") + " --import-rows " + q(s / "rows_number.csv") + nt, "field 6 'zero' is not a number"},
+      {q(s / "good.npy") + " --import-rows " + q(s / "rows_quote.csv") + nt, "unterminated quoted field"},
+      {q(s / "good.npy") + " --imported-only" + nt, "--imported-only needs --import-rows"},
   };
   for (bad const& c : cases) {
     INFO("gradcomp-bench " << c.args);
@@ -508,5 +521,256 @@ TEST_CASE("gradcomp-bench: every malformed input gives one line and exit status 
     CHECK(r.err.rfind("gradcomp-bench: ", 0) == 0);
     CHECK(r.err.find(c.expect) != std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}
+
+TEST_CASE("gradcomp-bench: --export-inputs writes the tensors as read and the settings, --import-rows reads reports back") {
+  scratch s;
+  result const e = run_tool(s, "--synthetic laplace --size 3000 --steps 3 --feedback residual --codec fp16 --codec "
+                               "topk:ratio=0.02 --threads 1,2 --min-time 0.05 --seeds 4 --export-inputs " +
+                               q(s / "exp"));
+  INFO(e.err);
+  REQUIRE(e.status == 0);
+  CHECK(e.out.empty());  // nothing measured
+  auto const entries = tool::read_capture_index(s / "exp");
+  REQUIRE(entries.size() == 3);
+  tool::synthetic const fam = tool::synthetic::parse("laplace");
+  for (std::size_t k = 0; k < 3; ++k) {
+    CHECK(entries[k].name == "laplace");
+    CHECK(entries[k].step == k);
+    CHECK(tool::read_npy(entries[k].file) == fam.draw(3000, k));  // bit for bit
+  }
+  CHECK(slurp(s / "exp" / "settings.tsv") ==
+        "threads\t1,2\nmin_time\t0.05\ntiming\t1\nseeds\t4\nfeedback\t1\nsteps\t3\ncodec\tfp16\n"
+        "codec\ttopk:ratio=0.02\n");
+
+  // A report's CSV imported into a run that measures nothing reproduces it: the same fields,
+  // the speeds recovered from the printed GB/s and ratios.
+  result const a = run_tool(s, "--synthetic gauss --synthetic sparse:p=0.5 --size 4096 --codec fp16 --codec "
+                               "qsgd:levels=7 --threads 1,2 --min-time 0.002 -q --csv " + q(s / "a.csv"));
+  INFO(a.err);
+  REQUIRE(a.status == 0);
+  result const b = run_tool(s, "--imported-only --import-rows " + q(s / "a.csv") + " -q --csv " + q(s / "b.csv") +
+                               " --json " + q(s / "b.json"));
+  INFO(b.err);
+  REQUIRE(b.status == 0);
+  auto const ra = read_csv(s / "a.csv");
+  auto const rb = read_csv(s / "b.csv");
+  REQUIRE(ra.size() == 8);
+  REQUIRE(rb.size() == ra.size());
+  for (std::size_t i = 0; i < ra.size(); ++i) {
+    for (auto const& [k, v] : ra[i]) {
+      INFO(i << " " << k << " " << v << " " << rb[i].at(k));
+      if (k.find("gbps") != std::string::npos || k.find("ratio") != std::string::npos) {
+        // seconds recovered from 6 printed digits and printed again: the last digit may move by one
+        CHECK(std::abs(as_double(rb[i].at(k)) - as_double(v)) <= 2e-5 * std::abs(as_double(v)));
+      } else {
+        CHECK(rb[i].at(k) == v);
+      }
+    }
+  }
+  CHECK(slurp(s / "b.json").find("\"codec\": \"qsgd:levels=7\"") != std::string::npos);
+
+  // Imported rows go next to the measured rows of the same tensor, the others at the end.
+  std::string const head = std::string(tool::csv_header) + "\n";
+  write_bytes(s / "extra.csv", head + "gauss,torch.half,4096,8192,2,0.001,1,0,0,,,0,,,,,,,,,,,,\n" +
+                                   "other,torch.sign,10,14,2.85714,0.5,0.9,0,0,,,0,,,,,,,,,,,,\n");
+  result const c = run_tool(s, "--synthetic gauss --synthetic laplace --size 4096 --codec fp16 --no-timing -q --csv " +
+                               q(s / "c.csv") + " --import-rows " + q(s / "extra.csv"));
+  INFO(c.err);
+  REQUIRE(c.status == 0);
+  auto const rc = read_csv(s / "c.csv");
+  REQUIRE(rc.size() == 4);
+  CHECK((rc[0].at("tensor") == "gauss" && rc[0].at("codec") == "fp16"));
+  CHECK((rc[1].at("tensor") == "gauss" && rc[1].at("codec") == "torch.half" && rc[1].at("bytes") == "8192"));
+  CHECK((rc[2].at("tensor") == "laplace" && rc[2].at("codec") == "fp16"));
+  CHECK((rc[3].at("tensor") == "other" && rc[3].at("codec") == "torch.sign"));
+}
+
+namespace {
+
+// The layers of a small model over `steps` steps: two compressed tensors and one below the
+// pipeline's min_compress_elements (sent dense), heavy-tailed and correlated in time.
+std::vector<std::vector<std::vector<float>>> model_steps(std::size_t steps) {
+  std::vector<std::size_t> const sizes = {6000, 300, 20000};
+  std::vector<std::vector<std::vector<float>>> out(sizes.size());
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    for (std::size_t k = 0; k < steps; ++k) {
+      std::vector<float> g(sizes[t]);
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        double const x = std::sin(0.013 * double(i) + 0.7 * double(t) + 0.05 * double(k) * double(k));
+        double const spike = (i * 2654435761u + t * 97u + k * 31u) % 61u == 0 ? 8.0 : 1.0;
+        g[i] = static_cast<float>(spike * x * x * x * (1.0 + 0.1 * double(k)) + 0.01 * std::cos(0.3 * double(i)));
+      }
+      out[t].push_back(std::move(g));
+    }
+  }
+  return out;
+}
+
+double norm_sq(std::span<float const> v) {
+  double s = 0;
+  for (float x : v) s += double(x) * x;
+  return s;
+}
+
+struct direct_step {
+  std::string sent;
+  double factor = 1;
+  std::size_t bytes = 0;
+};
+
+// Controller `spec` driven directly: the statistics of the pipeline's step protocol (one rank)
+// computed here from the layers: g_ef = g + residual per compressed tensor, its packet at the
+// plan's first factor and re-compressed at each further one, their squared norms summed over
+// the tensors; then `decide`, and the residual updated as the decision says.
+std::vector<direct_step> drive_directly(std::string const& spec, std::string const& codec_spec,
+                                        std::vector<std::vector<std::vector<float>>> const& layers) {
+  gc::any_controller ctrl = gc::make_controller(spec);
+  gc::any_codec const base = gc::make_codec(codec_spec);
+  std::vector<std::vector<float>> residual(layers.size());
+  std::vector<direct_step> out;
+  for (std::size_t k = 0; k < layers.front().size(); ++k) {
+    gc::step_plan const plan = ctrl.plan();
+    std::size_t const levels = plan.measure.size();
+    gc::step_stats s;
+    s.step = plan.step;
+    s.batch_size = 1;
+    s.workers = 1;
+    s.compressed_norm_sq.assign(levels, 0.0);
+    gc::codec_context ctx;
+    ctx.seed = tool::measure_seed;
+    ctx.step = static_cast<std::uint32_t>(k);
+    std::vector<std::vector<float>> gef(layers.size());
+    std::vector<std::vector<std::vector<std::byte>>> packets(layers.size());
+    for (std::size_t t = 0; t < layers.size(); ++t) {
+      std::vector<float> const& g = layers[t][k];
+      if (g.size() < 4096) continue;  // min_compress_elements: dense, no feedback
+      if (residual[t].empty()) residual[t].assign(g.size(), 0.0f);
+      gef[t].resize(g.size());
+      for (std::size_t i = 0; i < g.size(); ++i) gef[t][i] = residual[t][i] + g[i];
+      s.ef_norm_sq += norm_sq(gef[t]);
+      for (std::size_t l = 0; l < levels; ++l) {
+        std::vector<std::byte> p;
+        if (l == 0) {
+          gc::any_codec const c0 = base.with_budget(gc::sparse_budget::factor(plan.measure[0]));
+          p.resize(c0.max_compressed_bytes(g.size()));
+          p.resize(c0.compress(gc::tensor_view<float const>(std::span<float const>(gef[t])), p, ctx));
+        } else {
+          std::uint64_t const kept = gc::sparse_budget::factor(plan.measure[l]).kept(g.size());
+          p.resize(gc::max_recompressed_bytes(packets[t].back(), kept));
+          p.resize(gc::recompress_sparse(packets[t].back(), kept, p, ctx));
+        }
+        std::vector<float> d(g.size(), 0.0f);
+        gc::decompress_any(std::span<std::byte const>(p), std::span<float>(d), 1.0f, true, ctx);
+        s.compressed_norm_sq[l] += norm_sq(d);
+        packets[t].push_back(std::move(p));
+      }
+    }
+    gc::decision const d = ctrl.decide(s);
+    std::size_t const at = d.packet(levels);
+    direct_step r;
+    r.sent = gc::send_kind_name(d.send);
+    r.factor = d.factor;
+    for (std::size_t t = 0; t < layers.size(); ++t) {
+      std::size_t const n = layers[t][k].size();
+      if (gef[t].empty()) {
+        r.bytes += 4 * n;
+        continue;
+      }
+      if (at == gc::decision::npos) {
+        r.bytes += 4 * n;
+        if (d.residual == gc::residual_rule::zero) std::fill(residual[t].begin(), residual[t].end(), 0.0f);
+        continue;
+      }
+      r.bytes += packets[t][at].size();
+      std::vector<float> dec(n, 0.0f);
+      gc::decompress_any(std::span<std::byte const>(packets[t][at]), std::span<float>(dec), 1.0f, true, ctx);
+      for (std::size_t i = 0; i < n; ++i) residual[t][i] = gef[t][i] - dec[i];
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gradcomp-bench --controller: the sequence equals the controller driven directly") {
+  scratch s;
+  auto const layers = model_steps(16);
+  std::vector<tool::capture_entry> entries;
+  char const* names[] = {"conv.weight", "conv.bias", "fc.weight"};
+  for (std::size_t t = 0; t < layers.size(); ++t) {
+    for (std::size_t k = 0; k < layers[t].size(); ++k) {
+      fs::path const dir = s / "cap" / ("step_" + std::to_string(k));
+      fs::create_directories(dir);
+      tool::write_npy(dir / (std::string(names[t]) + ".npy"), layers[t][k]);
+      entries.push_back({k, names[t], dir / (std::string(names[t]) + ".npy")});
+    }
+  }
+  tool::write_capture_index(s / "cap", entries);
+
+  std::vector<std::string> const specs = {"schedule:0=10,4=50,9=1,12=200",
+                                          "ef_window:min=10,max=400,window=3,max_delay=2",
+                                          "gravac:theta_min=10,theta_max=400,window=3,epsilon=0.1",
+                                          "static:factor=100"};
+  std::string args = q(s / "cap") + " --codec topk:ratio=0.01 -q --csv " + q(s / "ctl.csv") + " --json " + q(s / "ctl.json");
+  for (auto const& spec : specs) args += " --controller " + spec;
+  result const r = run_tool(s, args);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  // the controller CSV, one line per controller and step
+  std::ifstream f(s / "ctl.csv");
+  std::string line;
+  std::getline(f, line);
+  REQUIRE(line == tool::controller_csv_header);
+  std::map<std::string, std::vector<std::vector<std::string>>> by_ctrl;
+  while (std::getline(f, line)) {
+    std::vector<std::string> const v = tool::csv_split(line, "ctl.csv");
+    REQUIRE(v.size() == 11);
+    by_ctrl[v[0]].push_back(v);
+  }
+  for (auto const& spec : specs) {
+    INFO(spec);
+    bool moved = false;
+    auto const want = drive_directly(spec, "topk:ratio=0.01", layers);
+    auto const& got = by_ctrl[spec];
+    REQUIRE(got.size() == want.size());
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      INFO("step " << k);
+      CHECK(got[k][2] == std::to_string(k));
+      CHECK(got[k][3] == want[k].sent);
+      check_printed(got[k][4], want[k].factor);
+      CHECK(got[k][5] == tool::codec_at_factor("topk:ratio=0.01", want[k].factor));
+      CHECK(std::stoull(got[k][6]) == want[k].bytes);
+      CHECK(got[k][7] == std::to_string(4 * (6000 + 300 + 20000)));
+      CHECK(got[k][9] == (want[k].sent == "dense" ? "0" : "2"));
+      if (k > 0 && got[k][4] != got[k - 1][4]) moved = true;
+    }
+    // every controller but the static one changes its factor on these inputs
+    CHECK(moved == (spec.rfind("static", 0) != 0));
+  }
+  CHECK(slurp(s / "ctl.json").find("\"controller\": \"ef_window:min=10,max=400,window=3,max_delay=2\"") !=
+        std::string::npos);
+
+  // the table on stdout
+  result const t = run_tool(s, q(s / "cap") + " --controller static:factor=100 --steps 3");
+  INFO(t.err);
+  REQUIRE(t.status == 0);
+  CHECK(t.out.find("controller static:factor=100 with topk:ratio=0.01") != std::string::npos);
+  CHECK(t.out.find("total: ") != std::string::npos);
+
+  // bad combinations: one line, status 2
+  for (auto const& [a, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"--controller gravac:bogus=1", "--controller 'gravac:bogus=1'"},
+           {"--controller static:factor=10 --codec qsgd:levels=7", "with --codec 'qsgd:levels=7'"},
+           {"--controller static:factor=10 --codec topk:ratio=0.1 --codec fp16", "takes one --codec"},
+           {"--controller static:factor=10 --plot x.png", "--plot"},
+       }) {
+    result const b = run_tool(s, q(s / "cap") + " " + a);
+    INFO(a << ": " << b.err);
+    CHECK(b.status == 2);
+    CHECK(b.err.find(expect) != std::string::npos);
+    CHECK(std::count(b.err.begin(), b.err.end(), '\n') == 1);
   }
 }

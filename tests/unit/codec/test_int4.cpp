@@ -20,12 +20,6 @@ namespace {
 using namespace gradcomp_test;
 namespace gc = gradcomp;
 
-double ulp_of(double v) {
-  v = std::fabs(v);
-  if (v < FLT_MIN) return FLT_TRUE_MIN;
-  return std::ldexp(1.0, std::ilogb(v) - 23);
-}
-
 /// Checks the scales and the error bound of an int4 packet of `x` with bucket parameter
 /// `bucket`.
 ///
@@ -140,11 +134,11 @@ TEST_CASE("int4 packets and decodes agree at every ISA level for every tail", "[
         CAPTURE(gc::cpu::isa_name(level));
         REQUIRE(compress(c, x, serial_ctx(level)) == ref);
         auto const out = decompress<float>(c, ref, n, serial_ctx(level));
-        REQUIRE(std::memcmp(out.data(), ref_out.data(), 4 * n) == 0);
+        REQUIRE((n == 0 || std::memcmp(out.data(), ref_out.data(), 4 * n) == 0));  // memcmp takes no null
         std::vector<float> add(n, 0.25f);
         c.decompress_add(std::span<std::byte const>(ref), std::span<float>(add), -0.75f,
                          serial_ctx(level));
-        REQUIRE(std::memcmp(add.data(), ref_add.data(), 4 * n) == 0);
+        REQUIRE((n == 0 || std::memcmp(add.data(), ref_add.data(), 4 * n) == 0));
       }
     }
   }

@@ -18,12 +18,6 @@ namespace {
 using namespace gradcomp_test;
 namespace gc = gradcomp;
 
-double ulp_of(double v) {
-  v = std::fabs(v);
-  if (v < FLT_MIN) return FLT_TRUE_MIN;
-  return std::ldexp(1.0, std::ilogb(v) - 23);
-}
-
 /// Checks the ranges and the error bound of an int8 packet of `x` with bucket length `blen`.
 ///
 /// Error bound, with S = (hi - lo) / 255 and M = max(|lo|, |hi|): the encoder computes

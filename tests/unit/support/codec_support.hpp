@@ -14,6 +14,7 @@
 #include "golden_packets.hpp"
 
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -109,6 +110,14 @@ std::vector<T> convert_to(std::vector<float> const& x) {
 // ---------------------------------------------------------------------------------------------
 // Bits and bytes.
 // ---------------------------------------------------------------------------------------------
+
+/// The spacing of float32 values at |v| (one unit in the last place); FLT_TRUE_MIN below the
+/// normal range. The error bounds of the quantizing codecs' tests are written in it.
+inline double ulp_of(double v) {
+  v = std::fabs(v);
+  if (v < FLT_MIN) return FLT_TRUE_MIN;
+  return std::ldexp(1.0, std::ilogb(v) - 23);
+}
 
 inline std::uint32_t bits_of(float f) noexcept { return std::bit_cast<std::uint32_t>(f); }
 inline float float_of(std::uint32_t b) noexcept { return std::bit_cast<float>(b); }
