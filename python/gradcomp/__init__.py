@@ -36,7 +36,7 @@ from ._C import (  # noqa: F401
     inspect,
 )
 from .capture import Capture, capture  # noqa: F401
-from .ddp import GradcompState, hook  # noqa: F401
+from .ddp import GradcompState, hook, packet_hook  # noqa: F401
 from .demo import DeMo  # noqa: F401
 from .onebit_adam import OneBitAdam  # noqa: F401
 from .diloco import DiLoCo  # noqa: F401
@@ -60,4 +60,5 @@ __all__ = [
     "has_cuda",
     "hook",
     "inspect",
+    "packet_hook",
 ]

@@ -8,6 +8,12 @@ DDP waits for. One DDP iteration is one pipeline step: buckets are compressed as
 (overlapping the backward pass); the last bucket of the iteration starts the exchange, and every
 bucket's future then completes with its average (the hook divides by the world size, as DDP's
 contract asks), or fails on every rank with the step's error.
+
+CUDA buckets take the packet path instead (gradcomp/packets.py): each bucket is compressed on
+its device with ``gradcomp.Codec``, the packets are all-gathered over the process group (NCCL),
+decoded and averaged on the device, with the residuals of error feedback on the device too.
+``packet_hook`` runs that path on CPU buckets as well (over gloo), which is how it is tested
+without a GPU.
 """
 
 import atexit
@@ -19,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C, _options
+from .packets import PacketExchange, check_saved
 
 # The options a state takes: the table of gradcomp/_options.py (names, types, defaults, meanings).
 _D = _options.DEFAULTS
@@ -49,7 +56,7 @@ def process_group_of(group):
         "dist.new_group(...)) or None, got %s" % type(group).__name__)
 
 
-def _bound_group_timeout(group, timeout_s):
+def _bound_group_timeout(group, timeout_s, device=None):
     """Lowers the process group's own timeout to ``timeout_s`` where it is longer.
 
     The engine stops waiting for an exchange after ``timeout_s``, but the process group's
@@ -63,7 +70,7 @@ def _bound_group_timeout(group, timeout_s):
     backend that does not say its timeout."""
     want = timedelta(seconds=timeout_s)
     try:
-        current = group._get_backend(torch.device("cpu")).options._timeout
+        current = group._get_backend(device or torch.device("cpu")).options._timeout
     except (AttributeError, RuntimeError, ValueError):
         return
     if current > want:
@@ -103,6 +110,9 @@ class GradcompState:
         self._engine = None
         self._param_index = {}
         self._device = None
+        self._path = None      # "engine" (the C++ pipeline) or "packets", fixed by the first bucket
+        self._packets = None   # the PacketExchange of the packet path
+        self._pending_packets = None  # a packet-path state_dict loaded before its first bucket
         self._make_engine()
 
     # -- configuration -----------------------------------------------------------------------
@@ -134,6 +144,7 @@ class GradcompState:
         gradcomp thread is left to touch Python objects while the interpreter shuts down;
         call it yourself (before ``dist.destroy_process_group()``) to end sooner."""
         engine, self._engine = self._engine, None
+        self._packets = None
         _open_states.discard(self)
         del engine  # the binding joins the worker without the GIL
 
@@ -142,49 +153,89 @@ class GradcompState:
     @property
     def iteration(self):
         """DDP iterations handled so far (plain all-reduce ones included)."""
-        return self._live().iteration
+        engine = self._live()
+        if self._packets is not None:
+            return self._packets.iteration
+        if self._pending_packets is not None:
+            return self._pending_packets["iteration"]
+        return engine.iteration
 
     @property
     def last_stats(self):
         """Statistics of the last iteration: bytes_sent, wire_bytes, factor, gain, tensors,
         compressed_tensors, messages, compress_s, communicate_s, decode_s, total_s, sent, and
         the divergence guard's guard ("none", "skipped", "dense"), gradient_norm,
-        residual_norm and loss (NaN where not measured)."""
-        return self._live().last_stats()
+        residual_norm and loss (NaN where not measured). On the packet path (CUDA buckets) the
+        times other than total_s, the gain and the norms are not measured (NaN); wire_bytes is what
+        the all-gathers of the padded messages send."""
+        engine = self._live()
+        return dict(self._packets.last) if self._packets is not None else engine.last_stats()
 
     def report_loss(self, loss):
         """Gives this rank's loss of the coming iteration to the divergence guard (call it
         before ``backward()``; a tensor is read with ``.item()``). Optional: without it the guard
         watches the gradient and the residual only."""
-        self._live().report_loss(float(loss.item() if hasattr(loss, "item") else loss))
+        value = float(loss.item() if hasattr(loss, "item") else loss)
+        engine = self._live()
+        if self._packets is None:  # the packet path has no guard (guard="off"): nothing to do
+            engine.report_loss(value)
 
     @property
     def totals(self):
         """Totals since the start: iterations, bytes_sent, hook_s (first bucket in to last
         future done, summed), layout_changes."""
-        return self._live().totals()
+        engine = self._live()
+        return dict(self._packets.totals) if self._packets is not None else engine.totals()
 
     def wait(self):
         """Blocks until every bucket handed to the hook has been exchanged."""
-        self._live().wait_idle()
+        engine = self._live()
+        if self._packets is not None:
+            self._packets.wait()
+        else:
+            engine.wait_idle()
 
     # -- checkpointing ------------------------------------------------------------------------
 
     def state_dict(self):
         """Everything needed to resume: options, iteration, residuals, controller, PowerSGD
-        factors (bytes in the library's checkpoint format, docs/wire-format.md)."""
-        return {"version": 1, "options": dict(self._options), "engine": self._live().save()}
+        factors (bytes in the library's checkpoint format, docs/wire-format.md). On the packet
+        path (CUDA buckets): its counters and residuals (CPU tensors) under "packets"."""
+        engine = self._live()
+        if self._path == "packets":
+            return {"version": 1, "options": dict(self._options), "packets": self._packets.save()}
+        if self._pending_packets is not None:
+            return {"version": 1, "options": dict(self._options), "packets": self._pending_packets}
+        return {"version": 1, "options": dict(self._options), "engine": engine.save()}
 
     def load_state_dict(self, state):
         """Restores a ``state_dict``; the options must match. A malformed or mismatched state
-        raises FormatError and changes nothing."""
-        if not isinstance(state, dict) or state.get("version") != 1 or "engine" not in state:
+        raises FormatError and changes nothing; a state of the other path (the C++ engine's
+        into a state that runs the packet path, or the reverse) raises ConfigError."""
+        if not isinstance(state, dict) or state.get("version") != 1 or ("engine" in state) == ("packets" in state):
             raise _C.FormatError("gradcomp: not a GradcompState state_dict (version 1)")
+        engine = self._live()
         if state.get("options") != self._options:
             raise _C.FormatError(
                 "gradcomp: the state_dict was saved with options %r, this state has %r"
                 % (state.get("options"), self._options))
-        self._live().load(state["engine"])
+        if "packets" in state:
+            saved = check_saved(state["packets"])
+            if self._path == "engine":
+                raise _C.ConfigError(
+                    "gradcomp: load_state_dict: the state_dict is the packet path's (CUDA buckets, "
+                    "packet_hook), this state runs the C++ engine (CPU buckets through gradcomp.hook)")
+            if self._packets is not None:
+                self._packets.load(saved)
+            else:
+                self._pending_packets = saved  # taken by the packet path at its first bucket
+            return
+        if self._path == "packets":
+            raise _C.ConfigError(
+                "gradcomp: load_state_dict: the state_dict is the C++ engine's (CPU buckets through "
+                "gradcomp.hook), this state runs the packet path (CUDA buckets, packet_hook)")
+        engine.load(state["engine"])
+        self._pending_packets = None
 
     def __getstate__(self):
         # Like PyTorch's PowerSGDState: the process group is not pickled; the unpickled state
@@ -197,19 +248,23 @@ class GradcompState:
         self._engine = None
         self._param_index = {}
         self._device = None
+        self._path = None
+        self._packets = None
+        self._pending_packets = None
         self._make_engine()
-        self._engine.load(state["engine"])
+        if "packets" in state:
+            self._pending_packets = check_saved(state["packets"])
+        else:
+            self._engine.load(state["engine"])
 
 
-# What the hook does not run on CUDA buckets in this release (docs/pytorch.md, "CUDA tensors").
-_NOT_ON_CUDA = ("codec", "feedback", "controller", "guard", "two_way", "PowerSGD", "start_iter",
-                "state_dict")
 
-
-def _check_device(state, bucket):
-    """The hook's device rules: every bucket of a model on one device, and that device the CPU.
-    A model with parameters on several devices, or on a CUDA device, raises ConfigError saying
-    so (before anything is queued, so the engine's state is untouched)."""
+def _check_device(state, bucket, path):
+    """The hook's device rules: every bucket of a model on one device (a bucket that mixes
+    devices, or a model with buckets on two devices, raises ConfigError naming both), on the CPU
+    or a CUDA device (any other device raises ConfigError), and one path per state ("engine":
+    CPU buckets through the C++ pipeline; "packets": the packet path). Checked before anything is
+    queued, so a refused bucket leaves the state as it was."""
     buffer = bucket.buffer()
     device = buffer.device
     for p in bucket.parameters():
@@ -217,19 +272,44 @@ def _check_device(state, bucket):
             raise _C.ConfigError(
                 "gradcomp: DDP bucket %d holds parameters on %s and %s; the gradcomp hook takes a "
                 "model whose parameters are all on one device" % (bucket.index(), device, p.device))
-    if state._device is None:
-        state._device = device
-    elif device != state._device:
+    if state._device is not None and device != state._device:
         raise _C.ConfigError(
             "gradcomp: the DDP model has parameters on several devices (%s and %s); the gradcomp "
             "hook takes a model whose parameters are all on one device" % (state._device, device))
-    if device.type != "cpu":
+    if device.type not in ("cpu", "cuda"):
         raise _C.ConfigError(
-            "gradcomp: the DDP hook compresses CPU buckets; this model is on %s. On %s buckets this "
-            "release runs none of the hook's options (%s): docs/pytorch.md, \"CUDA tensors\". "
-            "Train the model on the CPU (gloo), or use PyTorch's own hooks for GPU buckets; "
-            "gradcomp.Codec compresses CUDA tensors for an exchange of your own"
-            % (device, device.type, ", ".join(_NOT_ON_CUDA)))
+            "gradcomp: the DDP hook takes CPU buckets (the C++ pipeline) and CUDA buckets (the packet "
+            "path: docs/pytorch.md, \"CUDA tensors\"); this model is on %s" % device)
+    if state._path is not None and path != state._path:
+        raise _C.ConfigError(
+            "gradcomp: this GradcompState runs the %s; one state takes one path (gradcomp.hook on CPU "
+            "buckets: the C++ pipeline; on CUDA buckets, or through gradcomp.ddp.packet_hook: the "
+            "packet path): make a state for each" % (
+                "C++ pipeline" if state._path == "engine" else "packet path"))
+    if path == "engine" and state._pending_packets is not None:
+        raise _C.ConfigError(
+            "gradcomp: this GradcompState holds a packet-path state_dict (CUDA buckets, packet_hook) "
+            "from load_state_dict; the C++ engine (CPU buckets through gradcomp.hook) cannot take it "
+            "over: use a fresh state")
+    if path == "packets" and state._packets is None:
+        if state._live().iteration > 0:
+            # a state_dict loaded into the C++ engine (residuals, iteration) would be dropped
+            raise _C.ConfigError(
+                "gradcomp: this GradcompState holds the C++ engine's state of %d iterations (from "
+                "load_state_dict); the packet path (CUDA buckets, packet_hook) cannot take it over: "
+                "use a fresh state" % state._live().iteration)
+        # the options are checked against the packet path here (ConfigError listing what it
+        # does not run), before the state takes the device or the path
+        packets = PacketExchange(state._group(), state._options, device)
+        if state._pending_packets is not None:
+            packets.load(state._pending_packets)
+            state._pending_packets = None
+        state._packets = packets
+        if device.type != "cpu":
+            _bound_group_timeout(state._group(), state._options["timeout_s"], device)
+    state._device = device
+    state._path = path
+
 
 GradcompState.__doc__ = _options.docstring(
     """State of the gradcomp DDP hook: pass it with ``gradcomp.hook`` to
@@ -266,9 +346,25 @@ def hook(state, bucket):
     """The DDP communication hook: ``ddp_model.register_comm_hook(state, gradcomp.hook)``.
 
     Returns a ``torch.futures.Future`` that completes with the bucket averaged over the ranks
-    (in place). The exchange runs on gradcomp's worker thread; autograd goes on meanwhile.
-    Buckets must be CPU tensors of a model on one device (ConfigError otherwise)."""
+    (in place). CPU buckets go through the C++ pipeline, on gradcomp's worker thread (autograd
+    goes on meanwhile); CUDA buckets through the packet path (gradcomp/packets.py: compressed,
+    exchanged and decoded on the bucket's device, on torch's current stream), which runs the
+    options ``packets.check_options`` allows and refuses the others with ConfigError. A model
+    on one device only (ConfigError otherwise)."""
     state._live()
-    _check_device(state, bucket)
+    if bucket.buffer().device.type == "cuda":
+        return packet_hook(state, bucket)
+    _check_device(state, bucket, "engine")
     views, shapes, keys = _pieces(state, bucket)
     return state._live().submit(bucket.index(), bucket.buffer(), views, shapes, keys, bucket.is_last())
+
+
+def packet_hook(state, bucket):
+    """The packet path as a DDP communication hook, on buckets of any device the codec API
+    takes: what ``hook`` runs on CUDA buckets, here on CPU buckets too (over gloo), to compare
+    it with the C++ pipeline or to test it without a GPU. Same options, refusals and future as
+    ``hook`` on CUDA buckets."""
+    state._live()
+    _check_device(state, bucket, "packets")
+    views, _, keys = _pieces(state, bucket)
+    return state._packets.exchange(bucket.index(), bucket.buffer(), views, keys, bucket.is_last())

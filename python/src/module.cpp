@@ -936,11 +936,10 @@ PYBIND11_MODULE(_C, m) {
              py::list keys, bool is_last) {
             if (!buffer.device().is_cpu()) {
               throw gc::config_error(
-                  "gradcomp: the DDP hook compresses CPU buckets; this bucket is on " + buffer.device().str() +
-                  ". On CUDA buckets this release runs none of the hook's options (codec, feedback, controller, "
-                  "guard, two_way, PowerSGD, start_iter, state_dict): docs/pytorch.md, \"CUDA tensors\". Train "
-                  "the model on the CPU (gloo), or use PyTorch's own hooks for CUDA buckets; gradcomp.Codec "
-                  "compresses CUDA tensors for an exchange of your own");
+                  "gradcomp: the DDP hook's C++ engine compresses CPU buckets; this bucket is on " +
+                  buffer.device().str() +
+                  ". gradcomp.hook sends CUDA buckets through its packet path (gradcomp/packets.py: "
+                  "docs/pytorch.md, \"CUDA tensors\") instead of this engine");
             }
             std::vector<piece> pieces;
             if (views.empty()) {

@@ -9,8 +9,11 @@ standing in for CUDA ones. The device codecs themselves are checked against the 
 host emulation by the C++ test gradcomp_cuda_python_codec_test (tests/cuda/python_codec_host.cu).
 
 With a GPU: `Codec(spec)` on CUDA tensors against the same codec on the CPU, byte for byte
-(packets, decoded tensors, decompress_add), and its refusals. These tests are skipped, with the
-reason, where there is no GPU or the package has no CUDA part."""
+(packets, decoded tensors, decompress_add), and its refusals; the DDP hook on CUDA buckets (its
+packet path, gradcomp/packets.py) over NCCL and over gloo against the same path on CPU copies of
+the buckets, bit for bit, and a CUDA model trained through it. These tests are skipped, with the
+reason, where there is no GPU or the package has no CUDA part (the packet path itself runs on
+CPU buckets in test_packet_path.py)."""
 
 import shutil
 
@@ -149,17 +152,16 @@ class _Bucket:
 def _device_rules(rank, world):
     state = gradcomp.GradcompState(codec="topk:ratio=0.5", feedback="residual", start_iter=0)
     try:
-        # A bucket off the CPU: refused before anything is queued, listing what does not run.
+        # A bucket on neither the CPU nor a CUDA device: refused before anything is queued.
         meta = torch.zeros(8, device="meta")
         with pytest.raises(gradcomp.ConfigError) as e:
             gradcomp.hook(state, _Bucket(0, meta, [torch.nn.Parameter(meta)]))
-        for word in ("this model is on meta", "codec", "feedback", "controller", "guard",
-                     "two_way", "PowerSGD", "start_iter", "state_dict", "CUDA tensors"):
+        for word in ("takes CPU buckets", "CUDA buckets (the packet path", "this model is on meta"):
             assert word in str(e.value), (word, str(e.value))
-        assert state.iteration == 0
+        assert state.iteration == 0 and state._path is None
 
-        # The engine refuses one too (a caller that bypasses the hook).
-        with pytest.raises(gradcomp.ConfigError, match="compresses CPU buckets; this bucket is on meta"):
+        # The C++ engine refuses one too (a caller that bypasses the hook).
+        with pytest.raises(gradcomp.ConfigError, match="C\\+\\+ engine compresses CPU buckets; this bucket is on meta"):
             state._engine.submit(0, meta, [], [], [], True)
 
         # A bucket whose parameters sit on two devices.
@@ -190,3 +192,124 @@ def _device_rules(rank, world):
 
 def test_hook_refuses_buckets_off_the_cpu_and_models_on_several_devices():
     assert all(run_ranks(_device_rules, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# The DDP hook on CUDA buckets (the packet path), on a GPU
+
+HOOK_CASES = [("topk:ratio=0.05", "residual"), ("fp16", "none"), ("randomk:ratio=0.05", "residual"),
+              ("qsgd:levels=15,bucket=256", "residual"), ("threshold:value=1.5", "residual"),
+              ("int8", "none")]
+
+
+def _hook_buckets(rank, step, device):
+    g = torch.Generator().manual_seed(5 + 31 * rank + 1000 * step)
+    return [torch.randn(6100, generator=g).to(device), torch.randn(5000, generator=g).to(device)]
+
+
+def _cuda_vs_cpu(rank, world, backend):
+    """The hook on CUDA buckets over `backend` against packet_hook on CPU copies over gloo."""
+    import torch.distributed as dist
+
+    cuda_group = dist.new_group(backend=backend) if backend != "gloo" else None
+    out = []
+    for spec, feedback in HOOK_CASES:
+        on_gpu = gradcomp.GradcompState(cuda_group, codec=spec, feedback=feedback, guard="off", seed=3)
+        on_cpu = gradcomp.GradcompState(codec=spec, feedback=feedback, guard="off", seed=3)
+        gpu_params = [[torch.nn.Parameter(torch.zeros(6000, device="cuda")),
+                       torch.nn.Parameter(torch.zeros(100, device="cuda"))],
+                      [torch.nn.Parameter(torch.zeros(5000, device="cuda"))]]
+        cpu_params = [[torch.nn.Parameter(torch.zeros(6000)), torch.nn.Parameter(torch.zeros(100))],
+                      [torch.nn.Parameter(torch.zeros(5000))]]
+        same = True
+        for step in range(3):
+            bufs = _hook_buckets(rank, step, "cuda")
+            futs = [gradcomp.hook(on_gpu, _Bucket(b, bufs[b], gpu_params[b], last=b == 1)) for b in range(2)]
+            cpu = [x.cpu() for x in _hook_buckets(rank, step, "cpu")]
+            ref = [gradcomp.packet_hook(on_cpu, _Bucket(b, cpu[b], cpu_params[b], last=b == 1)) for b in range(2)]
+            for f, r in zip(futs, ref):
+                got = f.wait()
+                assert got.is_cuda
+                same = same and torch.equal(_bits(got.cpu()), _bits(r.wait()))
+        stats = on_gpu.last_stats
+        out.append((spec, same, stats["bytes_sent"] == on_cpu.last_stats["bytes_sent"], on_gpu.iteration))
+        on_gpu.close()
+        on_cpu.close()
+    return out
+
+
+@needs_gpu
+def test_hook_on_cuda_buckets_over_nccl_equals_the_packet_path_on_cpu():
+    (rows,) = run_ranks(_cuda_vs_cpu, 1, "nccl")
+    for spec, same, same_bytes, iterations in rows:
+        assert same and same_bytes and iterations == 3, spec
+
+
+@needs_gpu
+def test_hook_on_cuda_buckets_over_gloo_two_processes_on_one_gpu():
+    # two ranks share the GPU (NCCL takes one rank per GPU; gloo carries CUDA tensors)
+    for rows in run_ranks(_cuda_vs_cpu, 2, "gloo"):
+        for spec, same, same_bytes, iterations in rows:
+            assert same and same_bytes and iterations == 3, spec
+
+
+def _train_cuda(rank, world):
+    import torch.distributed as dist
+
+    group = dist.new_group(backend="nccl")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0], process_group=group)
+    state = gradcomp.GradcompState(group, codec="topk:ratio=0.1", feedback="residual", guard="off")
+    ddp.register_comm_hook(state, gradcomp.hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(256, 64, generator=g).cuda()
+    y = (x[:, :10].argmax(1)).cuda()
+    losses = []
+    for _ in range(60):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    stats = state.last_stats
+    residual_devices = {str(r.device) for r in state._packets.residuals.values()}
+    saved = state.state_dict()["packets"]  # the residuals come back as CPU tensors
+    assert saved["iteration"] == 60 and all(r.device.type == "cpu" for r in saved["residuals"].values())
+    iterations = state.iteration
+    state.close()
+    return losses[0], losses[-1], stats["compressed_tensors"], residual_devices, iterations
+
+
+@needs_gpu
+def test_a_cuda_model_trains_through_the_hook_over_nccl():
+    ((first, last, compressed, devices, iterations),) = run_ranks(_train_cuda, 1)
+    assert last < 0.5 * first
+    assert compressed >= 1
+    assert devices == {"cuda:0"}
+    assert iterations == 60
+
+
+def _cuda_refusals(rank, world):
+    import torch.distributed as dist
+    group = dist.new_group(backend="nccl")
+    bucket = _Bucket(0, torch.ones(5000, device="cuda"), [torch.nn.Parameter(torch.zeros(5000, device="cuda"))])
+    messages = []
+    for options in (dict(codec="topk:ratio=0.1"), dict(codec="approx_topk:ratio=0.1", guard="off"),
+                    dict(codec="powersgd:rank=2", guard="off"), dict(two_way=True, guard="off")):
+        state = gradcomp.GradcompState(group, **options)
+        with pytest.raises(gradcomp.ConfigError) as e:
+            gradcomp.hook(state, bucket)
+        messages.append(str(e.value))
+        state.close()
+    return messages
+
+
+@needs_gpu
+def test_hook_on_cuda_buckets_refuses_what_the_packet_path_does_not_run():
+    (messages,) = run_ranks(_cuda_refusals, 1)
+    assert "guard='raise'" in messages[0]
+    assert "on CUDA tensors the codecs are" in messages[1]
+    assert "PowerSGD" in messages[2]
+    assert "two_way=True" in messages[3]
