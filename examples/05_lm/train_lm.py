@@ -325,6 +325,9 @@ def train_row(name, cfg, rank, train_tokens, windows):
         evals.append({"step": step, "tokens": step * tokens_per_step, "val_nats": nats,
                       "val_bpc": nats / math.log(2), "bytes_sent": sent, "wire_bytes": wire,
                       "wall_s": wall})
+        if rank == 0 and cfg.get("progress"):
+            print("train_lm.py: %s step %d: validation %.4f nats/byte, %.3f MB sent, %.1f s"
+                  % (name, step, nats, sent / 1e6, wall), file=sys.stderr, flush=True)
         return nats
 
     record(0)
@@ -459,6 +462,7 @@ def parse_args(argv):
     p.add_argument("--sparse-k", type=int, default=96, help="SparseLoCo's k per chunk (96/4096: 2.3 %%)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--quiet", action="store_true", help="no line per evaluation")
     p.add_argument("--timeout-s", type=float, default=1800.0,
                    help="gloo's timeout, and the parent's per row")
     p.add_argument("--data", default=None, help="corpus directory (corpus.py's; build/datasets/kjv)")
@@ -495,7 +499,9 @@ def config(args):
             "weight_decay", "warmup_frac", "min_lr_frac", "eval_every", "val_windows",
             "sync_every", "fragments", "overlap", "topk_ratio", "sparse_chunk", "sparse_k",
             "threads", "seed", "timeout_s")
-    return {k: getattr(args, k) for k in keys}
+    cfg = {k: getattr(args, k) for k in keys}
+    cfg["progress"] = not args.quiet
+    return cfg
 
 
 def availability(rows):
