@@ -353,9 +353,9 @@ def train_row(name, cfg, rank, train_tokens, windows):
                 if bad.item() > 0:
                     status = "diverged (validation loss not finite at step %d)" % done
                     break
+        sent, wire = row.bytes_sent()  # before close(): a closed GradcompState has no totals
     finally:
         row.close()
-    sent, wire = row.bytes_sent()
     return {"row": name, "status": status, "options": {k: str(v) for k, v in row.options.items()},
             "evals": evals, "train_loss": losses, "bytes_sent": sent, "wire_bytes": wire,
             "wall_s": wall, "steps": len(losses)}
