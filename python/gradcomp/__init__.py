@@ -10,7 +10,9 @@ Two lines make a DistributedDataParallel model send compressed gradients::
 The codec API (``Codec``, ``decompress``, ``inspect``) compresses CPU tensors into uint8
 packets and back, for people who write their own exchange; ``Codec`` also compresses CUDA
 tensors on the GPU where the package was built with its CUDA part (``has_cuda``; the codecs it
-carries: ``cuda_codecs``). Errors are ``gradcomp.Error`` and its
+carries: ``cuda_codecs``). Two optimizers exchange for you, every step, over a process group:
+``DeMo`` (Decoupled Momentum Optimization on the ``dct_sign`` codec) and ``OneBitAdam`` (the
+library's calibrated 1-bit Adam). Errors are ``gradcomp.Error`` and its
 kinds (``ConfigError``, ``FormatError``, ``NumericError``, ``CommError``), with the C++ library's
 messages. See docs/pytorch.md.
 """
@@ -34,6 +36,8 @@ from ._C import (  # noqa: F401
 )
 from .capture import Capture, capture  # noqa: F401
 from .ddp import GradcompState, hook  # noqa: F401
+from .demo import DeMo  # noqa: F401
+from .onebit_adam import OneBitAdam  # noqa: F401
 
 __all__ = [
     "Capture",
@@ -41,11 +45,13 @@ __all__ = [
     "CommError",
     "Communicator",
     "ConfigError",
+    "DeMo",
     "Error",
     "FormatError",
     "GradcompState",
     "capture",
     "NumericError",
+    "OneBitAdam",
     "cuda_codecs",
     "decompress",
     "has_cuda",

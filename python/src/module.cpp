@@ -11,7 +11,9 @@
 //   - `decompress`, `inspect`: any packet, stateless;
 //   - `Engine`: the DDP hook's engine (ddp_engine.hpp) over a torch.distributed process group;
 //   - `Communicator`: the library's collectives over a process group, for tests and for users
-//     who exchange tensors themselves.
+//     who exchange tensors themselves;
+//   - `CalibratedOnebitAdamGroup`: the library's calibrated 1-bit Adam over a process group
+//     (gradcomp.OneBitAdam), in the optimizers section at the end of the anonymous namespace.
 
 #include "cuda_codec.hpp"
 #include "ddp_engine.hpp"
@@ -21,7 +23,9 @@
 #include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/comm/c10d.hpp>
+#include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/core/wire.hpp>
+#include <gradcomp/optim/calibrated_onebit_adam.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
 #include <gradcomp/version.hpp>
 
@@ -36,6 +40,8 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -43,6 +49,7 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace py = pybind11;
 namespace gc = gradcomp;
@@ -514,6 +521,247 @@ struct engine_deleter {
   }
 };
 
+// ============================================================================================
+// Optimizers (issue 33): the library's calibrated 1-bit Adam (optim/calibrated_onebit_adam.hpp)
+// over a process group, for gradcomp.OneBitAdam (python/gradcomp/onebit_adam.py). One C++
+// optimizer per parameter (its rows: the parameter's first dimension, 0 for a vector), tensor
+// id = the parameter's index, every step over gc::c10d_communicator.
+// ============================================================================================
+
+using calibrated_adam = gc::calibrated_onebit_adam<gc::any_codec>;
+
+// The options of calibrated_onebit_adam (and its adam_options) by their C++ names.
+py::dict calibrated_adam_defaults() {
+  gc::calibrated_onebit_adam_options const o{};
+  py::dict d;
+  d["codec"] = std::string("onebit");
+  d["lr"] = o.adam.lr;
+  d["beta1"] = o.adam.beta1;
+  d["beta2"] = o.adam.beta2;
+  d["eps"] = o.adam.eps;
+  d["weight_decay"] = o.adam.weight_decay;
+  d["decay"] = std::string(o.adam.decay == gc::weight_decay_mode::decoupled ? "decoupled" : "l2");
+  d["sync_first"] = o.sync_first;
+  d["sync_every"] = o.sync_every;
+  d["sketch"] = o.sketch;
+  d["sketch_first"] = o.sketch_first;
+  d["seed"] = o.seed;
+  return d;
+}
+
+// The C++ options of a dict holding every name of calibrated_adam_defaults (checked by the
+// caller), for a parameter of `rows` rows; config_error naming the first invalid one.
+gc::calibrated_onebit_adam_options calibrated_adam_options(py::dict const& d, std::size_t rows) {
+  gc::calibrated_onebit_adam_options o;
+  o.adam.lr = py::cast<double>(d["lr"]);
+  o.adam.beta1 = py::cast<double>(d["beta1"]);
+  o.adam.beta2 = py::cast<double>(d["beta2"]);
+  o.adam.eps = py::cast<double>(d["eps"]);
+  o.adam.weight_decay = py::cast<double>(d["weight_decay"]);
+  std::string const decay = py::cast<std::string>(d["decay"]);
+  if (decay == "l2") o.adam.decay = gc::weight_decay_mode::l2;
+  else if (decay == "decoupled") o.adam.decay = gc::weight_decay_mode::decoupled;
+  else throw gc::config_error("gradcomp: OneBitAdam decay must be 'l2' or 'decoupled', got '" + decay + "'");
+  o.rows = rows;
+  o.sync_first = py::cast<std::uint64_t>(d["sync_first"]);
+  o.sync_every = py::cast<std::uint64_t>(d["sync_every"]);
+  o.sketch = py::cast<std::size_t>(d["sketch"]);
+  o.sketch_first = py::cast<std::size_t>(d["sketch_first"]);
+  o.seed = py::cast<std::uint64_t>(d["seed"]);
+  return o;
+}
+
+// A contiguous float32 CPU tensor as a span (checked; `what` names it in the error).
+std::span<float> float32_span(at::Tensor const& t, std::string const& what) {
+  if (!t.device().is_cpu() || t.scalar_type() != at::kFloat || !t.is_contiguous()) {
+    throw gc::config_error("gradcomp: OneBitAdam takes contiguous float32 CPU tensors; " + what + " is " +
+                           std::string(c10::toString(t.scalar_type())) + " on " + t.device().str() +
+                           (t.is_contiguous() ? "" : ", not contiguous"));
+  }
+  return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())};
+}
+
+// The optimizers of a model's parameters over one process group (gradcomp.OneBitAdam's engine).
+class calibrated_adam_group {
+ public:
+  calibrated_adam_group(c10::intrusive_ptr<::c10d::ProcessGroup> pg, double timeout_s)
+      : comm_(std::move(pg),
+              gc::c10d_options{std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000))}) {}
+
+  // Adds the optimizer of parameter `index` (the next one): `options` by the C++ names.
+  void add(std::string const& codec, py::dict const& options, std::size_t rows) {
+    gc::calibrated_onebit_adam_options const o = calibrated_adam_options(options, rows);
+    opts_.emplace_back(gc::make_codec(codec), o);
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return opts_.size(); }
+  [[nodiscard]] int rank() const noexcept { return comm_.rank(); }
+  [[nodiscard]] int world() const noexcept { return comm_.size(); }
+
+  // One step of every parameter, in index order, each with its group's lr. Checked before
+  // anything changes, on every rank alike: the sizes (config_error) and finite gradients on
+  // every rank (one all-reduce of a flag; numeric_error). Returns the bytes of the step.
+  py::dict step(std::vector<at::Tensor> const& params, std::vector<at::Tensor> const& grads,
+                std::vector<double> const& lrs) {
+    std::size_t const n = opts_.size();
+    if (params.size() != n || grads.size() != n || lrs.size() != n) {
+      throw gc::config_error("gradcomp: OneBitAdam.step needs one parameter, gradient and lr per optimizer (" +
+                             std::to_string(n) + ")");
+    }
+    std::vector<std::span<float>> xs(n);
+    std::vector<std::span<float const>> gs(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      xs[i] = float32_span(params[i], "parameter " + std::to_string(i));
+      gs[i] = float32_span(grads[i], "the gradient of parameter " + std::to_string(i));
+      if (gs[i].size() != xs[i].size()) {
+        throw gc::config_error("gradcomp: OneBitAdam: the gradient of parameter " + std::to_string(i) + " has " +
+                               std::to_string(gs[i].size()) + " elements, the parameter " +
+                               std::to_string(xs[i].size()));
+      }
+      auto const m = opts_[i].local_momentum();
+      if (!m.empty() && m.size() != xs[i].size()) {
+        throw gc::config_error("gradcomp: OneBitAdam: parameter " + std::to_string(i) + " has " +
+                               std::to_string(xs[i].size()) + " elements, " + std::to_string(m.size()) +
+                               " at the earlier steps");
+      }
+      if (!(std::isfinite(lrs[i]) && lrs[i] >= 0.0)) {
+        throw gc::config_error("gradcomp: OneBitAdam lr must be finite and >= 0, got " + std::to_string(lrs[i]));
+      }
+    }
+    py::dict out;
+    std::size_t packet = 0, wire = 0, elements = 0;
+    {
+      py::gil_scoped_release nogil;
+      std::uint8_t bad = 0;
+      for (std::size_t i = 0; i < n && bad == 0; ++i) {
+        for (float v : gs[i]) {
+          if (!std::isfinite(v)) {
+            bad = 1;
+            break;
+          }
+        }
+      }
+      std::uint8_t any = bad;
+      comm_.all_reduce(std::as_writable_bytes(std::span<std::uint8_t>(&any, 1)), gc::comm_type::u8,
+                       gc::reduce_op::max);
+      if (any != 0) {
+        throw gc::numeric_error(bad != 0 ? "gradcomp: OneBitAdam: a gradient of this rank is not finite; the step "
+                                           "changed nothing on any rank"
+                                         : "gradcomp: OneBitAdam: a gradient of another rank is not finite; the "
+                                           "step changed nothing on any rank");
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        opts_[i].set_lr(lrs[i]);
+        gc::codec_context ctx;
+        ctx.seed = opts_[i].options().seed;
+        ctx.step = static_cast<std::uint32_t>(opts_[i].steps());
+        gc::collective_result const r = opts_[i].step(
+            comm_, xs[i], gc::tensor_view<float const>(gs[i], static_cast<gc::tensor_id>(i)), ctx);
+        packet += r.packet_bytes;
+        wire += r.wire_bytes;
+        elements += xs[i].size();
+      }
+    }
+    out["packet_bytes"] = packet;
+    out["wire_bytes"] = wire;
+    out["dense_bytes"] = 4 * elements;
+    out["steps"] = n == 0 ? std::uint64_t{0} : opts_[0].steps();
+    return out;
+  }
+
+  [[nodiscard]] py::bytes save(std::size_t i) const {
+    auto const b = at(i).save();
+    return py::bytes(reinterpret_cast<char const*>(b.data()), b.size());
+  }
+  void load(std::size_t i, py::bytes const& b) {
+    std::string const s = b;
+    at(i).load(std::span<std::byte const>(reinterpret_cast<std::byte const*>(s.data()), s.size()));
+  }
+  [[nodiscard]] std::uint64_t steps(std::size_t i) const { return at(i).steps(); }
+  [[nodiscard]] double calibration(std::size_t i) const { return at(i).calibration(static_cast<std::size_t>(world())); }
+
+ private:
+  calibrated_adam& at(std::size_t i) {
+    if (i >= opts_.size()) throw gc::config_error("gradcomp: OneBitAdam has no parameter " + std::to_string(i));
+    return opts_[i];
+  }
+  calibrated_adam const& at(std::size_t i) const { return const_cast<calibrated_adam_group*>(this)->at(i); }
+
+  gc::c10d_communicator comm_;
+  std::vector<calibrated_adam> opts_;
+};
+
+// The C++ optimizer driven directly, without torch: `world` ranks as threads over the library's
+// in-process communicator, each parameter's `steps` gradients per rank given (grads[rank][step][i]),
+// from the parameters `x0`. Returns, per rank, the parameters after the steps and the bytes of
+// each step. For tests (tests/python/test_onebit_adam.py compares gradcomp.OneBitAdam with it).
+py::list drive_calibrated_adam(std::string const& codec, py::dict const& options, std::vector<std::size_t> rows,
+                               std::vector<std::vector<float>> const& x0,
+                               std::vector<std::vector<std::vector<std::vector<float>>>> const& grads,
+                               std::vector<double> const& lrs) {
+  std::size_t const world = grads.size();
+  std::size_t const n = x0.size();
+  if (world == 0 || rows.size() != n) throw gc::config_error("gradcomp: drive_calibrated_adam: bad shapes");
+  std::vector<gc::calibrated_onebit_adam_options> opts;
+  for (std::size_t i = 0; i < n; ++i) opts.push_back(calibrated_adam_options(options, rows[i]));
+  std::vector<std::vector<std::vector<float>>> xs(world, x0);
+  std::vector<std::vector<std::size_t>> bytes(world);
+  {
+    py::gil_scoped_release nogil;
+    gc::run_in_process(static_cast<int>(world), [&](gc::in_process_communicator& comm) {
+      auto const r = static_cast<std::size_t>(comm.rank());
+      std::vector<calibrated_adam> o;
+      for (std::size_t i = 0; i < n; ++i) o.emplace_back(gc::make_codec(codec), opts[i]);
+      for (std::size_t s = 0; s < grads[r].size(); ++s) {
+        std::size_t b = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          if (s < lrs.size()) o[i].set_lr(lrs[s]);
+          gc::codec_context ctx;
+          ctx.seed = opts[i].seed;
+          ctx.step = static_cast<std::uint32_t>(o[i].steps());
+          b += o[i].step(comm, std::span<float>(xs[r][i]),
+                         gc::tensor_view<float const>(std::span<float const>(grads[r][s][i]),
+                                                      static_cast<gc::tensor_id>(i)),
+                         ctx)
+                   .packet_bytes;
+        }
+        bytes[r].push_back(b);
+      }
+    });
+  }
+  py::list out;
+  for (std::size_t r = 0; r < world; ++r) out.append(py::make_tuple(xs[r], bytes[r]));
+  return out;
+}
+
+void bind_optimizers(py::module_& m) {
+  m.def("calibrated_onebit_adam_defaults", &calibrated_adam_defaults,
+        "The defaults of calibrated_onebit_adam_options (and its adam_options), by their C++ names.");
+  m.def(
+      "check_calibrated_onebit_adam",
+      [](std::string const& codec, py::dict const& options) {
+        calibrated_adam const probe(gc::make_codec(codec), calibrated_adam_options(options, 0));
+        (void)probe;
+      },
+      py::arg("codec"), py::arg("options"),
+      "Raises ConfigError naming the first invalid option (the C++ constructor's checks).");
+  m.def("_drive_calibrated_onebit_adam", &drive_calibrated_adam, py::arg("codec"), py::arg("options"),
+        py::arg("rows"), py::arg("x0"), py::arg("grads"), py::arg("lrs"));
+  py::class_<calibrated_adam_group>(m, "CalibratedOnebitAdamGroup")
+      .def(py::init<c10::intrusive_ptr<::c10d::ProcessGroup>, double>(), py::arg("process_group"),
+           py::arg("timeout_s") = 300.0)
+      .def("add", &calibrated_adam_group::add, py::arg("codec"), py::arg("options"), py::arg("rows"))
+      .def("step", &calibrated_adam_group::step, py::arg("params"), py::arg("grads"), py::arg("lrs"))
+      .def("save", &calibrated_adam_group::save, py::arg("index"))
+      .def("load", &calibrated_adam_group::load, py::arg("index"), py::arg("state"))
+      .def("steps", &calibrated_adam_group::steps, py::arg("index"))
+      .def("calibration", &calibrated_adam_group::calibration, py::arg("index"))
+      .def_property_readonly("size", &calibrated_adam_group::size)
+      .def_property_readonly("rank", &calibrated_adam_group::rank)
+      .def_property_readonly("world", &calibrated_adam_group::world);
+}
+// ======================== end of the optimizers section (issue 33) ==========================
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -785,4 +1033,7 @@ PYBIND11_MODULE(_C, m) {
             return out;
           },
           py::arg("tensor"), py::arg("counts"), "The communicator's all_gather_v of uint8 tensors.");
+
+  // The optimizers (issue 33): gradcomp.OneBitAdam's engine.
+  bind_optimizers(m);
 }
