@@ -38,7 +38,6 @@ build/datasets/kjv). README.md beside this file has the details.
 
 import argparse
 import csv
-import inspect
 import json
 import math
 import os
@@ -199,14 +198,6 @@ def counting_allreduce(counter, bucket):
     return default_hooks.allreduce_hook(counter.group, bucket)
 
 
-def accepted(fn, wanted):
-    """The keyword arguments of `wanted` that `fn` takes (all of them when it takes **kwargs)."""
-    params = inspect.signature(fn).parameters
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return dict(wanted)
-    return {k: v for k, v in wanted.items() if k in params}
-
-
 class Row:
     """One row's training objects: model, optimizer(s) and how it counts bytes."""
 
@@ -217,7 +208,8 @@ class Row:
         self.state = None  # a GradcompState, for report_loss
         self.wrapper = None  # a DiLoCo, stepped after the inner optimizer
         self.counter = None
-        self.wire = 0.0  # the gradcomp hook's modeled ring traffic, summed
+        self.wire = 0.0  # modeled ring traffic, summed over the steps (after_step)
+        self.wire_steps = 0
         self.options = {}
         adamw = dict(lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=cfg["weight_decay"])
         world = cfg["workers"]
@@ -237,11 +229,14 @@ class Row:
             return
         self.net = self.model
         if name == "onebit_adam":
-            self.options = accepted(gradcomp.OneBitAdam, adamw)
+            # AdamW's settings under OneBitAdam's names; its other options at their defaults
+            self.options = dict(lr=cfg["lr"], beta1=0.9, beta2=0.95,
+                                weight_decay=cfg["weight_decay"], decay="decoupled")
             self.opt = gradcomp.OneBitAdam(self.model.parameters(), **self.options)
         elif name == "demo":
-            want = dict(lr=cfg["demo_lr"], chunk=64, k=8, weight_decay=cfg["weight_decay"])
-            self.options = accepted(gradcomp.DeMo, want)
+            # the paper's chunk 64 and k 8; its decoupled weight decay scaled like AdamW's
+            self.options = dict(lr=cfg["demo_lr"], chunk=64, topk=8,
+                                weight_decay=cfg["weight_decay"])
             self.opt = gradcomp.DeMo(self.model.parameters(), **self.options)
         else:
             self.opt = torch.optim.AdamW(self.model.parameters(), **adamw)
@@ -279,12 +274,25 @@ class Row:
             return self.state.totals["bytes_sent"], self.wire
         owner = self.wrapper if self.wrapper is not None else self.opt
         wire = getattr(owner, "wire_bytes", None)
+        if wire is None and self.wire_steps:
+            wire = self.wire
         return int(owner.bytes_sent), (float(wire) if wire is not None else None)
 
     def after_step(self):
+        """Adds this step's ring traffic: the gradcomp hook's and OneBitAdam's modeled
+        `wire_bytes`; for an all-gather that reports only what it receives (DeMo), that: a ring
+        all-gather forwards as many bytes as each rank receives."""
         if self.state is not None:
             self.state.wait()
             self.wire += float(self.state.last_stats.get("wire_bytes", float("nan")))
+            return
+        stats = getattr(self.wrapper if self.wrapper is not None else self.opt, "last_stats", None)
+        if isinstance(stats, dict):
+            for key in ("wire_bytes", "received_bytes"):
+                if key in stats:
+                    self.wire += float(stats[key])
+                    self.wire_steps += 1
+                    break
 
     def close(self):
         if self.state is not None:
