@@ -48,7 +48,7 @@ def table(rows):
             continue
         f = r["evals"][-1]
         gap = fewer = "-"
-        if ref is not None:
+        if ref is not None and r["status"] == "ok":  # a stopped row ended at fewer tokens
             rf = ref["evals"][-1]
             gap = "%+.4f (%+.2f %%)" % (f["val_nats"] - rf["val_nats"],
                                        100 * (f["val_nats"] - rf["val_nats"]) / rf["val_nats"])

@@ -339,6 +339,7 @@ def train_row(name, cfg, rank, train_tokens, windows):
         return nats
 
     record(0)
+    step = 0
     try:
         for step in range(cfg["steps"]):
             start = time.perf_counter()
@@ -361,6 +362,15 @@ def train_row(name, cfg, rank, train_tokens, windows):
                 if bad.item() > 0:
                     status = "diverged (validation loss not finite at step %d)" % done
                     break
+    except Exception as e:  # noqa: BLE001 - a row that stops keeps what it measured
+        what = str(e)
+        if "divergence guard" not in what:
+            raise
+        # gradcomp's guard raises on every rank at the same step (it decides on all-reduced
+        # norms), so every rank ends the row here and the next row starts together
+        status = "diverged: stopped by gradcomp's divergence guard at step %d (%s)" % (
+            step, what[what.index("divergence guard"):][:160])
+    try:
         sent, wire = row.bytes_sent()  # before close(): a closed GradcompState has no totals
     finally:
         row.close()
@@ -539,7 +549,7 @@ def summarise(results, cfg, params):
                         bytes_sent=r["bytes_sent"], wire_bytes=r["wire_bytes"],
                         wall_s=r["wall_s"], steps=r["steps"],
                         tokens=final["tokens"])
-            if ref is not None:
+            if ref is not None and r["status"] == "ok":
                 rf = ref["evals"][-1]
                 line["gap_nats"] = final["val_nats"] - rf["val_nats"]
                 line["gap_pct"] = 100 * line["gap_nats"] / rf["val_nats"]
