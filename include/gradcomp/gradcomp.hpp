@@ -71,6 +71,7 @@
 #include <gradcomp/optim/comm_mixer.hpp>
 #include <gradcomp/optim/compressed_adam.hpp>
 #include <gradcomp/optim/decentralized.hpp>
+#include <gradcomp/optim/local_update.hpp>
 #include <gradcomp/optim/mixing.hpp>
 #include <gradcomp/optim/sgd.hpp>
 #include <gradcomp/pipeline/options.hpp>

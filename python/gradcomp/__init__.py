@@ -14,7 +14,8 @@ carries: ``cuda_codecs``). Two optimizers exchange for you, every step, over a p
 ``DeMo`` (Decoupled Momentum Optimization on the ``dct_sign`` codec) and ``OneBitAdam`` (the
 library's calibrated 1-bit Adam). Errors are ``gradcomp.Error`` and its
 kinds (``ConfigError``, ``FormatError``, ``NumericError``, ``CommError``), with the C++ library's
-messages. See docs/pytorch.md.
+messages. ``DiLoCo`` turns a model and its optimizer into local-update training (DiLoCo,
+Streaming DiLoCo, SparseLoCo) over a process group. See docs/pytorch.md.
 """
 
 # torch first: it loads libtorch and libtorch_python, which the extension links against.
@@ -38,6 +39,7 @@ from .capture import Capture, capture  # noqa: F401
 from .ddp import GradcompState, hook  # noqa: F401
 from .demo import DeMo  # noqa: F401
 from .onebit_adam import OneBitAdam  # noqa: F401
+from .diloco import DiLoCo  # noqa: F401
 
 __all__ = [
     "Capture",
@@ -46,6 +48,7 @@ __all__ = [
     "Communicator",
     "ConfigError",
     "DeMo",
+    "DiLoCo",
     "Error",
     "FormatError",
     "GradcompState",

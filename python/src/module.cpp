@@ -14,6 +14,8 @@
 //     who exchange tensors themselves;
 //   - `CalibratedOnebitAdamGroup`: the library's calibrated 1-bit Adam over a process group
 //     (gradcomp.OneBitAdam), in the optimizers section at the end of the anonymous namespace.
+//   - `LocalUpdate`: the DiLoCo-family sync step (optim/local_update.hpp) over a `Communicator`,
+//     on float32 CPU tensors; python/gradcomp/diloco.py wraps it for a model.
 
 #include "cuda_codec.hpp"
 #include "ddp_engine.hpp"
@@ -26,6 +28,7 @@
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/core/wire.hpp>
 #include <gradcomp/optim/calibrated_onebit_adam.hpp>
+#include <gradcomp/optim/local_update.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
 #include <gradcomp/version.hpp>
 
@@ -180,6 +183,56 @@ decltype(auto) with_span(at::Tensor const& t, F&& f) {
     case at::kBFloat16: return f(std::span<gc::bfloat16>(reinterpret_cast<gc::bfloat16*>(t.data_ptr()), n));
     default: return f(std::span<float>(reinterpret_cast<float*>(t.data_ptr()), n));
   }
+}
+
+
+// The float32 CPU tensors of a `LocalUpdate` call as spans (checked: contiguous float32 on the CPU).
+std::vector<std::span<float>> weight_spans(std::vector<at::Tensor> const& ts) {
+  std::vector<std::span<float>> out;
+  out.reserve(ts.size());
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    at::Tensor const& t = ts[i];
+    if (!t.device().is_cpu() || !t.is_contiguous() || t.scalar_type() != at::kFloat) {
+      throw gc::config_error("gradcomp: LocalUpdate: tensor " + std::to_string(i) +
+                             " must be a contiguous float32 CPU tensor, got " + std::string(c10::toString(t.scalar_type())) +
+                             " on " + t.device().str() + (t.is_contiguous() ? "" : " (not contiguous)"));
+    }
+    out.emplace_back(reinterpret_cast<float*>(t.data_ptr()), static_cast<std::size_t>(t.numel()));
+  }
+  return out;
+}
+
+py::dict local_update_stats_dict(gc::local_update_stats const& st) {
+  py::dict d;
+  d["step"] = st.step;
+  d["synced"] = st.synced;
+  d["fragments"] = st.fragments;
+  d["tensors"] = st.tensors;
+  d["elements"] = st.elements;
+  d["applied"] = st.applied;
+  d["packet_bytes"] = st.packet_bytes;
+  d["wire_bytes"] = st.wire_bytes;
+  return d;
+}
+
+gc::local_update_options local_update_options_from(py::dict const& o) {
+  gc::local_update_options opt;
+  for (auto const& [k, v] : o) {
+    std::string const key = py::cast<std::string>(k);
+    if (key == "outer") opt.outer = py::cast<std::string>(v);
+    else if (key == "outer_lr") { if (!v.is_none()) opt.outer_lr = py::cast<double>(v); }
+    else if (key == "outer_momentum") { if (!v.is_none()) opt.outer_momentum = py::cast<double>(v); }
+    else if (key == "sync_every") opt.sync_every = py::cast<std::uint64_t>(v);
+    else if (key == "fragments") opt.fragments = py::cast<std::uint64_t>(v);
+    else if (key == "overlap") opt.overlap = py::cast<std::uint64_t>(v);
+    else if (key == "mix") opt.mix = py::cast<double>(v);
+    else if (key == "codec") opt.codec = py::cast<std::string>(v);
+    else if (key == "feedback") opt.feedback = v.is_none() ? std::string("none") : py::cast<std::string>(v);
+    else if (key == "seed") opt.seed = py::cast<std::uint64_t>(v);
+    else if (key == "checksum") opt.checksum = py::cast<bool>(v);
+    else throw gc::config_error("gradcomp: LocalUpdate: unknown option '" + key + "'");
+  }
+  return opt;
 }
 
 gc::codec_context context(std::uint64_t seed, std::uint32_t step) {
@@ -1036,4 +1089,69 @@ PYBIND11_MODULE(_C, m) {
 
   // The optimizers (issue 33): gradcomp.OneBitAdam's engine.
   bind_optimizers(m);
+  // The DiLoCo-family sync step (optim/local_update.hpp); python/gradcomp/diloco.py wraps it.
+  py::class_<gc::local_update>(m, "LocalUpdate")
+      .def(py::init([](py::dict const& o) { return gc::local_update(local_update_options_from(o)); }),
+           py::arg("options"), "options: outer, outer_lr, outer_momentum, sync_every, fragments, overlap, mix, "
+                               "codec, feedback, seed, checksum (optim/local_update.hpp)")
+      .def(
+          "start",
+          [](gc::local_update& lu, gc::c10d_communicator& c, std::vector<at::Tensor> const& ts) {
+            std::vector<std::span<float>> const w = weight_spans(ts);
+            py::gil_scoped_release nogil;
+            lu.start(c, std::span<std::span<float> const>(w));
+          },
+          py::arg("communicator"), py::arg("tensors"),
+          "Rank 0's tensors on every rank (in place), theta_sync = them; collective.")
+      .def(
+          "step",
+          [](gc::local_update& lu, gc::c10d_communicator& c, std::vector<at::Tensor> const& ts) {
+            std::vector<std::span<float>> const w = weight_spans(ts);
+            gc::local_update_stats st;
+            {
+              py::gil_scoped_release nogil;
+              st = lu.step(c, std::span<std::span<float> const>(w));
+            }
+            return local_update_stats_dict(st);
+          },
+          py::arg("communicator"), py::arg("tensors"),
+          "After an inner step: syncs the fragments due (collective), applies delayed results; returns its stats.")
+      .def(
+          "flush",
+          [](gc::local_update& lu, std::vector<at::Tensor> const& ts) {
+            std::vector<std::span<float>> const w = weight_spans(ts);
+            return lu.flush(std::span<std::span<float> const>(w));
+          },
+          py::arg("tensors"), "Applies every pending delayed result now; returns the fragments.")
+      .def(
+          "acts_at",
+          [](gc::local_update const& lu, std::uint64_t t) {
+            for (std::uint64_t f = 0; f < lu.options().fragments; ++f)
+              if (lu.syncs_at(f, t) || lu.pending_application(f) == t) return true;
+            return false;
+          },
+          py::arg("step"), "Whether step `step` syncs a fragment or applies a delayed result (reads the weights).")
+      .def("save",
+           [](gc::local_update const& lu) {
+             std::vector<std::byte> const b = lu.save();
+             return py::bytes(reinterpret_cast<char const*>(b.data()), b.size());
+           })
+      .def("load",
+           [](gc::local_update& lu, py::bytes const& b) {
+             std::string const s = b;
+             lu.load(std::span<std::byte const>(reinterpret_cast<std::byte const*>(s.data()), s.size()));
+           })
+      .def("synchronized", [](gc::local_update const& lu, std::size_t i) {
+             std::span<float const> const s = lu.synchronized_weights(i);
+             at::Tensor t = at::empty({static_cast<std::int64_t>(s.size())}, at::TensorOptions().dtype(at::kFloat));
+             std::memcpy(t.data_ptr(), s.data(), s.size_bytes());
+             return t;
+           }, py::arg("index"), "A copy of theta_sync of tensor `index` (flat).")
+      .def_property_readonly("steps", &gc::local_update::steps)
+      .def_property_readonly("syncs", &gc::local_update::syncs)
+      .def_property_readonly("started", &gc::local_update::started)
+      .def_property_readonly("bytes_sent", &gc::local_update::bytes_sent)
+      .def_property_readonly("wire_bytes", &gc::local_update::wire_bytes)
+      .def_property_readonly("outer_lr", [](gc::local_update const& lu) { return *lu.options().outer_lr; })
+      .def_property_readonly("outer_momentum", [](gc::local_update const& lu) { return *lu.options().outer_momentum; });
 }
