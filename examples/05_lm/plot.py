@@ -53,9 +53,12 @@ def table(rows):
             gap = "%+.4f (%+.2f %%)" % (f["val_nats"] - rf["val_nats"],
                                        100 * (f["val_nats"] - rf["val_nats"]) / rf["val_nats"])
             fewer = "%.0f" % (ref["bytes_sent"] / r["bytes_sent"]) if r["bytes_sent"] else "inf"
-        out.append("| %s | %.4f | %.3f | %s | %.3f | %s | %.0f | %s |" % (
-            name, f["val_nats"], f["val_bpc"], gap, r["bytes_sent"] / 1e6, fewer, r["wall_s"],
-            r["status"]))
+        at = "" if r["status"] == "ok" else " (step %d)" % f["step"]
+        # a stopped row's status without the guard's full message (results.jsonl has it)
+        status = r["status"].split(" (")[0]
+        out.append("| %s | %.4f%s | %.3f | %s | %.3f | %s | %.0f | %s |" % (
+            name, f["val_nats"], at, f["val_bpc"], gap, r["bytes_sent"] / 1e6, fewer,
+            r["wall_s"], status))
     return "\n".join(out)
 
 
