@@ -86,7 +86,7 @@ def write_plot(rows, out, png, title):
 
     gp = out / "lm.gp"
     gp.write_text("\n".join([
-        "set terminal pngcairo size 1300,520 font ',10'",
+        "set terminal pngcairo size 1300,520 font ',10' noenhanced",  # row names keep their _
         "set output '%s'" % png,
         "set multiplot layout 1,2 title \"%s\"" % title.replace('"', "'"),
         "set grid",
