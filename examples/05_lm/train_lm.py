@@ -456,7 +456,7 @@ def parse_args(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows (%(default)s)")
     p.add_argument("--smoke", action="store_true",
-                   help="a tiny model and 40 steps (under a minute): what scripts/demo runs")
+                   help="a tiny model and 40 steps per row (about a minute for every row): scripts/demo")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--steps", type=int, default=None, help="steps (300; smoke 40)")
     p.add_argument("--batch", type=int, default=None, help="sequences per worker per step (8; smoke 4)")

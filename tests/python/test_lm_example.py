@@ -1,8 +1,8 @@
 # SPDX-FileCopyrightText: 2026 The gradcomp authors
 # SPDX-License-Identifier: Apache-2.0
 # examples/05_lm/train_lm.py --smoke (what scripts/demo runs): 4 gloo workers, a tiny byte-level
-# transformer on the King James Bible, 40 steps. About 20-40 s (the longest test of this
-# directory with test_frozen_peer.py). Skipped, with the reason, where the corpus cannot be
+# transformer on the King James Bible, 40 steps of the rows ddp, topk, diloco and demo (those
+# this gradcomp has). 49-98 s on the shared 2-core machine under load 13-18. Skipped, with the reason, where the corpus cannot be
 # prepared (no `bible` program and no root to install Debian's bible-kjv).
 import math
 import os
