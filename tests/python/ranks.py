@@ -129,3 +129,24 @@ def run_cases(fn, world, arg_lists, timeout_s=600, **kwargs):
     arg_lists = [tuple(a) for a in arg_lists]
     per_rank = run_ranks(_each, world, fn, arg_lists, timeout_s=timeout_s, **kwargs)
     return [[per_rank[r][i] for r in range(world)] for i in range(len(arg_lists))]
+
+
+class Bucket:
+    """A stand-in for torch.distributed.GradBucket: what gradcomp's hooks read of one (its
+    index, flat buffer, parameters and whether it is the iteration's last), so that a test can
+    hand a hook chosen buckets without a DDP model."""
+
+    def __init__(self, index, buffer, params, last=True):
+        self._index, self._buffer, self._params, self._last = index, buffer, params, last
+
+    def index(self):
+        return self._index
+
+    def buffer(self):
+        return self._buffer
+
+    def parameters(self):
+        return self._params
+
+    def is_last(self):
+        return self._last

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import gradcomp
-from ranks import run_ranks
+from ranks import Bucket, run_ranks
 
 needs_gpu = pytest.mark.skipif(
     not (torch.cuda.is_available() and gradcomp.has_cuda),
@@ -130,24 +130,6 @@ def test_codec_on_cuda_refusals():
 # ---------------------------------------------------------------------------------------------
 # The hook's device rules, on the CPU (meta tensors stand in for CUDA ones)
 
-class _Bucket:
-    """What the hook reads of a torch.distributed.GradBucket."""
-
-    def __init__(self, index, buffer, params, last=True):
-        self._index, self._buffer, self._params, self._last = index, buffer, params, last
-
-    def index(self):
-        return self._index
-
-    def buffer(self):
-        return self._buffer
-
-    def parameters(self):
-        return self._params
-
-    def is_last(self):
-        return self._last
-
 
 def _device_rules(rank, world):
     state = gradcomp.GradcompState(codec="topk:ratio=0.5", feedback="residual", start_iter=0)
@@ -155,7 +137,7 @@ def _device_rules(rank, world):
         # A bucket on neither the CPU nor a CUDA device: refused before anything is queued.
         meta = torch.zeros(8, device="meta")
         with pytest.raises(gradcomp.ConfigError) as e:
-            gradcomp.hook(state, _Bucket(0, meta, [torch.nn.Parameter(meta)]))
+            gradcomp.hook(state, Bucket(0, meta, [torch.nn.Parameter(meta)]))
         for word in ("takes CPU buckets", "CUDA buckets (the packet path", "this model is on meta"):
             assert word in str(e.value), (word, str(e.value))
         assert state.iteration == 0 and state._path is None
@@ -167,21 +149,21 @@ def _device_rules(rank, world):
         # A bucket whose parameters sit on two devices.
         buf = torch.ones(8)
         with pytest.raises(gradcomp.ConfigError, match="parameters on cpu and meta"):
-            gradcomp.hook(state, _Bucket(0, buf, [torch.nn.Parameter(torch.zeros(4)),
+            gradcomp.hook(state, Bucket(0, buf, [torch.nn.Parameter(torch.zeros(4)),
                                                   torch.nn.Parameter(torch.zeros(4, device="meta"))]))
 
         # A model on two devices: a CPU bucket runs, then one on another device is refused.
         state2 = gradcomp.GradcompState(codec="topk:ratio=0.5", feedback="residual", start_iter=0)
         try:
             x = torch.arange(8, dtype=torch.float32)
-            out = gradcomp.hook(state2, _Bucket(0, x.clone(), [torch.nn.Parameter(torch.zeros(8))])).wait()
+            out = gradcomp.hook(state2, Bucket(0, x.clone(), [torch.nn.Parameter(torch.zeros(8))])).wait()
             assert out.shape == (8,)
             assert state2.iteration == 1
             with pytest.raises(gradcomp.ConfigError, match="several devices \\(cpu and meta\\)"):
-                gradcomp.hook(state2, _Bucket(1, meta, [torch.nn.Parameter(meta)]))
+                gradcomp.hook(state2, Bucket(1, meta, [torch.nn.Parameter(meta)]))
             assert state2.iteration == 1
             # and the state goes on with its CPU buckets
-            gradcomp.hook(state2, _Bucket(0, x.clone(), [torch.nn.Parameter(torch.zeros(8))])).wait()
+            gradcomp.hook(state2, Bucket(0, x.clone(), [torch.nn.Parameter(torch.zeros(8))])).wait()
             assert state2.iteration == 2
         finally:
             state2.close()
@@ -224,9 +206,9 @@ def _cuda_vs_cpu(rank, world, backend):
         same = True
         for step in range(3):
             bufs = _hook_buckets(rank, step, "cuda")
-            futs = [gradcomp.hook(on_gpu, _Bucket(b, bufs[b], gpu_params[b], last=b == 1)) for b in range(2)]
+            futs = [gradcomp.hook(on_gpu, Bucket(b, bufs[b], gpu_params[b], last=b == 1)) for b in range(2)]
             cpu = [x.cpu() for x in _hook_buckets(rank, step, "cpu")]
-            ref = [gradcomp.packet_hook(on_cpu, _Bucket(b, cpu[b], cpu_params[b], last=b == 1)) for b in range(2)]
+            ref = [gradcomp.packet_hook(on_cpu, Bucket(b, cpu[b], cpu_params[b], last=b == 1)) for b in range(2)]
             for f, r in zip(futs, ref):
                 got = f.wait()
                 assert got.is_cuda
@@ -294,7 +276,7 @@ def test_a_cuda_model_trains_through_the_hook_over_nccl():
 def _cuda_refusals(rank, world):
     import torch.distributed as dist
     group = dist.new_group(backend="nccl")
-    bucket = _Bucket(0, torch.ones(5000, device="cuda"), [torch.nn.Parameter(torch.zeros(5000, device="cuda"))])
+    bucket = Bucket(0, torch.ones(5000, device="cuda"), [torch.nn.Parameter(torch.zeros(5000, device="cuda"))])
     messages = []
     for options in (dict(codec="topk:ratio=0.1"), dict(codec="approx_topk:ratio=0.1", guard="off"),
                     dict(codec="powersgd:rank=2", guard="off"), dict(two_way=True, guard="off")):

@@ -20,31 +20,12 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradcomp
-from ranks import run_cases, run_ranks
+from ranks import Bucket, run_cases, run_ranks
 
 SIZES = ((6000, 100), (5000,))  # two buckets: a large and a small piece, then one large piece
 MIN = 4096                       # min_compress_elements: the 100-element piece goes raw
 STEPS = 3
 SEED = 11
-
-
-class Bucket:
-    """What the hook reads of a torch.distributed.GradBucket."""
-
-    def __init__(self, index, buffer, params, last):
-        self._index, self._buffer, self._params, self._last = index, buffer, params, last
-
-    def index(self):
-        return self._index
-
-    def buffer(self):
-        return self._buffer
-
-    def parameters(self):
-        return self._params
-
-    def is_last(self):
-        return self._last
 
 
 def grads(rank, step, dtype, nan=False):
