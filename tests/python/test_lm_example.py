@@ -106,3 +106,71 @@ def test_schedule():
     assert train_lm.lr_at(cfg, 99) == pytest.approx(1e-4, rel=0.01)
     lrs = [train_lm.lr_at(cfg, s) for s in range(5, 100)]
     assert all(b <= a for a, b in zip(lrs, lrs[1:]))
+
+
+def test_capture_lm_records_the_example_gradients(tmp_path):
+    """bench/capture_lm.py (the language-model report of docs/bench.md): the capture directory
+    holds every parameter of the example's model at the steps after the warm-up, and each file
+    is, bit for bit, the gradient of that step of the same training done here by hand."""
+    gradcomp = pytest.importorskip("gradcomp")
+    np = pytest.importorskip("numpy")
+    import torch
+    import torch.nn.functional as F
+
+    try:
+        data, _ = corpus.prepare()
+    except SystemExit as e:
+        pytest.skip("the corpus cannot be prepared here: %s" % e)
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    import capture_lm
+
+    assert gradcomp.capture is not None
+    out = tmp_path / "grads"
+    threads = torch.get_num_threads()
+    try:
+        capture_lm.main(["--out", str(out), "--warmup", "2", "--steps", "2", "--schedule-steps", "10",
+                         "--workers", "2", "--batch", "2", "--seq", "16", "--d-model", "16",
+                         "--layers", "1", "--heads", "2", "--data", str(data)])
+        # the same run by hand: rank 0's batches of a 2-worker run, AdamW under the schedule
+        cfg = dict(seed=1, workers=2, batch=2, seq=16, d_model=16, layers=1, heads=2, lr=1e-3,
+                   weight_decay=0.1, warmup_frac=0.05, min_lr_frac=0.1, steps=10)
+        tokens = train_lm.load_tokens(data / "train.bin")
+        model = train_lm.make_model(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+        expected = {}
+        for step in range(4):
+            for group in opt.param_groups:
+                group["lr"] = train_lm.lr_at(cfg, step)
+            x, y = train_lm.batch(tokens, cfg, step, 0)
+            loss = F.cross_entropy(model(x).reshape(-1, train_lm.VOCAB), y.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if step >= 2:
+                expected[step - 2] = {n: p.grad.clone() for n, p in model.named_parameters()}
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+
+    lines = (out / "index.tsv").read_text().splitlines()
+    assert lines[:2] == ["# gradcomp capture v1", "step\tname\tfile"]
+    rows = [line.split("\t") for line in lines[2:]]
+    names = [n for n, _ in model.named_parameters()]
+    for k in (0, 1):
+        mine = {name: path for s, name, path in rows if int(s) == k}
+        assert sorted(mine) == sorted(names)
+        for name, path in mine.items():
+            got = np.load(out / path)
+            want = expected[k][name].numpy()
+            assert got.dtype == np.float32 and got.shape == want.shape, name
+            assert np.array_equal(got, want), (k, name)
+    assert len(rows) == 2 * len(names)
+
+
+def test_capture_lm_refuses_bad_options(tmp_path):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    import capture_lm
+
+    for bad in (["--steps", "0"], ["--batch", "0"], ["--warmup", "-1"]):
+        with pytest.raises(SystemExit):
+            capture_lm.main(["--out", str(tmp_path / "x")] + bad)
+    assert not (tmp_path / "x").exists()
