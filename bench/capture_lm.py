@@ -8,8 +8,9 @@ this one process with AdamW under the example's warm-up and cosine schedule of a
 run, on the sequences that rank 0 of a --workers-process run of train_lm.py draws at each step
 (train_lm.batch: the same tokens), for --warmup steps, then records --steps more with
 gradcomp.capture into --out. What is recorded is one worker's gradient of --batch sequences,
-before any averaging: what that worker would compress. With --workers 1 the run is the example's
-ddp row on one worker, step for step.
+before any averaging: what that worker would compress. The weights are those of this one-process
+training, not of the --workers-process average (with --workers 1 it follows the example's ddp row
+on one worker: the same model, batches, schedule and optimizer).
 
     python bench/capture_lm.py --out build/lm-grads
     gradcomp-bench build/lm-grads --flatten --threads 1
