@@ -24,6 +24,12 @@ under a linear warm-up and a cosine decay. Rows (--rows, default all):
                the outer momentum
   demo         gradcomp.DeMo: chunked DCT, top-k of 8 per chunk of 64, signs
 
+The per-step rows (ddp, topk) train with AdamW by default; `--optimizer sgd` gives them
+torch.optim.SGD with `--momentum` instead, and `--momentum-fold` the momentum rule for top-k
+with error feedback: `documented` is docs/pytorch.md's (momentum 0, the scheduled rate times
+(1 - beta^(t+1)) / (1 - beta), up to 1 / (1 - beta)), `capped` the same ramp stopped at
+`--fold-cap` (3 by default). The other rows keep their own optimizers.
+
 A row whose API this gradcomp does not have is reported as "unavailable" (and the others run).
 Validation loss (nats per byte and bits per character: a byte is a character, the text is
 ASCII) is measured at fixed steps (--eval-every) on fixed windows of the held-out chapters,
@@ -166,6 +172,33 @@ def lr_at(cfg, step):
     return cfg["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
+FOLDS = ("none", "documented", "capped")
+
+
+def fold_factor(beta, step, fold="documented", cap=3.0):
+    """The factor the scheduled rate of step `step` (from 0) is multiplied by when momentum
+    `beta` is folded into it: what momentum SGD moves for a constant gradient,
+    (1 - beta^(step+1)) / (1 - beta) (1 at step 0, 1 / (1 - beta) in the limit) under
+    `documented`; that, at most `cap`, under `capped`; 1 under `none` or when beta is 0."""
+    if fold not in FOLDS:
+        raise ValueError("--momentum-fold: unknown rule %r (known: %s)" % (fold, ", ".join(FOLDS)))
+    if fold == "none" or beta <= 0.0:
+        return 1.0
+    ramp = (1.0 - beta ** (step + 1)) / (1.0 - beta)
+    return min(ramp, cap) if fold == "capped" else ramp
+
+
+def make_inner(params, cfg):
+    """The per-step rows' optimizer: AdamW (the default), or SGD with --momentum, momentum 0
+    when a fold rule carries it in the learning rate instead."""
+    if cfg.get("optimizer", "adamw") == "adamw":
+        return torch.optim.AdamW(params, lr=cfg["lr"], betas=(0.9, 0.95),
+                                 weight_decay=cfg["weight_decay"])
+    folded = cfg.get("momentum_fold", "none") != "none"
+    return torch.optim.SGD(params, lr=cfg["lr"], momentum=0.0 if folded else cfg["momentum"],
+                           weight_decay=cfg["weight_decay"])
+
+
 def ddp_formula_bytes(params, steps, world):
     """DDP's bytes per worker: the payload, 4 bytes per parameter per step, and what a ring
     all-reduce moves of it, times 2(W - 1)/W."""
@@ -211,6 +244,7 @@ class Row:
         self.wire = 0.0  # modeled ring traffic, summed over the steps (after_step)
         self.wire_steps = 0
         self.options = {}
+        self.fold = "none"  # the momentum rule of a per-step row under --optimizer sgd
         adamw = dict(lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=cfg["weight_decay"])
         world = cfg["workers"]
         if name in ("ddp", "topk"):
@@ -225,7 +259,8 @@ class Row:
                                     seed=cfg["seed"], start_iter=0, batch_size=cfg["batch"])
                 self.state = gradcomp.GradcompState(**self.options)
                 self.net.register_comm_hook(self.state, gradcomp.hook)
-            self.opt = torch.optim.AdamW(self.model.parameters(), **adamw)
+            self.opt = make_inner(self.model.parameters(), cfg)
+            self.fold = cfg.get("momentum_fold", "none")
             return
         self.net = self.model
         if name == "onebit_adam":
@@ -257,9 +292,11 @@ class Row:
                 raise SystemExit("train_lm.py: unknown row %r" % name)
             self.wrapper = gradcomp.DiLoCo(self.model, self.opt, **self.options)
 
-    def set_lr(self, lr, scale):
+    def set_lr(self, lr, scale, step=0):
+        factor = fold_factor(self.cfg["momentum"], step, self.fold, self.cfg["fold_cap"]) \
+            if self.fold != "none" else 1.0
         for group in self.opt.param_groups:
-            group["lr"] = lr * scale
+            group["lr"] = lr * scale * factor
 
     def step(self):
         self.opt.step()
@@ -343,7 +380,7 @@ def train_row(name, cfg, rank, train_tokens, windows):
     try:
         for step in range(cfg["steps"]):
             start = time.perf_counter()
-            row.set_lr(lr_at(cfg, step), scale)
+            row.set_lr(lr_at(cfg, step), scale, step)
             x, y = batch(train_tokens, cfg, step, rank)
             loss = F.cross_entropy(row.net(x).reshape(-1, VOCAB), y.reshape(-1))
             if row.state is not None:
@@ -465,6 +502,16 @@ def parse_args(argv):
     p.add_argument("--layers", type=int, default=None, help="blocks (6; smoke 2)")
     p.add_argument("--heads", type=int, default=None, help="attention heads (4; smoke 2)")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW's peak learning rate")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw",
+                   help="the per-step rows' (ddp, topk) optimizer (%(default)s); --lr is its peak rate")
+    p.add_argument("--momentum", type=float, default=0.9,
+                   help="SGD's momentum under --optimizer sgd (%(default)s)")
+    p.add_argument("--momentum-fold", choices=FOLDS, default="none",
+                   help="under --optimizer sgd: none (SGD's own momentum), documented (momentum 0, "
+                        "the rate ramped by (1 - beta^(t+1)) / (1 - beta)), capped (that ramp at "
+                        "most --fold-cap)")
+    p.add_argument("--fold-cap", type=float, default=3.0,
+                   help="the largest ramp factor of --momentum-fold capped (%(default)s)")
     p.add_argument("--demo-lr", type=float, default=None,
                    help="DeMo's peak learning rate (its update is a sign: default 3e-4)")
     p.add_argument("--weight-decay", type=float, default=0.1)
@@ -509,6 +556,13 @@ def parse_args(argv):
               "val_windows", "sync_every", "threads"):
         if getattr(args, k) < 1:
             p.error("--%s must be at least 1" % k.replace("_", "-"))
+    if args.optimizer != "sgd" and args.momentum_fold != "none":
+        p.error("--momentum-fold %s needs --optimizer sgd (AdamW has its own momentum)"
+                % args.momentum_fold)
+    if not 0.0 <= args.momentum < 1.0:
+        p.error("--momentum must be in [0, 1), not %g" % args.momentum)
+    if not args.fold_cap >= 1.0:
+        p.error("--fold-cap must be at least 1, not %g" % args.fold_cap)
     return args
 
 
@@ -516,10 +570,21 @@ def config(args):
     keys = ("workers", "steps", "batch", "seq", "d_model", "layers", "heads", "lr", "demo_lr",
             "weight_decay", "warmup_frac", "min_lr_frac", "eval_every", "val_windows",
             "sync_every", "fragments", "overlap", "topk_ratio", "sparse_chunk", "sparse_k",
-            "threads", "seed", "timeout_s")
+            "threads", "seed", "timeout_s", "optimizer", "momentum", "momentum_fold", "fold_cap")
     cfg = {k: getattr(args, k) for k in keys}
     cfg["progress"] = not args.quiet
     return cfg
+
+
+def inner_name(args):
+    """The per-step rows' optimizer, in words, for the log line."""
+    if args.optimizer == "adamw":
+        return "AdamW"
+    if args.momentum_fold == "none":
+        return "SGD momentum %g" % args.momentum
+    if args.momentum_fold == "documented":
+        return "SGD, momentum %g folded into the rate" % args.momentum
+    return "SGD, momentum %g folded into the rate, ramp capped at %g" % (args.momentum, args.fold_cap)
 
 
 def availability(rows):
@@ -611,10 +676,10 @@ def run(args):
             "ddp_formula": {"payload": payload, "ring": ring}}
     print("train_lm.py: %d workers (gloo, %d thread(s) each), transformer d=%d x %d layers, "
           "%d heads, context %d: %.2f M parameters; %d steps of %d tokens (%d per worker), "
-          "AdamW lr %g; data %s" % (
+          "%s lr %g; data %s" % (
               args.workers, args.threads, args.d_model, args.layers, args.heads, args.seq,
               params / 1e6, args.steps, meta["tokens_per_step"], args.batch * args.seq,
-              args.lr, data), file=sys.stderr, flush=True)
+              inner_name(args), args.lr, data), file=sys.stderr, flush=True)
     avail = availability(args.row_list)
     runnable = [r for r in args.row_list if avail[r] is None]
     results = {r: {"row": r, "status": avail[r]} for r in args.row_list if avail[r]}

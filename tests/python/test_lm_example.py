@@ -9,6 +9,7 @@ import os
 import sys
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "05_lm"))
 import corpus  # noqa: E402
@@ -106,6 +107,82 @@ def test_schedule():
     assert train_lm.lr_at(cfg, 99) == pytest.approx(1e-4, rel=0.01)
     lrs = [train_lm.lr_at(cfg, s) for s in range(5, 100)]
     assert all(b <= a for a, b in zip(lrs, lrs[1:]))
+
+
+def test_momentum_fold_schedule():
+    f = train_lm.fold_factor
+    # documented (docs/pytorch.md): (1 - beta^(t+1)) / (1 - beta): 1, 1.9, 2.71, ... -> 10
+    assert f(0.9, 0, "documented") == pytest.approx(1.0)
+    assert f(0.9, 1, "documented") == pytest.approx(1.9)
+    assert f(0.9, 2, "documented") == pytest.approx(2.71)
+    assert f(0.9, 500, "documented") == pytest.approx(10.0)
+    # capped: the same ramp until it reaches the cap, then the cap
+    assert f(0.9, 1, "capped", 3.0) == pytest.approx(1.9)
+    assert f(0.9, 2, "capped", 3.0) == pytest.approx(2.71)
+    assert f(0.9, 3, "capped", 3.0) == 3.0
+    assert f(0.9, 500, "capped", 3.0) == 3.0
+    ramp = [f(0.9, t, "capped", 3.0) for t in range(50)]
+    assert all(b >= a for a, b in zip(ramp, ramp[1:]))
+    # no fold, or no momentum to fold
+    assert f(0.9, 7, "none") == 1.0
+    assert f(0.0, 7, "documented") == 1.0
+    with pytest.raises(ValueError, match="--momentum-fold"):
+        f(0.9, 0, "nosuch")
+
+
+def test_documented_fold_moves_as_far_as_momentum_for_a_constant_gradient():
+    """The rule's premise: for a constant gradient, SGD with momentum 0 and the rate times the
+    documented factor takes, step by step, the same steps as momentum SGD."""
+    cfg = {"optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.0,
+           "fold_cap": 3.0}
+    g = torch.tensor([0.5, -2.0, 1.25])
+    paths = {}
+    for fold in ("none", "documented"):
+        w = torch.nn.Parameter(torch.zeros(3))
+        opt = train_lm.make_inner([w], dict(cfg, momentum_fold=fold))
+        assert opt.param_groups[0]["momentum"] == (0.0 if fold != "none" else 0.9)
+        row = object.__new__(train_lm.Row)
+        row.cfg, row.opt, row.fold = dict(cfg, momentum_fold=fold), opt, fold
+        path = []
+        for t in range(20):
+            row.set_lr(cfg["lr"], 1.0, t)
+            w.grad = g.clone()
+            opt.step()
+            path.append(w.detach().clone())
+        paths[fold] = torch.stack(path)
+    torch.testing.assert_close(paths["documented"], paths["none"], rtol=1e-5, atol=1e-6)
+
+
+def test_inner_optimizer_options():
+    # the default is unchanged: AdamW, no fold
+    args = train_lm.parse_args([])
+    assert (args.optimizer, args.momentum_fold) == ("adamw", "none")
+    cfg = train_lm.config(args)
+    w = torch.nn.Parameter(torch.zeros(2))
+    assert isinstance(train_lm.make_inner([w], cfg), torch.optim.AdamW)
+    args = train_lm.parse_args(["--optimizer", "sgd", "--momentum", "0.8",
+                                "--momentum-fold", "capped", "--fold-cap", "2.5"])
+    cfg = train_lm.config(args)
+    assert (cfg["optimizer"], cfg["momentum"], cfg["momentum_fold"], cfg["fold_cap"]) == (
+        "sgd", 0.8, "capped", 2.5)
+    opt = train_lm.make_inner([w], cfg)
+    assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["momentum"] == 0.0
+
+
+@pytest.mark.parametrize("argv", [
+    ["--momentum-fold", "documented"],                       # AdamW has its own momentum
+    ["--optimizer", "sgd", "--momentum-fold", "nosuch"],
+    ["--optimizer", "nosuch"],
+    ["--optimizer", "sgd", "--momentum", "1.0"],
+    ["--optimizer", "sgd", "--momentum", "-0.1"],
+    ["--optimizer", "sgd", "--momentum-fold", "capped", "--fold-cap", "0.5"],
+])
+def test_inner_optimizer_bad_options_are_refused(argv, capsys):
+    with pytest.raises(SystemExit):
+        train_lm.parse_args(argv)
+    err = capsys.readouterr().err
+    assert any(name in err for name in ("--momentum-fold", "--optimizer", "--momentum",
+                                        "--fold-cap")), err
 
 
 def _capture_lm():
