@@ -503,7 +503,8 @@ def parse_args(argv):
     p.add_argument("--heads", type=int, default=None, help="attention heads (4; smoke 2)")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW's peak learning rate")
     p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw",
-                   help="the per-step rows' (ddp, topk) optimizer (%(default)s); --lr is its peak rate")
+                   help="the per-step rows' (ddp, topk) optimizer (%(default)s); "
+                        "--lr is its peak rate")
     p.add_argument("--momentum", type=float, default=0.9,
                    help="SGD's momentum under --optimizer sgd (%(default)s)")
     p.add_argument("--momentum-fold", choices=FOLDS, default="none",
@@ -584,7 +585,8 @@ def inner_name(args):
         return "SGD momentum %g" % args.momentum
     if args.momentum_fold == "documented":
         return "SGD, momentum %g folded into the rate" % args.momentum
-    return "SGD, momentum %g folded into the rate, ramp capped at %g" % (args.momentum, args.fold_cap)
+    return "SGD, momentum %g folded into the rate, ramp capped at %g" % (
+        args.momentum, args.fold_cap)
 
 
 def availability(rows):
