@@ -23,6 +23,19 @@
   }                            \
   }
 
+/// Explicit instantiation switch (default 0: off). With `GRADCOMP_EXTERN_TEMPLATES` defined to 1,
+/// the headers declare the run-time erasures of the codecs `make_codec` builds and of the
+/// controllers `make_controller` builds as explicit instantiations made elsewhere
+/// (`extern template`), so a translation unit that uses them no longer compiles every codec and
+/// controller behind them; exactly one translation unit of the program must then include
+/// <gradcomp/instantiate.hpp>, which makes them. Behaviour is the same either way; only where the
+/// code is compiled changes. For programs of many translation units (gradcomp's own tests use it:
+/// a test file that calls `make_codec` compiles in about a third of the time). All translation
+/// units of a program should agree on the setting; mixing is allowed but gains nothing.
+#if !defined(GRADCOMP_EXTERN_TEMPLATES)
+#  define GRADCOMP_EXTERN_TEMPLATES 0
+#endif
+
 #if defined(__CUDACC__) || defined(__HIP__)
 #  define GRADCOMP_HOST_DEVICE __host__ __device__
 #  define GRADCOMP_DEVICE __device__

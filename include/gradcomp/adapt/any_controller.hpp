@@ -225,4 +225,15 @@ inline any_controller make_controller(std::string_view spec) {
                      "' (expected dense, static, schedule, dgc_warmup, gravac, accordion or ef_window)");
 }
 
+/// The controller types `make_controller` builds, one `X(type)` each (see
+/// GRADCOMP_DETAIL_MAKE_CODEC_TYPES, codec/any_codec.hpp).
+#define GRADCOMP_DETAIL_MAKE_CONTROLLER_TYPES(X) \
+  X(static_controller) X(schedule_controller) X(gravac_controller) X(accordion_controller) X(ef_window_controller)
+
+#if GRADCOMP_EXTERN_TEMPLATES
+#  define GRADCOMP_DETAIL_EXTERN_CONTROLLER_MODEL(C) extern template struct any_controller::model<C>;
+GRADCOMP_DETAIL_MAKE_CONTROLLER_TYPES(GRADCOMP_DETAIL_EXTERN_CONTROLLER_MODEL)
+#  undef GRADCOMP_DETAIL_EXTERN_CONTROLLER_MODEL
+#endif
+
 GRADCOMP_NAMESPACE_END

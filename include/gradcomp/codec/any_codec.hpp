@@ -312,4 +312,19 @@ void decompress_any(std::span<std::byte const> packet, std::span<T> out, float a
   throw format_error("gradcomp: packet has unknown codec id " + std::to_string(static_cast<unsigned>(h.codec)));
 }
 
+/// The codec types `make_codec` builds, one `X(type)` each. `GRADCOMP_EXTERN_TEMPLATES`
+/// (config.hpp) declares their `any_codec` erasures here and <gradcomp/instantiate.hpp> makes
+/// them; a codec added to `make_codec` is added here too.
+#define GRADCOMP_DETAIL_MAKE_CODEC_TYPES(X)                                                       \
+  X(identity_codec) X(fp16_codec) X(bf16_codec) X(int8_codec) X(int4_codec) X(onebit_codec)       \
+  X(qsgd_codec) X(terngrad_codec) X(natural_codec) X(dithering_codec) X(chunk_topk_codec)         \
+  X(dct_sign_codec) X(topk_codec) X(threshold_codec) X(random_k_codec) X(scaled_random_k_codec)   \
+  X(approx_topk_codec)
+
+#if GRADCOMP_EXTERN_TEMPLATES
+#  define GRADCOMP_DETAIL_EXTERN_CODEC_MODEL(C) extern template struct any_codec::model<C>;
+GRADCOMP_DETAIL_MAKE_CODEC_TYPES(GRADCOMP_DETAIL_EXTERN_CODEC_MODEL)
+#  undef GRADCOMP_DETAIL_EXTERN_CODEC_MODEL
+#endif
+
 GRADCOMP_NAMESPACE_END

@@ -379,3 +379,20 @@ TEST_CASE("make_controller rejects malformed specs with config_error", "[control
   CHECK_THAT(msg("accordion:scope=layer"), Contains("any_layer, whole_model"));
   CHECK_THAT(msg("accordion:interval=10,accumulation=20"), Contains("accumulation"));
 }
+
+TEST_CASE("the explicit-instantiation list names every controller make_controller builds",
+          "[controller][instantiate]") {
+  // GRADCOMP_EXTERN_TEMPLATES (config.hpp) instantiates the erasures of the types in
+  // GRADCOMP_DETAIL_MAKE_CONTROLLER_TYPES once per program: each spec family must build exactly
+  // one type of that list.
+  for (char const* spec : {"dense", "static:factor=4", "schedule:0=4,100=16", "dgc_warmup:stage_steps=10",
+                           "gravac", "accordion", "ef_window"}) {
+    INFO(spec);
+    gc::any_controller const c = gc::make_controller(spec);
+    int listed = 0;
+#define GRADCOMP_TEST_LISTED(C) listed += c.target<gc::C>() != nullptr ? 1 : 0;
+    GRADCOMP_DETAIL_MAKE_CONTROLLER_TYPES(GRADCOMP_TEST_LISTED)
+#undef GRADCOMP_TEST_LISTED
+    CHECK(listed == 1);
+  }
+}

@@ -11,6 +11,7 @@
 
 #include "../support/codec_support.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -295,4 +296,31 @@ TEST_CASE("decompress_any rejects unknown codec ids and bad headers", "[codec][a
   // Wrong output size.
   std::vector<float> small(15);
   CHECK_THROWS_AS(gc::decompress_any<float>(good, small), gc::config_error);
+}
+
+TEST_CASE("the explicit-instantiation list names every codec make_codec builds",
+          "[codec][any_codec][instantiate]") {
+  // GRADCOMP_EXTERN_TEMPLATES (config.hpp) instantiates the erasures of the types in
+  // GRADCOMP_DETAIL_MAKE_CODEC_TYPES once per program; a codec missing from the list would be
+  // compiled in every translation unit again. Every known codec id but PowerSGD's (not an
+  // any_codec) must be in it, and nothing else.
+  std::vector<gc::codec_id> listed;
+#define GRADCOMP_TEST_LISTED_ID(C) listed.push_back(gc::C::id);
+  GRADCOMP_DETAIL_MAKE_CODEC_TYPES(GRADCOMP_TEST_LISTED_ID)
+#undef GRADCOMP_TEST_LISTED_ID
+  std::vector<gc::codec_id> known;
+  for (unsigned id = 0; id < 256; ++id) {
+    auto const c = static_cast<gc::codec_id>(id);
+    if (std::string(gc::codec_name(c)) != "unknown" && c != gc::codec_id::powersgd) known.push_back(c);
+  }
+  for (gc::codec_id c : known) {
+    INFO("codec " << gc::codec_name(c));
+    CHECK(std::count(listed.begin(), listed.end(), c) >= 1);
+  }
+  for (gc::codec_id c : listed) {
+    INFO("codec " << gc::codec_name(c));
+    CHECK(std::count(known.begin(), known.end(), c) == 1);
+  }
+  // random_k's two types (plain and scaled) share one id; every other id has one type.
+  CHECK(listed.size() == known.size() + 1);
 }

@@ -256,7 +256,9 @@ inline gc::cpu::thread_pool& pool(unsigned n) {
   return *pools[n];
 }
 
-/// The ISA levels to compare (the library caps each to what the machine has).
+/// The ISA levels to compare. A codec caps each to what the machine has (`codec_context`); a
+/// test that calls a kernel directly caps it itself with `cpu::effective_isa`, since a kernel runs
+/// the level it is given (an AVX-512 kernel on a machine without AVX-512 is SIGILL).
 inline constexpr gc::cpu::isa isa_levels[] = {gc::cpu::isa::scalar, gc::cpu::isa::avx2,
                                               gc::cpu::isa::avx512, gc::cpu::isa::best};
 
