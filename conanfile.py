@@ -4,6 +4,7 @@
 
     conan profile detect                    # once: a default profile for this machine
     conan create .                          # package this checkout and run test_package/
+    conan create . -o "gradcomp/*:tool=True"  # the gradcomp-bench program instead (needs cli11)
 
 From the checkout the recipe exports the sources it needs (exports_sources). The copy that
 scripts/release writes for a registry (dist/conan/all/) has no exports_sources and downloads
@@ -15,6 +16,15 @@ gradcomp::nccl exist wherever the *consumer* finds the CUDA toolkit, MPI or NCCL
 `COMPONENTS cuda` makes them required. CMakeDeps components would have to require Conan
 packages for CUDA and MPI, which would turn optional, system-provided backends into hard
 dependencies (and Conan has no CUDA toolkit package). See docs/packaging.md.
+
+Option `tool` (default False) packages the command-line program gradcomp-bench instead of the
+headers: an application (bin/gradcomp-bench and the licences, CLI11's included since the
+program compiles it in), one binary per os, arch, compiler and build_type, built against the
+cli11 package. Consumers take it as a tool requirement:
+
+    conan install --tool-requires "gradcomp/<version>" -o:b "gradcomp/*:tool=True"
+
+while the library stays the default, header-only package, so one graph can hold both.
 """
 
 import os
@@ -23,9 +33,9 @@ import shutil
 import subprocess
 
 from conan import ConanFile
-from conan.errors import ConanInvalidConfiguration
+from conan.errors import ConanException, ConanInvalidConfiguration
 from conan.tools.build import check_min_cppstd
-from conan.tools.cmake import CMake, CMakeToolchain, cmake_layout
+from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain, cmake_layout
 from conan.tools.files import copy, get, load, rmdir
 from conan.tools.scm import Version
 
@@ -41,7 +51,9 @@ class GradcompConan(ConanFile):
     topics = ("gradient-compression", "distributed-training", "deep-learning", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
-    exports_sources = "CMakeLists.txt", "LICENSE", "cmake/*", "include/*"
+    options = {"tool": [True, False]}
+    default_options = {"tool": False}
+    exports_sources = "CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "tools/*", "bench/common.hpp"
     no_copy_source = True
 
     # The oldest compilers whose C++20 is enough for gradcomp. GCC 12 and Clang 14 are the ones
@@ -65,12 +77,29 @@ class GradcompConan(ConanFile):
             parts.append(found.group(1))
         self.version = ".".join(parts)
 
+    # The CLI11 releases gradcomp-bench builds with: 2.1.2 is the oldest tested (Debian 12's
+    # libcli11-dev, and the stand-in package of tests/package/conan); 3.x may break its API.
+    _cli11_range = "[>=2.1.2 <3]"
+
+    def configure(self):
+        # The program is compiled for the settings and runs; it is not a library to include.
+        # package_type may be set here (Conan computes the package type after configure()).
+        if self.options.tool:
+            self.package_type = "application"
+
     def layout(self):
         cmake_layout(self)
 
+    def requirements(self):
+        if self.options.tool:
+            self.requires("cli11/%s" % self._cli11_range)
+
     def package_id(self):
-        # Headers only: one package for every configuration.
-        self.info.clear()
+        if not self.info.options.tool:
+            # Headers only: one package for every configuration.
+            self.info.clear()
+        # With the tool: the settings, the option and cli11 (compiled into the program, so the
+        # application's embed mode keeps its full version in the id) all count.
 
     def validate(self):
         compiler = str(self.settings.compiler)
@@ -116,30 +145,58 @@ class GradcompConan(ConanFile):
 
     def generate(self):
         tc = CMakeToolchain(self)
-        # Only the library and its package: no tests, benchmarks, examples, BLAS or CUDA probing.
+        # Only the library and its package (and with `tool`, gradcomp-bench): no tests,
+        # benchmarks, examples, BLAS or CUDA probing.
         tc.cache_variables["GRADCOMP_BUILD_TESTS"] = False
         tc.cache_variables["GRADCOMP_BUILD_BENCH"] = False
         tc.cache_variables["GRADCOMP_BUILD_EXAMPLES"] = False
-        tc.cache_variables["GRADCOMP_BUILD_TOOLS"] = False  # gradcomp-bench is a program; the package is headers only
+        tc.cache_variables["GRADCOMP_BUILD_TOOLS"] = bool(self.options.tool)
+        if self.options.tool:
+            # tools/CMakeLists.txt skips the program with a warning when CLI11 is missing; here
+            # that must be an error.
+            tc.cache_variables["CMAKE_REQUIRE_FIND_PACKAGE_CLI11"] = True
         tc.cache_variables["GRADCOMP_BUILD_PYTHON"] = False
         tc.cache_variables["GRADCOMP_WITH_BLAS"] = False
         tc.cache_variables["GRADCOMP_ENABLE_CUDA"] = False
         tc.cache_variables["GRADCOMP_INSTALL"] = True
         tc.generate()
+        if self.options.tool:
+            CMakeDeps(self).generate()  # CLI11Config.cmake for tools/CMakeLists.txt
 
     def build(self):
-        # Nothing to compile; configuring generates the CMake package files that package() installs.
         cmake = CMake(self)
         cmake.configure()
+        # Headers only: configuring generates the CMake package files that package() installs.
+        if self.options.tool:
+            cmake.build(target="gradcomp_bench_tool")
 
     def package(self):
-        copy(self, "LICENSE", src=self.source_folder, dst=os.path.join(self.package_folder, "licenses"))
+        licenses = os.path.join(self.package_folder, "licenses")
+        copy(self, "LICENSE", src=self.source_folder, dst=licenses)
         cmake = CMake(self)
+        if self.options.tool:
+            cmake.install(component="tools")  # bin/gradcomp-bench only
+            # CLI11 (BSD-3-Clause) is compiled into the program: its notice goes with the binary.
+            cli11 = self.dependencies["cli11"]
+            copy(self, "*", src=os.path.join(cli11.package_folder, "licenses"),
+                 dst=os.path.join(licenses, "cli11"))
+            if not os.path.isfile(os.path.join(self.package_folder, "bin", "gradcomp-bench")) and \
+                    not os.path.isfile(os.path.join(self.package_folder, "bin", "gradcomp-bench.exe")):
+                raise ConanException("gradcomp-bench was not installed into bin/")
+            return
         cmake.install()
         # The licence already sits in licenses/; drop the copy in share/doc.
         rmdir(self, os.path.join(self.package_folder, "share", "doc"))
 
     def package_info(self):
+        if self.options.tool:
+            # An application: bin/ on PATH through VirtualBuildEnv (tool_requires) or VirtualRunEnv
+            # (requires); no headers, libraries or CMake package.
+            self.cpp_info.includedirs = []
+            self.cpp_info.libdirs = []
+            self.cpp_info.bindirs = ["bin"]
+            self.cpp_info.set_property("cmake_find_mode", "none")
+            return
         self.cpp_info.bindirs = []
         self.cpp_info.libdirs = []
         # Keep gradcomp's own gradcompConfig.cmake (targets gradcomp::gradcomp and the optional

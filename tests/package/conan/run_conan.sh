@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # run_conan.sh --source <repo> --work <scratch> --expected-version x.y.z [--conan <conan>]
-#              [--cxx <compiler>] [--registry <dist/conan of scripts/release>]
+#              [--cxx <compiler>] [--registry <dist/conan of scripts/release>] [--tool]
 #
 # package.conan: the recipe through the real Conan 2 client, as a user runs it. Conan comes
 # from PyPI: python/requirements.txt pins it, and without --conan the project's virtual
@@ -24,14 +24,32 @@
 #      holds it (no exports_sources): source() downloads the release archive of its
 #      conandata.yml (package.release: a file:// URL) and Conan checks its SHA-256
 #
+# package.conan_tool (--tool): the option tool=True, which packages the gradcomp-bench program.
+# Conan Center's cli11 is out of reach, so a stand-in made from Debian's libcli11-dev
+# (tests/package/conan/cli11, version from its Version.hpp) is created first in the same
+# CONAN_HOME; without libcli11-dev the test is skipped (exit 77).
+#
+#   1. conan create <cli11 stand-in>      cli11/<Debian's version>: headers, CLI11::CLI11
+#   2. conan create -o gradcomp/*:tool=True  the recipe's cli11 range resolves to it, CMakeDeps
+#                                         declares CLI11::CLI11, the program is built; then
+#                                         test_package runs it through conanrun (run trait)
+#   3. the package in the cache           bin/gradcomp-bench, the licences (CLI11's too); no
+#                                         include/, lib/, share/; settings and cli11 in conaninfo
+#   4. conan graph info                   package types and ids: header-library with one id for
+#                                         Release and Debug, application with one id each
+#   5. conan install --tool-requires ... -o:b gradcomp/*:tool=True  (no build: the binary of 2)
+#                                         then conanbuild.sh's PATH: gradcomp-bench --help and
+#                                         a synthetic fp16 run whose --json report is checked
+#
 # The recipe is copied (with what exports_sources names and test_package/) into <scratch>/src,
 # so test_package's build folder does not land in the checkout.
 
 set -euo pipefail
 
-source_dir='' work='' expected='' conan='' cxx='' registry=''
+source_dir='' work='' expected='' conan='' cxx='' registry='' tool=0
 while (($#)); do
   case $1 in
+    --tool) tool=1; shift; continue ;;
     --source) source_dir=$2 ;;
     --work) work=$2 ;;
     --expected-version) expected=$2 ;;
@@ -47,8 +65,15 @@ if [[ -z $source_dir || -z $work || -z $expected ]]; then
   exit 2
 fi
 
-fail() { echo "package.conan: $*" >&2; exit 1; }
+test_name=package.conan
+((tool)) && test_name=package.conan_tool
+fail() { echo "$test_name: $*" >&2; exit 1; }
 step() { printf '\n==> %s\n' "$*"; }
+
+if ((tool)) && [[ ! -f /usr/include/CLI/Version.hpp ]]; then
+  echo "skipped: Debian's libcli11-dev is not installed (the stand-in cli11 package is made from it)"
+  exit 77
+fi
 
 if [[ -z $conan ]]; then
   # shellcheck source=scripts/lib/common.sh
@@ -63,11 +88,13 @@ fi
 
 rm -rf "$work"
 mkdir -p "$work/src"
-for item in conanfile.py conandata.yml test_package CMakeLists.txt LICENSE cmake include; do
+for item in conanfile.py conandata.yml test_package CMakeLists.txt LICENSE cmake include tools; do
   if [[ -e $source_dir/$item ]]; then
     cp -R "$source_dir/$item" "$work/src/"
   fi
 done
+mkdir -p "$work/src/bench"
+cp "$source_dir/bench/common.hpp" "$work/src/bench/"  # the one file of bench/ that tools/ uses
 rm -rf "$work/src/test_package/build" "$work/src/test_package/CMakeUserPresets.json"
 export CONAN_HOME=$work/conan-home
 ref=gradcomp/$expected
@@ -78,6 +105,117 @@ step "conan profile detect"
 "$conan" remote remove conancenter
 remotes=$("$conan" remote list)
 [[ -z $remotes ]] || fail "remotes left: $remotes"
+
+if ((tool)); then
+  step "conan create <cli11 stand-in> (Debian's libcli11-dev)"
+  cp -R "$source_dir/tests/package/conan/cli11" "$work/cli11"
+  cli11_version=$(sed -n 's/^#define CLI11_VERSION "\([0-9.]*\)"$/\1/p' /usr/include/CLI/Version.hpp)
+  "$conan" create "$work/cli11" 2>&1 | tee "$work/cli11.log"
+  "$conan" list "cli11/$cli11_version" --format=json | grep -q "\"cli11/$cli11_version\"" ||
+    fail "cli11/$cli11_version is not in the cache"
+
+  step "conan create -o gradcomp/*:tool=True (builds gradcomp-bench)"
+  "$conan" create "$work/src" -o "gradcomp/*:tool=True" 2>&1 | tee "$work/create-tool.log"
+  grep -qE "cli11/\[>=[^]]*\]: cli11/$cli11_version" "$work/create-tool.log" ||
+    fail "the recipe's cli11 range did not resolve to the stand-in cli11/$cli11_version"
+  grep -qE "^gauss +fp16 +4096 " "$work/create-tool.log" ||
+    fail "test_package did not run gradcomp-bench (no fp16 row for 4096 values)"
+
+  step "the application package in the cache"
+  pkg_id=$("$conan" list "$ref:*" --format=json | /usr/bin/python3 -c '
+import json, sys
+data = json.load(sys.stdin)["Local Cache"]
+revisions = next(iter(data.values()))["revisions"]
+packages = next(iter(revisions.values()))["packages"]
+tool = [p for p, v in packages.items() if v["info"].get("options", {}).get("tool") == "True"]
+if len(tool) != 1:
+    sys.exit("expected one package with tool=True, found %d" % len(tool))
+print(tool[0])')
+  pkg=$("$conan" cache path "$ref:$pkg_id")
+  [[ -x $pkg/bin/gradcomp-bench ]] || fail "the package lacks an executable bin/gradcomp-bench ($pkg)"
+  for file in licenses/LICENSE licenses/cli11/copyright; do
+    [[ -f $pkg/$file ]] || fail "the package lacks $file ($pkg)"
+  done
+  for dir in include lib share; do
+    [[ ! -e $pkg/$dir ]] || fail "the application package has $dir/ ($pkg)"
+  done
+  for line in "compiler=" "build_type=" "tool=True" "cli11/$cli11_version"; do
+    grep -q "$line" "$pkg/conaninfo.txt" || fail "conaninfo.txt lacks '$line' ($pkg)"
+  done
+  # CLI11 came from the cli11 package through CMakeDeps, not from /usr/share/cmake/CLI11.
+  build=$("$conan" cache path "$ref:$pkg_id" --folder build)
+  cache=$(find "$build" -name CMakeCache.txt -print -quit)
+  cli11_dir=$(sed -n 's/^CLI11_DIR:PATH=//p' "$cache")
+  [[ -f $cli11_dir/CLI11Config.cmake && -f $cli11_dir/cmakedeps_macros.cmake ]] ||
+    fail "CLI11 was found in '$cli11_dir', not in the generators folder of CMakeDeps ($cache)"
+  echo "package folder $pkg: bin/gradcomp-bench, licences; id over settings, tool and cli11"
+  echo "CLI11 from CMakeDeps: $cli11_dir/CLI11Config.cmake"
+
+  step "conan graph info: package types and ids"
+  graph_node() {  # <label> <conan graph info arguments>: prints "<package_type> <package_id>"
+    local label=$1
+    shift
+    "$conan" graph info --requires="$ref" "$@" --format=json 2>"$work/graph-$label.err" |
+      /usr/bin/python3 -c '
+import json, sys
+nodes = json.load(sys.stdin)["graph"]["nodes"].values()
+node = next(n for n in nodes if n.get("name") == "gradcomp")
+print(node["package_type"], node["package_id"])' || { cat "$work/graph-$label.err"; fail "conan graph info ($label) failed"; }
+  }
+  header_release=$(graph_node header-release -s build_type=Release)
+  header_debug=$(graph_node header-debug -s build_type=Debug)
+  tool_release=$(graph_node tool-release -s build_type=Release -o "gradcomp/*:tool=True")
+  tool_debug=$(graph_node tool-debug -s build_type=Debug -o "gradcomp/*:tool=True")
+  printf '  tool=False Release: %s\n  tool=False Debug:   %s\n  tool=True Release:  %s\n  tool=True Debug:    %s\n' \
+    "$header_release" "$header_debug" "$tool_release" "$tool_debug"
+  [[ ${header_release%% *} == header-library ]] || fail "tool=False: package type ${header_release%% *}, expected header-library"
+  [[ ${tool_release%% *} == application ]] || fail "tool=True: package type ${tool_release%% *}, expected application"
+  [[ $header_release == "$header_debug" ]] || fail "tool=False: the header package id depends on build_type"
+  [[ $tool_release != "$tool_debug" ]] || fail "tool=True: Release and Debug share a package id"
+  [[ ${tool_release#* } == "$pkg_id" ]] || fail "tool=True Release: id ${tool_release#* }, but conan create made $pkg_id"
+
+  step "conan install --tool-requires $ref -o:b gradcomp/*:tool=True, then conanbuild.sh"
+  mkdir -p "$work/consumer"
+  "$conan" install --tool-requires="$ref" -o:b "gradcomp/*:tool=True" \
+    --output-folder="$work/consumer" 2>&1 | tee "$work/install-tool.log"
+  [[ -f $work/consumer/conanbuild.sh ]] || fail "conan install wrote no conanbuild.sh"
+  (
+    # shellcheck disable=SC1091
+    source "$work/consumer/conanbuild.sh"
+    program=$(command -v gradcomp-bench) || fail "gradcomp-bench is not on conanbuild.sh's PATH"
+    [[ $program == "$pkg/bin/gradcomp-bench" ]] || fail "PATH finds $program, not the package's ($pkg)"
+    gradcomp-bench --help >"$work/help.txt" || fail "gradcomp-bench --help failed"
+    head -n 1 "$work/help.txt"
+    grep -q "^Usage: gradcomp-bench " "$work/help.txt" || fail "gradcomp-bench --help printed no usage line"
+    gradcomp-bench --synthetic gauss --size 4096 --codec fp16 --threads 1 --no-timing -q \
+      --json "$work/report.json" || fail "gradcomp-bench on synthetic data failed"
+  ) || exit 1
+  /usr/bin/python3 - "$work/report.json" "$expected" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+problems = []
+if report.get("tool") != "gradcomp-bench" or report.get("version") != sys.argv[2]:
+    problems.append("tool %r version %r, expected gradcomp-bench %s"
+                    % (report.get("tool"), report.get("version"), sys.argv[2]))
+rows = report.get("rows") or []
+if len(rows) != 1 or rows[0].get("codec") != "fp16" or rows[0].get("n") != 4096:
+    problems.append("expected one fp16 row of 4096 values, got %r" % rows)
+else:
+    row = rows[0]
+    # Two bytes a value plus a header, fp16's relative rounding error (2^-11) at most.
+    if not 8192 < row["bytes"] <= 8192 + 256:
+        problems.append("fp16 packet of %d bytes for 4096 values" % row["bytes"])
+    if not 0 < row["rel_l2"] < 2.0 ** -11 or row["cosine"] < 0.9999:
+        problems.append("fp16 rel_l2 %r, cosine %r" % (row["rel_l2"], row["cosine"]))
+if problems:
+    sys.exit("package.conan_tool: the report: " + "; ".join(problems))
+row = rows[0]
+print("gradcomp-bench %s from the package: fp16, %d values, %d bytes, rel_l2 %.3g"
+      % (report["version"], row["n"], row["bytes"], row["rel_l2"]))
+PY
+  echo "package.conan_tool: $ref with tool=True created, tested and run from Conan's build environment (Conan $("$conan" --version | awk '{print $3}'))"
+  exit 0
+fi
 
 step "conan inspect"
 "$conan" inspect "$work/src" --format=json >"$work/inspect.json"

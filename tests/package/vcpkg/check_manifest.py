@@ -6,9 +6,9 @@
     check_manifest.py <vcpkg.json> <schema.json>
 
 Uses python3-jsonschema (Debian); exits 77 (ctest: skipped) without it. Besides the schema, it
-checks what a port of gradcomp needs: the host tools vcpkg-cmake and vcpkg-cmake-config, and the
-features mpi and cuda. The schema is a faithful subset written for gradcomp (see its $comment),
-not vcpkg's official file. A few deliberately broken manifests must be rejected, so a schema that
+checks what a port of gradcomp needs: the host tools vcpkg-cmake and vcpkg-cmake-config, the
+features mpi and cuda, and the feature tool (gradcomp-bench) with its dependency cli11. The
+schema is a faithful subset written for gradcomp (see its $comment), not vcpkg's official file. A few deliberately broken manifests must be rejected, so a schema that
 accepts everything cannot pass.
 """
 
@@ -47,9 +47,12 @@ def main():
     for tool in ("vcpkg-cmake", "vcpkg-cmake-config"):
         if tool not in hosts:
             problems.append("dependency %s should be a host dependency" % tool)
-    for feature in ("mpi", "cuda"):
+    for feature in ("mpi", "cuda", "tool"):
         if feature not in manifest.get("features", {}):
             problems.append("feature %s is missing" % feature)
+    tool_deps = manifest.get("features", {}).get("tool", {}).get("dependencies", [])
+    if "cli11" not in [d if isinstance(d, str) else d.get("name") for d in tool_deps]:
+        problems.append("feature tool does not depend on cli11 (gradcomp-bench parses with CLI11)")
 
     # The schema must reject what vcpkg rejects.
     broken = {
