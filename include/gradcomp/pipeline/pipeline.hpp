@@ -374,21 +374,15 @@ class gradient_pipeline {
       w.put_u64(static_cast<std::uint64_t>(id));
       w.put_floats(acc);
     }
-    auto const* sessions = std::get_if<low_rank_mode>(&mode_);
     if (device_) {
       device_->low_rank_save(w);
-    } else if (sessions) {
-      sessions->save(w);
+      if (std::holds_alternative<two_way_mode>(mode_)) {
+        w.put_bytes(device_->two_way_save());
+      } else {
+        two_way_mode::save_none(w);
+      }
     } else {
-      w.put_u64(0);  // no PowerSGD sessions
-    }
-    auto const* two_way = std::get_if<two_way_mode>(&mode_);
-    if (device_ && two_way) {
-      w.put_bytes(device_->two_way_save());
-    } else if (two_way && !device_) {
-      two_way->save(w);
-    } else {
-      two_way_mode::save_none(w);
+      save_mode_sections(w, mode_);
     }
     w.put_bytes(guard_->save());
     return w.finish();
@@ -457,28 +451,28 @@ class gradient_pipeline {
       if (!acc.emplace(id, r.get_floats()).second) r.fail("an accumulator id appears twice");
     }
     std::map<tensor_id, std::tuple<std::size_t, std::size_t, std::vector<std::byte>>> device_sessions;
-    if (auto const* lr = std::get_if<low_rank_mode>(&mode_)) {
-      low_rank_mode loaded = lr->loaded(r);
-      for (auto const& [id, s] : loaded.sessions()) {
-        if (!device_) break;  // validated by the host sessions, re-recorded for the device's
-        detail::byte_writer rec;
-        rec.begin(detail::low_rank_record_magic, 1);
-        s.state().save_exact(rec);
-        device_sessions[id] = {s.state().rows(), s.state().cols(), rec.finish()};
-      }
-      if (!device_) mode.emplace(std::move(loaded));
-    } else {
-      low_rank_mode::expect_none(r);
-    }
     std::vector<std::byte> tstate;
-    if (auto const* tw = std::get_if<two_way_mode>(&mode_); tw && device_) {
-      // validated by a host two-way mode of the same feedback, loaded at the end
-      tstate = r.get_bytes();
-      (void)tw->loaded_from(tstate);
-    } else if (tw) {
-      mode.emplace(tw->loaded(r));
+    if (!device_) {
+      if (std::optional<exchange_mode> m = loaded_mode_sections(r, mode_)) mode = std::move(m);
     } else {
-      two_way_mode::expect_none(r);
+      // A device source: the sections validated by a host mode, loaded into the source at the end.
+      if (auto const* lr = std::get_if<low_rank_mode>(&mode_)) {
+        low_rank_mode const loaded = lr->loaded(r);
+        for (auto const& [id, s] : loaded.sessions()) {
+          detail::byte_writer rec;
+          rec.begin(detail::low_rank_record_magic, 1);
+          s.state().save_exact(rec);
+          device_sessions[id] = {s.state().rows(), s.state().cols(), rec.finish()};
+        }
+      } else {
+        low_rank_mode::expect_none(r);
+      }
+      if (auto const* tw = std::get_if<two_way_mode>(&mode_)) {
+        tstate = r.get_bytes();
+        (void)tw->loaded_from(tstate);
+      } else {
+        two_way_mode::expect_none(r);
+      }
     }
     std::optional<divergence_guard> guard(std::in_place, opt_.guard);
     {
@@ -985,6 +979,35 @@ class gradient_pipeline {
     last_ = st;
     if (hook_) hook_(st);
     return st;
+  }
+
+  // The checkpoint's PowerSGD and two-way sections (adjacent in "GCPL") of host mode `m`: the
+  // mode's own where it keeps one, the other empty.
+  static void save_mode_sections(detail::byte_writer& w, exchange_mode const& m) {
+    std::visit(
+        [&](auto const& mode) {
+          using M = std::remove_cvref_t<decltype(mode)>;
+          if constexpr (std::same_as<M, low_rank_mode>) mode.save(w);
+          else low_rank_mode::save_none(w);
+          if constexpr (std::same_as<M, two_way_mode>) mode.save(w);
+          else two_way_mode::save_none(w);
+        },
+        m);
+  }
+  // Reads those sections for host mode `m`: a copy of `m` holding the state read where the mode
+  // keeps one (`r.fail` where a section that must be empty is not).
+  static std::optional<exchange_mode> loaded_mode_sections(detail::byte_reader& r, exchange_mode const& m) {
+    return std::visit(
+        [&](auto const& mode) {
+          using M = std::remove_cvref_t<decltype(mode)>;
+          std::optional<exchange_mode> out;
+          if constexpr (std::same_as<M, low_rank_mode>) out.emplace(mode.loaded(r));
+          else low_rank_mode::expect_none(r);
+          if constexpr (std::same_as<M, two_way_mode>) out.emplace(mode.loaded(r));
+          else two_way_mode::expect_none(r);
+          return out;
+        },
+        m);
   }
 
   // ---- A device source's steps (pipeline/device_source.hpp holds its state) ----
