@@ -25,13 +25,16 @@
 /// What the step protocol (pipeline/pipeline.hpp) reads of a mode besides its exchange is
 /// `pipeline_mode_traits_of`, one row per mode:
 ///
-/// | mode           | exchange (header)                | stages | levels | shared seed | gain round |
-/// |----------------|----------------------------------|--------|--------|-------------|------------|
-/// | `flat`         | bucketed (flat_mode.hpp)         | yes    | 1      | codec's     | yes        |
-/// | `controlled`   | bucketed, multi-level (same)     | yes    | plan's | codec's     | (decision) |
-/// | `two_way`      | per tensor (two_way_mode.hpp)    | no     | 1      | codec's     | yes        |
-/// | `hierarchical` | per tensor (hierarchical_mode.hpp) | no   | 1      | codec's     | no         |
-/// | `low_rank`     | per tensor (low_rank_mode.hpp)   | no     | 0      | always      | no         |
+/// | mode           | exchange (header)                  | stages | levels | seed    | gain  |
+/// |----------------|------------------------------------|--------|--------|---------|-------|
+/// | `flat`         | bucketed (flat_mode.hpp)           | yes    | 1      | codec's | round |
+/// | `controlled`   | bucketed, multi-level (same)       | yes    | plan's | codec's | plan  |
+/// | `two_way`      | per tensor (two_way_mode.hpp)      | no     | 1      | codec's | round |
+/// | `hierarchical` | per tensor (hierarchical_mode.hpp) | no     | 1      | codec's | no    |
+/// | `low_rank`     | per tensor (low_rank_mode.hpp)     | no     | 0      | shared  | no    |
+///
+/// (seed: shared by every rank, or as the codec's aggregation says; gain: `measure_gain`'s
+/// round after the guard, or the controller's statistics.)
 
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/codec_spec.hpp>
@@ -287,8 +290,8 @@ struct pipeline_mode_traits {
 /// What `gradient_pipeline`'s device constructor learns of its source
 /// (`detail::device_source_base`, pipeline/device_source.hpp) for `check_device_source`.
 struct device_source_facts {
-  bool has_budget = false;               ///< its codec has a selection size
-  bool makes_low_rank_sessions = false;  ///< its memory space makes PowerSGD sessions
+  bool has_budget = false;                   ///< its codec has a selection size
+  bool makes_low_rank_sessions = false;      ///< its memory space makes PowerSGD sessions
   feedback_id feedback = feedback_id::none;  ///< its error feedback
   /// A DGC source's momentum, clipping norm and workers (empty for another source).
   std::optional<std::tuple<float, double, std::uint32_t>> dgc{};
@@ -301,7 +304,8 @@ inline void check_device_options(pipeline_options const& opt) {
   auto refuse = [](std::string const& what) {
     throw config_error("gradcomp: gradient_pipeline with a device source: " + what);
   };
-  if (opt.buckets.checksum) refuse("buckets.checksum is not taken (it reads every payload on the host)");
+  if (opt.buckets.checksum)
+    refuse("buckets.checksum is not taken (it reads every payload on the host)");
   if (opt.buckets.small_format != dense_format::f32) {
     refuse("a 16-bit buckets.small_format is not taken (dense buckets are float32)");
   }
@@ -317,19 +321,23 @@ inline void check_device_options(pipeline_options const& opt) {
 ///   parameters (momentum, clip_norm, workers) differ.
 /// Whether the source's codec is the one `opt.codec` names is checked against the codec
 /// itself, by the constructor (the collectives' fingerprints).
-inline void check_device_source(pipeline_options const& opt, pipeline_mode mode, feedback_compressor const& feedback,
+inline void check_device_source(pipeline_options const& opt, pipeline_mode mode,
+                                feedback_compressor const& feedback,
                                 device_source_facts const& src) {
   auto refuse = [](std::string const& what) {
     throw config_error("gradcomp: gradient_pipeline with a device source: " + what);
   };
   if (mode == pipeline_mode::controlled && !src.has_budget) {
-    refuse("a controller sets the selection size of the device codec, which has none (controller '" +
-           opt.controller + "')");
+    refuse(
+        "a controller sets the selection size of the device codec, which has none (controller '" +
+        opt.controller + "')");
   }
   if (mode == pipeline_mode::low_rank) {
     // PowerSGD keeps its residuals in its sessions; the source sends the small tensors dense
     if (src.feedback != feedback_id::none) {
-      refuse("with PowerSGD the source keeps no feedback state (pass cuda::stream_codec<cuda::identity_codec>)");
+      refuse(
+          "with PowerSGD the source keeps no feedback state (pass "
+          "cuda::stream_codec<cuda::identity_codec>)");
     }
     if (!src.makes_low_rank_sessions) {
       refuse("its memory space makes no PowerSGD sessions (include gradcomp/cuda/powersgd.cuh)");
@@ -340,15 +348,16 @@ inline void check_device_source(pipeline_options const& opt, pipeline_mode mode,
   feedback_id const mine = feedback_of(feedback);
   if (src.feedback != mine) {
     constexpr char const* names[] = {"none", "residual", "ef21", "dgc"};
-    refuse("its source's error feedback (" + std::string(names[static_cast<unsigned>(src.feedback) & 3u]) +
-           ") is not feedback '" + opt.feedback + "'");
+    refuse("its source's error feedback (" +
+           std::string(names[static_cast<unsigned>(src.feedback) & 3u]) + ") is not feedback '" +
+           opt.feedback + "'");
   }
   if (mine == feedback_id::dgc) {
     auto const& dgc = std::get<compressor<any_codec, dgc_feedback>>(feedback).feedback();
     auto const [m, clip, workers] = src.dgc.value();
     if (m != dgc.momentum() || clip != dgc.clip_norm() || workers != dgc.workers()) {
-      refuse("its source's DGC parameters (momentum, clip_norm, workers) differ from feedback '" + opt.feedback +
-             "'");
+      refuse("its source's DGC parameters (momentum, clip_norm, workers) differ from feedback '" +
+             opt.feedback + "'");
     }
   }
 }

@@ -192,14 +192,16 @@ class gradient_pipeline {
     check_device_options(opt_);
     auto model =
         std::make_unique<detail::device_source_model<Source>>(std::move(src), opt_.buckets);
-    device_source_facts facts{model->has_budget(), model->makes_low_rank_sessions(), model->feedback(), {}};
+    device_source_facts facts{
+        model->has_budget(), model->makes_low_rank_sessions(), model->feedback(), {}};
     if (facts.feedback == feedback_id::dgc) facts.dgc = model->dgc_parameters();
     check_device_source(opt_, kind_, comp_, facts);
     for (std::size_t const n : {std::size_t{1}, std::size_t{4099}, (std::size_t{1} << 20) + 3}) {
       if (model->fingerprint(n, opt_.buckets.op) !=
           detail::codec_fingerprint(base_, n, opt_.buckets.op, codec_context{},
                                     "gradient_pipeline source")) {
-        throw config_error("gradcomp: gradient_pipeline with a device source: codec spec '" + opt_.codec +
+        throw config_error("gradcomp: gradient_pipeline with a device source: codec spec '" +
+                           opt_.codec +
                            "' does not describe the device codec (another codec, packet size or "
                            "bits per element at " +
                            std::to_string(n) + " elements)");
@@ -303,8 +305,9 @@ class gradient_pipeline {
     plan_ = ctrl_ ? ctrl_->plan() : step_plan{};
     levels_ = !traits_.leveled ? 0 : (traits_.plan_levels ? plan_.measure.size() : 1);
     if (flat_mode* const f = std::get_if<flat_mode>(&mode_); f && !device_) {
-      f->begin_step(traits_.plan_levels ? std::optional(std::span<double const>(plan_.measure).first(levels_))
-                                        : std::nullopt);
+      f->begin_step(traits_.plan_levels
+                        ? std::optional(std::span<double const>(plan_.measure).first(levels_))
+                        : std::nullopt);
     }
     ef_norm_ = 0.0;
     comp_norms_.assign(levels_, 0.0);
@@ -314,7 +317,8 @@ class gradient_pipeline {
     ctx_.step = static_cast<std::uint32_t>(step_);
     // Shared-support codecs draw the same coordinates on every rank, and PowerSGD starts every
     // rank from the same Q: their seed is shared; the others add the rank (independent noise).
-    bool const shared = traits_.shared_seed || base_.aggregation() == aggregation_kind::shared_support;
+    bool const shared =
+        traits_.shared_seed || base_.aggregation() == aggregation_kind::shared_support;
     ctx_.seed = opt_.seed + (shared ? 0u : static_cast<std::uint64_t>(rank_));
   }
 
@@ -489,7 +493,8 @@ class gradient_pipeline {
       // of them has anything to load (two-way and PowerSGD exclude each other, and the
       // residuals of either are empty, so their assignment allocates nothing)
       if (std::holds_alternative<two_way_mode>(mode_)) device_->two_way_load(tstate);
-      if (auto const* lr = std::get_if<low_rank_mode>(&mode_)) device_->low_rank_load(device_sessions, lr->options());
+      if (auto const* lr = std::get_if<low_rank_mode>(&mode_))
+        device_->low_rank_load(device_sessions, lr->options());
       device_->layers_assign(acc);  // (empty but for a controller, which excludes both above)
       device_->assign_states(device_states, device_receivers);
       device_tensors_ = std::move(device_tensors);
@@ -517,8 +522,8 @@ class gradient_pipeline {
     tensor_id id{};
     std::size_t n = 0;
     bool large = false;                      // at least min_compress_elements (else sent dense)
-    bool staged = false;                     // a device source staged its levels (host: flat_mode's)
-    std::span<float> out32;                  // float32 output (the caller's tensor or `wide_`)
+    bool staged = false;     // a device source staged its levels (host: flat_mode's)
+    std::span<float> out32;  // float32 output (the caller's tensor or `wide_`)
     std::span<float const> raw32;            // float32 view of the raw gradient
     std::function<void()> write_back;        // rounds `wide_` into a 16-bit tensor
   };
@@ -567,7 +572,9 @@ class gradient_pipeline {
       std::span<T> const dst = g.span();
       std::vector<float>* w = &wide;
       codec_context const* ctx = &ctx_;
-      e.write_back = [dst, w, ctx] { detail::round_from_f32(std::span<float const>(*w), dst, *ctx); };
+      e.write_back = [dst, w, ctx] {
+        detail::round_from_f32(std::span<float const>(*w), dst, *ctx);
+      };
     }
     bool stages = e.large && traits_.stages;
     if (guard_->enabled()) {
@@ -584,10 +591,10 @@ class gradient_pipeline {
     }
     if (stages && !local_) {
       try {
-        std::get<flat_mode>(mode_).stage(comp_, tensor_view<T const>(std::span<T const>(g.span()), g.id()),
-                                         std::span<double const>(plan_.measure), ctx_,
-                                         opt_.measure_gain || ctrl_needs_gains(), ef_norm_,
-                                         std::span<double>(comp_norms_));
+        std::get<flat_mode>(mode_).stage(
+            comp_, tensor_view<T const>(std::span<T const>(g.span()), g.id()),
+            std::span<double const>(plan_.measure), ctx_, opt_.measure_gain || ctrl_needs_gains(),
+            ef_norm_, std::span<double>(comp_norms_));
       } catch (...) {
         local_ = std::current_exception();
       }
@@ -621,9 +628,9 @@ class gradient_pipeline {
     if (held != 0 && held != device_->state_floats(e.n) && !local_) {
       local_ = std::make_exception_ptr(
           config_error("gradcomp: " + opt_.feedback + " feedback state of tensor " +
-                       std::to_string(static_cast<unsigned>(e.id)) + " holds " + std::to_string(held) +
-                       " floats but the gradient has " + std::to_string(e.n) +
-                       " elements (one state per tensor id)"));
+                       std::to_string(static_cast<unsigned>(e.id)) + " holds " +
+                       std::to_string(held) + " floats but the gradient has " +
+                       std::to_string(e.n) + " elements (one state per tensor id)"));
     }
     // The guard's local norms, as the host computes them (the residual of a compressed tensor
     // only), in the same canonical order on the device (the hierarchical source's per-tensor
@@ -645,10 +652,12 @@ class gradient_pipeline {
       if (kind_ == pipeline_mode::controlled) {
         device_->stage_levels(tensor_view<float const>(e.raw32, e.id), ctx_,
                               std::span<double const>(plan_.measure).first(levels_),
-                              opt_.measure_gain || ctrl_needs_gains(), ef_norm_, std::span<double>(comp_norms_));
+                              opt_.measure_gain || ctrl_needs_gains(), ef_norm_,
+                              std::span<double>(comp_norms_));
         e.staged = true;
       } else if (kind_ == pipeline_mode::flat && opt_.measure_gain) {
-        auto const [input_sq, compressed_sq] = device_->gain_terms(tensor_view<float const>(e.raw32, e.id), ctx_);
+        auto const [input_sq, compressed_sq] =
+            device_->gain_terms(tensor_view<float const>(e.raw32, e.id), ctx_);
         ef_norm_ += input_sq;
         comp_norms_[0] += compressed_sq;
       }
@@ -715,7 +724,8 @@ class gradient_pipeline {
       } else {
         std::visit(
             [](auto& m) {
-              if constexpr (!std::same_as<std::remove_cvref_t<decltype(m)>, flat_mode>) m.rollback();
+              if constexpr (!std::same_as<std::remove_cvref_t<decltype(m)>, flat_mode>)
+                m.rollback();
             },
             mode_);
       }
@@ -846,12 +856,16 @@ class gradient_pipeline {
       send_raw_dense(comm, std::span<bucket_item const>(s.items), dense_format::f32, s.br, decode);
     } else {
       collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
-      std::vector<bucket_item> const dense = for_each_compressed(s.br, [&](entry const& e, tensor_view<float const> g) {
-        auto const [rows, cols] = shape_of(e.id, e.n);  // (PowerSGD's; the other modes take no shape)
+      std::vector<bucket_item> const dense = for_each_compressed(s.br, [&](entry const& e,
+                                                                           tensor_view<float const>
+                                                                               g) {
+        auto const [rows, cols] =
+            shape_of(e.id, e.n);  // (PowerSGD's; the other modes take no shape)
         return m.exchange(comm, exchange_tensor{g, e.out32, rows, cols}, ctx_, copt, step_check_);
       });
       if (!dense.empty()) {
-        send_raw_dense(comm, std::span<bucket_item const>(dense), opt_.buckets.small_format, s.br, decode);
+        send_raw_dense(comm, std::span<bucket_item const>(dense), opt_.buckets.small_format, s.br,
+                       decode);
       }
     }
     outcome_round(comm, s.br);
@@ -911,12 +925,13 @@ class gradient_pipeline {
   // `items` sent dense as they are (the guard's dense step, the per-tensor modes' small
   // tensors), dense buckets in format `small`.
   template <communicator Comm>
-  void send_raw_dense(Comm& comm, std::span<bucket_item const> items, dense_format small, bucket_result& br,
-                      double& decode) {
+  void send_raw_dense(Comm& comm, std::span<bucket_item const> items, dense_format small,
+                      bucket_result& br, double& decode) {
     bucket_options o = opt_.buckets;
     o.small_format = small;
-    detail::exchange_dense_buckets(comm, items, o, base_, size_, ctx_, step_check_, slots_,
-                                   [&](std::size_t i) { return items[i].grad.span(); }, br, decode);
+    detail::exchange_dense_buckets(
+        comm, items, o, base_, size_, ctx_, step_check_, slots_,
+        [&](std::size_t i) { return items[i].grad.span(); }, br, decode);
   }
 
   // The controller's decision (host and device steps): the step's statistics summed over the
@@ -968,8 +983,9 @@ class gradient_pipeline {
       for (auto const& e : pending_) dense += 4 * e.n;
       st.factor = static_cast<double>(dense) / static_cast<double>(st.bytes_sent);
     }
-    last_timing_ = opt_.measured_timing ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
-                                        : step_timing{info_.backprop_s, 0.0, 0.0};
+    last_timing_ = opt_.measured_timing
+                       ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
+                       : step_timing{info_.backprop_s, 0.0, 0.0};
     ++step_;
     if (guard_->enabled()) {
       guard_->commit(gv);
@@ -987,24 +1003,33 @@ class gradient_pipeline {
     std::visit(
         [&](auto const& mode) {
           using M = std::remove_cvref_t<decltype(mode)>;
-          if constexpr (std::same_as<M, low_rank_mode>) mode.save(w);
-          else low_rank_mode::save_none(w);
-          if constexpr (std::same_as<M, two_way_mode>) mode.save(w);
-          else two_way_mode::save_none(w);
+          if constexpr (std::same_as<M, low_rank_mode>)
+            mode.save(w);
+          else
+            low_rank_mode::save_none(w);
+          if constexpr (std::same_as<M, two_way_mode>)
+            mode.save(w);
+          else
+            two_way_mode::save_none(w);
         },
         m);
   }
   // Reads those sections for host mode `m`: a copy of `m` holding the state read where the mode
   // keeps one (`r.fail` where a section that must be empty is not).
-  static std::optional<exchange_mode> loaded_mode_sections(detail::byte_reader& r, exchange_mode const& m) {
+  static std::optional<exchange_mode> loaded_mode_sections(detail::byte_reader& r,
+                                                           exchange_mode const& m) {
     return std::visit(
         [&](auto const& mode) {
           using M = std::remove_cvref_t<decltype(mode)>;
           std::optional<exchange_mode> out;
-          if constexpr (std::same_as<M, low_rank_mode>) out.emplace(mode.loaded(r));
-          else low_rank_mode::expect_none(r);
-          if constexpr (std::same_as<M, two_way_mode>) out.emplace(mode.loaded(r));
-          else two_way_mode::expect_none(r);
+          if constexpr (std::same_as<M, low_rank_mode>)
+            out.emplace(mode.loaded(r));
+          else
+            low_rank_mode::expect_none(r);
+          if constexpr (std::same_as<M, two_way_mode>)
+            out.emplace(mode.loaded(r));
+          else
+            two_way_mode::expect_none(r);
           return out;
         },
         m);
@@ -1168,22 +1193,24 @@ class gradient_pipeline {
     hierarchical_mode* const hier = std::get_if<hierarchical_mode>(&mode_);
     low_rank_mode const* const sessions = std::get_if<low_rank_mode>(&mode_);
     if (kind_ == pipeline_mode::two_way) device_->two_way_begin();
-    std::vector<bucket_item> const dense = for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
-      if (sessions) {
-        auto const [rows, cols] = shape_of(e.id, e.n);
-        return device_->low_rank_exchange(comm, e.id, rows, cols, sessions->options(), g, e.out32, ctx_, copt,
-                                          step_check_);
-      }
-      if (hier) {
-        hierarchical_result const hr = device_->hierarchical_exchange(comm, *hier->node(), hier->lane(), hier->plan(),
-                                                                      g, e.out32, ctx_, hier->options(), step_check_);
-        collective_result r;
-        r.packet_bytes = hr.packet_bytes;
-        r.wire_bytes = hr.wire_bytes;
-        return r;
-      }
-      return device_->two_way_exchange(comm, g, e.out32, ctx_, copt, step_check_);
-    });
+    std::vector<bucket_item> const dense =
+        for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
+          if (sessions) {
+            auto const [rows, cols] = shape_of(e.id, e.n);
+            return device_->low_rank_exchange(comm, e.id, rows, cols, sessions->options(), g,
+                                              e.out32, ctx_, copt, step_check_);
+          }
+          if (hier) {
+            hierarchical_result const hr =
+                device_->hierarchical_exchange(comm, *hier->node(), hier->lane(), hier->plan(), g,
+                                               e.out32, ctx_, hier->options(), step_check_);
+            collective_result r;
+            r.packet_bytes = hr.packet_bytes;
+            r.wire_bytes = hr.wire_bytes;
+            return r;
+          }
+          return device_->two_way_exchange(comm, g, e.out32, ctx_, copt, step_check_);
+        });
     if (!dense.empty()) {
       bucket_result const d = device_->exchange(comm, std::span<bucket_item const>(dense), ctx_);
       br.packet_bytes += d.packet_bytes;
@@ -1317,7 +1344,8 @@ class gradient_pipeline {
       plan = detail::plan_buckets(std::span<bucket_item const>(items), opt_.buckets);
       fingerprint fp;
       fp.add("gradient_pipeline").add(opt_.codec).add(opt_.feedback).add(opt_.controller);
-      if (auto* h = std::get_if<hierarchical_mode>(&mode_)) h->plan_step(comm.size(), comm.rank(), device_ != nullptr, fp);
+      if (auto* h = std::get_if<hierarchical_mode>(&mode_))
+        h->plan_step(comm.size(), comm.rank(), device_ != nullptr, fp);
       fp.add(opt_.two_way ? 1 : 0).add(step_).add(opt_.buckets.bucket_bytes).add(opt_.buckets.min_compress_elements);
       fp.add(static_cast<std::uint64_t>(opt_.buckets.small_format)).add(static_cast<std::uint64_t>(opt_.buckets.op));
       fp.add(opt_.measure_gain ? 1 : 0).add(opt_.guard);
@@ -1373,7 +1401,8 @@ class gradient_pipeline {
   exchange_mode mode_{std::in_place_type<flat_mode>, make_codec("identity"), bucket_options{}};
   std::optional<any_controller> ctrl_;
   std::map<tensor_id, std::pair<std::size_t, std::size_t>> shapes_;
-  std::map<tensor_id, std::vector<float>> wide_;  // float32 copy of a 16-bit gradient, then its output
+  std::map<tensor_id, std::vector<float>>
+      wide_;  // float32 copy of a 16-bit gradient, then its output
   std::map<tensor_id, std::vector<float>> accumulators_;  // the controller's layer accumulators
   detail::bucket_slot slots_[2];
   std::unique_ptr<detail::device_source_base> device_;  // a device source (else null)
