@@ -41,6 +41,7 @@
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/bucket.hpp>
 #include <gradcomp/collective/common.hpp>
+#include <gradcomp/collective/dense.hpp>
 #include <gradcomp/collective/memory.hpp>
 #include <gradcomp/collective/outcome.hpp>
 #include <gradcomp/collective/sections.hpp>
@@ -48,6 +49,8 @@
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/step_protocol.hpp>
 #include <gradcomp/config.hpp>
+#include <gradcomp/core/dtype.hpp>
+#include <gradcomp/core/fingerprint.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/feedback/make_feedback.hpp>
 

@@ -91,6 +91,7 @@
 #include <gradcomp/codec/codec_spec.hpp>
 #include <gradcomp/codec/powersgd.hpp>
 #include <gradcomp/collective/agreement.hpp>
+#include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/bucket.hpp>
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/hierarchical.hpp>
@@ -103,6 +104,7 @@
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/fingerprint.hpp>
 #include <gradcomp/core/serialize.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/feedback/compressor.hpp>
