@@ -24,6 +24,9 @@
 /// two-way compression, worker and server feedback; pipeline/hierarchical_mode.hpp: the
 /// hierarchical all-reduce, the shard owners' feedback). A mode's shape and `collective_options`
 /// arguments may go unused (two-way needs no shape; the hierarchical mode has its own options).
+/// The flat mode (pipeline/flat_mode.hpp: the bucketed collective, one level or a controller's
+/// several) sends all tensors of a step at once, so it has an interface of its own: stage each
+/// tensor, prepare, exchange a level or dense, commit, discard.
 
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/outcome.hpp>

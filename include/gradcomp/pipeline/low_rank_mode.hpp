@@ -104,6 +104,8 @@ class low_rank_mode {
     return fresh;
   }
 
+  /// The section of a pipeline in another mode (no sessions).
+  static void save_none(detail::byte_writer& w) { w.put_u64(0); }
   /// Reads past a section that must be empty (a pipeline in another mode): `r.fail` when it
   /// holds sessions.
   static void expect_none(detail::byte_reader& r) {

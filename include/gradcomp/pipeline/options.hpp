@@ -18,7 +18,23 @@
 ///
 /// The modes exclude each other: at most one of the options in the middle column is set.
 /// `check_pipeline_options` applies this table (`pipeline_mode_rules`) and is the only place
-/// that does; every refusal is a `config_error` that names the option.
+/// that does; every refusal is a `config_error` that names the option. What a device source
+/// does not take is refused by `check_device_options` and, in each mode, `check_device_source`,
+/// here too.
+///
+/// What the step protocol (pipeline/pipeline.hpp) reads of a mode besides its exchange is
+/// `pipeline_mode_traits_of`, one row per mode:
+///
+/// | mode           | exchange (header)                  | stages | levels | seed    | gain  |
+/// |----------------|------------------------------------|--------|--------|---------|-------|
+/// | `flat`         | bucketed (flat_mode.hpp)           | yes    | 1      | codec's | round |
+/// | `controlled`   | bucketed, multi-level (same)       | yes    | plan's | codec's | plan  |
+/// | `two_way`      | per tensor (two_way_mode.hpp)      | no     | 1      | codec's | round |
+/// | `hierarchical` | per tensor (hierarchical_mode.hpp) | no     | 1      | codec's | no    |
+/// | `low_rank`     | per tensor (low_rank_mode.hpp)     | no     | 0      | shared  | no    |
+///
+/// (seed: shared by every rank, or as the codec's aggregation says; gain: `measure_gain`'s
+/// round after the guard, or the controller's statistics.)
 
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/codec_spec.hpp>
@@ -29,6 +45,9 @@
 #include <gradcomp/concepts/step_protocol.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/feedback/dgc.hpp>
+#include <gradcomp/feedback/make_feedback.hpp>
+#include <gradcomp/feedback/policies.hpp>
 #include <gradcomp/pipeline/guard.hpp>
 
 #include <cstddef>
@@ -37,6 +56,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <variant>
 
 GRADCOMP_NAMESPACE_BEGIN
@@ -176,6 +196,40 @@ inline constexpr pipeline_mode_rule pipeline_mode_rules[] = {
   return "?";
 }
 
+/// What the step protocol reads of a mode besides its exchange (file comment's second table).
+struct pipeline_mode_traits {
+  /// The pipeline's error-feedback compressor stages each large tensor (g + residual
+  /// compressed while the backward pass goes on): the divergence guard watches its residuals, a
+  /// dense step sends g + residual, a device source keeps per-tensor states.
+  bool stages;
+  /// The tensors are compressed at levels of a codec: at the controller's plan's
+  /// (`plan_levels`), else at one, the codec as given. Not `leveled`: PowerSGD, no codec's
+  /// level (a plan of none).
+  bool leveled;
+  bool plan_levels;
+  /// Every rank draws from the same seed, whatever the codec (PowerSGD starts every rank from
+  /// the same Q); otherwise only a shared-support codec's ranks do.
+  bool shared_seed;
+  /// `measure_gain`'s all-reduce of the gain's terms runs after the guard (two-way's terms are
+  /// zero, its gain then reads 1); a controller's decision sums them itself.
+  bool gain_round;
+  /// The step's factor is the float32 bytes of its gradients over the bytes sent (PowerSGD has
+  /// no bits per element); otherwise 32 / the codec's bits per element.
+  bool factor_from_bytes;
+};
+
+/// The row of mode `m` (file comment).
+[[nodiscard]] constexpr pipeline_mode_traits pipeline_mode_traits_of(pipeline_mode m) noexcept {
+  switch (m) {
+    case pipeline_mode::flat: return {true, true, false, false, true, false};
+    case pipeline_mode::controlled: return {true, true, true, false, false, false};
+    case pipeline_mode::two_way: return {false, true, false, false, true, false};
+    case pipeline_mode::hierarchical: return {false, true, false, false, false, false};
+    case pipeline_mode::low_rank: return {false, false, false, true, false, true};
+  }
+  return {};
+}
+
 /// The mode `opt` selects, its codec spec parsed (`make_codec_spec`) as `codec`; checks the
 /// table of the file comment. `config_error`, naming the option, for
 /// - `buckets.mode` other than `bucket_compression::per_tensor` (error feedback is kept per
@@ -231,6 +285,81 @@ inline constexpr pipeline_mode_rule pipeline_mode_rules[] = {
     }
   }
   return mode->mode;
+}
+
+/// What `gradient_pipeline`'s device constructor learns of its source
+/// (`detail::device_source_base`, pipeline/device_source.hpp) for `check_device_source`.
+struct device_source_facts {
+  bool has_budget = false;                   ///< its codec has a selection size
+  bool makes_low_rank_sessions = false;      ///< its memory space makes PowerSGD sessions
+  feedback_id feedback = feedback_id::none;  ///< its error feedback
+  /// A DGC source's momentum, clipping norm and workers (empty for another source).
+  std::optional<std::tuple<float, double, std::uint32_t>> dgc{};
+};
+
+/// The options a device source does not take, whatever its mode and codec: `config_error` for
+/// `buckets.checksum` (it reads every payload on the host) and for a 16-bit
+/// `buckets.small_format` (dense buckets are float32). Checked before the source is taken.
+inline void check_device_options(pipeline_options const& opt) {
+  auto refuse = [](std::string const& what) {
+    throw config_error("gradcomp: gradient_pipeline with a device source: " + what);
+  };
+  if (opt.buckets.checksum)
+    refuse("buckets.checksum is not taken (it reads every payload on the host)");
+  if (opt.buckets.small_format != dense_format::f32) {
+    refuse("a 16-bit buckets.small_format is not taken (dense buckets are float32)");
+  }
+}
+
+/// The refusals of device source `src` in mode `mode` of options `opt` (already checked by
+/// `check_pipeline_options` and `check_device_options`), `feedback` the pipeline's
+/// error-feedback compressor of `opt.feedback`. `config_error`, in this order, for
+/// - `controlled` over a source whose codec has no selection size,
+/// - `low_rank` with a source that keeps feedback state, or whose memory space makes no
+///   PowerSGD sessions,
+/// - another mode whose source's error feedback is not `opt.feedback`'s, or whose DGC
+///   parameters (momentum, clip_norm, workers) differ.
+/// Whether the source's codec is the one `opt.codec` names is checked against the codec
+/// itself, by the constructor (the collectives' fingerprints).
+inline void check_device_source(pipeline_options const& opt, pipeline_mode mode,
+                                feedback_compressor const& feedback,
+                                device_source_facts const& src) {
+  auto refuse = [](std::string const& what) {
+    throw config_error("gradcomp: gradient_pipeline with a device source: " + what);
+  };
+  if (mode == pipeline_mode::controlled && !src.has_budget) {
+    refuse(
+        "a controller sets the selection size of the device codec, which has none (controller '" +
+        opt.controller + "')");
+  }
+  if (mode == pipeline_mode::low_rank) {
+    // PowerSGD keeps its residuals in its sessions; the source sends the small tensors dense
+    if (src.feedback != feedback_id::none) {
+      refuse(
+          "with PowerSGD the source keeps no feedback state (pass "
+          "cuda::stream_codec<cuda::identity_codec>)");
+    }
+    if (!src.makes_low_rank_sessions) {
+      refuse("its memory space makes no PowerSGD sessions (include gradcomp/cuda/powersgd.cuh)");
+    }
+    return;
+  }
+  // The source's feedback is the spec's: its rule (and DGC's parameters) or none.
+  feedback_id const mine = feedback_of(feedback);
+  if (src.feedback != mine) {
+    constexpr char const* names[] = {"none", "residual", "ef21", "dgc"};
+    refuse("its source's error feedback (" +
+           std::string(names[static_cast<unsigned>(src.feedback) & 3u]) + ") is not feedback '" +
+           opt.feedback + "'");
+  }
+  if (mine == feedback_id::dgc) {
+    auto const& dgc = std::get<compressor<any_codec, dgc_feedback>>(feedback).feedback();
+    auto const [m, clip, workers] = src.dgc.value();
+    if (m != dgc.momentum() || clip != dgc.clip_norm() || workers != dgc.workers()) {
+      refuse("its source's DGC parameters (momentum, clip_norm, workers) differ from feedback '" +
+             opt.feedback + "'");
+    }
+  }
 }
 
 GRADCOMP_NAMESPACE_END

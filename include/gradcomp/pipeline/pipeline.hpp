@@ -76,40 +76,43 @@
 /// the CPU pipeline's outputs, states, statistics and `save`. Not taken by a device source
 /// (`config_error` at construction): `buckets.checksum`, a 16-bit `buckets.small_format` and a
 /// controller over a codec without a selection size.
+///
+/// **Structure.** This header is the step protocol; the exchange is the mode's, one per
+/// header, chosen once at construction from the table of pipeline/options.hpp and held in
+/// `exchange_mode`: `flat_mode` (bucketed, multi-level, controller-driven), `two_way_mode`,
+/// `hierarchical_mode`, `low_rank_mode`. The host step opens (agreement and guard rounds),
+/// then dispatches once to the exchange step of its mode (`exchange_step`), as Gloo's
+/// `allreduce` switches to one function per algorithm. A device source (pipeline/device_source.hpp)
+/// runs the same protocol with its own exchanges (`run_device_step`).
 
 #include <gradcomp/adapt/any_controller.hpp>
 #include <gradcomp/adapt/protocol.hpp>
 #include <gradcomp/codec/any_codec.hpp>
-#include <gradcomp/codec/budget.hpp>
+#include <gradcomp/codec/codec_spec.hpp>
 #include <gradcomp/codec/powersgd.hpp>
-#include <gradcomp/codec/recompress.hpp>
 #include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/all_reduce.hpp>
 #include <gradcomp/collective/bucket.hpp>
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/hierarchical.hpp>
-#include <gradcomp/collective/low_rank.hpp>
 #include <gradcomp/collective/memory.hpp>
 #include <gradcomp/collective/outcome.hpp>
-#include <gradcomp/collective/powersgd_session.hpp>
-#include <gradcomp/collective/sections.hpp>
-#include <gradcomp/collective/two_way.hpp>
 #include <gradcomp/comm/any_communicator.hpp>
 #include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/context.hpp>
+#include <gradcomp/concepts/step_protocol.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/fingerprint.hpp>
 #include <gradcomp/core/serialize.hpp>
-#include <gradcomp/core/spec.hpp>
 #include <gradcomp/core/tensor.hpp>
-#include <gradcomp/core/wire.hpp>
 #include <gradcomp/feedback/compressor.hpp>
-#include <gradcomp/feedback/dgc.hpp>
 #include <gradcomp/feedback/make_feedback.hpp>
 #include <gradcomp/feedback/policies.hpp>
 #include <gradcomp/pipeline/device_source.hpp>
 #include <gradcomp/pipeline/exchange.hpp>
+#include <gradcomp/pipeline/flat_mode.hpp>
 #include <gradcomp/pipeline/guard.hpp>
 #include <gradcomp/pipeline/hierarchical_mode.hpp>
 #include <gradcomp/pipeline/low_rank_mode.hpp>
@@ -123,17 +126,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <functional>
-#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
-#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -142,14 +142,9 @@
 
 GRADCOMP_NAMESPACE_BEGIN
 
-namespace detail {
-
-/// Sum of squares of a host float span, in double, in the canonical order of
-/// core/quant/dither.hpp (`host_memory::sum_of_squares`): the guard's norms of a device source
-/// (`device_memory::sum_of_squares`) have the same bits.
-inline double norm_sq(std::span<float const> v) noexcept { return host_memory{}.sum_of_squares(v); }
-
-}  // namespace detail
+/// The exchange mode a `gradient_pipeline` holds (pipeline/options.hpp's table): `flat_mode`
+/// for `pipeline_mode::flat` and `controlled`, and one type per other mode.
+using exchange_mode = std::variant<flat_mode, two_way_mode, hierarchical_mode, low_rank_mode>;
 
 /// The training step of compressed data-parallel training (see file comment). One object per
 /// model (or per group of tensors that share a configuration); every rank makes one with the
@@ -159,22 +154,28 @@ class gradient_pipeline {
   /// Builds the pipeline; `config_error` for an invalid or inconsistent configuration.
   explicit gradient_pipeline(pipeline_options opt) : opt_(std::move(opt)) {
     codec_spec codec = make_codec_spec(opt_.codec);
-    mode_ = check_pipeline_options(opt_, codec);  // the one table of which modes combine
-    if (mode_ == pipeline_mode::low_rank) {
-      powersgd_options o = std::get<powersgd_options>(codec);
-      o.error_feedback = opt_.feedback == "residual";
-      low_rank_.emplace(o);
+    kind_ = check_pipeline_options(opt_, codec);  // the one table of which modes combine
+    traits_ = pipeline_mode_traits_of(kind_);
+    std::optional<powersgd_options> low_rank;
+    if (kind_ == pipeline_mode::low_rank) {
+      low_rank = std::get<powersgd_options>(codec);
+      low_rank->error_feedback = opt_.feedback == "residual";
       base_ = make_codec("identity");  // unused; keeps the compressor well-formed
     } else {
       base_ = std::get<any_codec>(std::move(codec));
     }
     comp_ = make_feedback(opt_.feedback, base_);
-    if (mode_ == pipeline_mode::controlled) ctrl_.emplace(make_controller(opt_.controller));
-    if (mode_ == pipeline_mode::two_way) two_way_.emplace(opt_.feedback, base_);
-    if (mode_ == pipeline_mode::hierarchical) {
-      opt_.hierarchical.op = opt_.buckets.op;
-      opt_.hierarchical.checksum = opt_.buckets.checksum;
-      hier_.emplace(opt_.hierarchical, opt_.feedback, base_);
+    if (kind_ == pipeline_mode::controlled) ctrl_.emplace(make_controller(opt_.controller));
+    switch (kind_) {  // the mode, once
+      case pipeline_mode::flat:
+      case pipeline_mode::controlled: mode_.emplace<flat_mode>(base_, opt_.buckets); break;
+      case pipeline_mode::two_way: mode_.emplace<two_way_mode>(opt_.feedback, base_); break;
+      case pipeline_mode::hierarchical:
+        opt_.hierarchical.op = opt_.buckets.op;
+        opt_.hierarchical.checksum = opt_.buckets.checksum;
+        mode_.emplace<hierarchical_mode>(opt_.hierarchical, opt_.feedback, base_);
+        break;
+      case pipeline_mode::low_rank: mode_.emplace<low_rank_mode>(*low_rank); break;
     }
     guard_.emplace(opt_.guard);
   }
@@ -185,68 +186,35 @@ class gradient_pipeline {
   /// the spec of the CPU codec with the same wire format (e.g. "int8:bucket=100,rounding=
   /// stochastic" for `cuda::int8_codec{100, int8_rounding::stochastic}`): the pipeline's
   /// agreement round, statistics and checkpoints use it. `config_error` for what a device source
-  /// does not take (file comment), for a feedback spec that does not match `src`, and for a codec
-  /// spec whose codec differs from `src`'s in the collectives' fingerprint (codec, aggregation,
-  /// packet sizes, bits per element).
+  /// does not take (`check_device_options`, `check_device_source`, pipeline/options.hpp), and
+  /// for a codec spec whose codec differs from `src`'s in the collectives' fingerprint (codec,
+  /// aggregation, packet sizes, bits per element).
   template <pipeline_device_source Source>
   gradient_pipeline(pipeline_options opt, Source src) : gradient_pipeline(std::move(opt)) {
-    auto refuse = [](std::string const& what) {
-      throw config_error("gradcomp: gradient_pipeline with a device source: " + what);
-    };
-    if (opt_.buckets.checksum)
-      refuse("buckets.checksum is not taken (it reads every payload on the host)");
-    if (opt_.buckets.small_format != dense_format::f32) {
-      refuse("a 16-bit buckets.small_format is not taken (dense buckets are float32)");
-    }
+    check_device_options(opt_);
     auto model =
         std::make_unique<detail::device_source_model<Source>>(std::move(src), opt_.buckets);
-    if (ctrl_ && !model->has_budget()) {
-      refuse("a controller sets the selection size of the device codec, which has none (controller '" +
-             opt_.controller + "')");
-    }
-    if (low_rank_) {
-      // PowerSGD keeps its residuals in its sessions; the source sends the small tensors dense
-      if (model->feedback() != feedback_id::none) {
-        refuse("with PowerSGD the source keeps no feedback state (pass cuda::stream_codec<cuda::identity_codec>)");
-      }
-      if (!model->makes_low_rank_sessions()) {
-        refuse("its memory space makes no PowerSGD sessions (include gradcomp/cuda/powersgd.cuh)");
-      }
-    }
-    if (!low_rank_) {
-      // The source's feedback is the spec's: its rule (and DGC's parameters) or none.
-      feedback_id const mine = feedback_of(comp_);
-      if (model->feedback() != mine) {
-        constexpr char const* names[] = {"none", "residual", "ef21", "dgc"};
-        refuse("its source's error feedback (" + std::string(names[static_cast<unsigned>(model->feedback()) & 3u]) +
-               ") is not feedback '" + opt_.feedback + "'");
-      }
-      if (mine == feedback_id::dgc) {
-        auto const& dgc = std::get<compressor<any_codec, dgc_feedback>>(comp_).feedback();
-        auto const [m, clip, workers] = model->dgc_parameters();
-        if (m != dgc.momentum() || clip != dgc.clip_norm() || workers != dgc.workers()) {
-          refuse("its source's DGC parameters (momentum, clip_norm, workers) differ from feedback '" +
-                 opt_.feedback + "'");
-        }
-      }
-    }
+    device_source_facts facts{
+        model->has_budget(), model->makes_low_rank_sessions(), model->feedback(), {}};
+    if (facts.feedback == feedback_id::dgc) facts.dgc = model->dgc_parameters();
+    check_device_source(opt_, kind_, comp_, facts);
     for (std::size_t const n : {std::size_t{1}, std::size_t{4099}, (std::size_t{1} << 20) + 3}) {
       if (model->fingerprint(n, opt_.buckets.op) !=
           detail::codec_fingerprint(base_, n, opt_.buckets.op, codec_context{},
                                     "gradient_pipeline source")) {
-        refuse("codec spec '" + opt_.codec +
-               "' does not describe the device codec (another codec, packet size or "
-               "bits per element at " +
-               std::to_string(n) + " elements)");
+        throw config_error("gradcomp: gradient_pipeline with a device source: codec spec '" +
+                           opt_.codec +
+                           "' does not describe the device codec (another codec, packet size or "
+                           "bits per element at " +
+                           std::to_string(n) + " elements)");
       }
     }
     device_ = std::move(model);
-    two_way_.reset();  // two-way compression, if asked for, runs in the device source
   }
 
   [[nodiscard]] pipeline_options const& options() const noexcept { return opt_; }
   /// The exchange mode the options select (pipeline/options.hpp).
-  [[nodiscard]] pipeline_mode mode() const noexcept { return mode_; }
+  [[nodiscard]] pipeline_mode mode() const noexcept { return kind_; }
   /// The next step's number (steps completed so far).
   [[nodiscard]] std::uint64_t step_count() const noexcept { return step_; }
   /// The controller, if any.
@@ -281,11 +249,12 @@ class gradient_pipeline {
   /// agreement round checks, and checks them against the grouping). `config_error` without
   /// the hierarchical option.
   void set_hierarchical_groups(any_communicator node, std::optional<any_communicator> lane = std::nullopt) {
-    if (!hier_) {
+    hierarchical_mode* const h = std::get_if<hierarchical_mode>(&mode_);
+    if (!h) {
       throw config_error("gradcomp: gradient_pipeline::set_hierarchical_groups without pipeline_options::hierarchical");
     }
     if (open_) throw config_error("gradcomp: gradient_pipeline::set_hierarchical_groups during a step");
-    hier_->set_groups(std::move(node), std::move(lane));
+    h->set_groups(std::move(node), std::move(lane));
   }
 
   /// The committed error-feedback state of tensor `id` (the residual for "residual", h for
@@ -293,7 +262,8 @@ class gradient_pipeline {
   /// With a device source: the residual in device memory.
   [[nodiscard]] std::span<float const> feedback_state(tensor_id id) {
     if (device_) return device_->state(id);
-    feedback_compressor& comp = hier_ ? hier_->feedback() : comp_;  // the shard owners', by shard id
+    hierarchical_mode* const h = std::get_if<hierarchical_mode>(&mode_);
+    feedback_compressor& comp = h ? h->feedback() : comp_;  // the shard owners', by shard id
     return std::visit([&](auto& c) -> std::span<float const> { return c.state(id).values(); }, comp);
   }
 
@@ -335,9 +305,12 @@ class gradient_pipeline {
     guard_nonfinite_ = false;
     local_ = nullptr;
     plan_ = ctrl_ ? ctrl_->plan() : step_plan{};
-    levels_ = low_rank_ ? 0 : (ctrl_ ? plan_.measure.size() : 1);
-    level_codecs_.clear();
-    for (std::size_t l = 0; l < levels_; ++l) level_codecs_.push_back(codec_at_level(l));
+    levels_ = !traits_.leveled ? 0 : (traits_.plan_levels ? plan_.measure.size() : 1);
+    if (flat_mode* const f = std::get_if<flat_mode>(&mode_); f && !device_) {
+      f->begin_step(traits_.plan_levels
+                        ? std::optional(std::span<double const>(plan_.measure).first(levels_))
+                        : std::nullopt);
+    }
     ef_norm_ = 0.0;
     comp_norms_.assign(levels_, 0.0);
     layer_norms_.clear();
@@ -346,7 +319,8 @@ class gradient_pipeline {
     ctx_.step = static_cast<std::uint32_t>(step_);
     // Shared-support codecs draw the same coordinates on every rank, and PowerSGD starts every
     // rank from the same Q: their seed is shared; the others add the rank (independent noise).
-    bool const shared = low_rank_ || base_.aggregation() == aggregation_kind::shared_support;
+    bool const shared =
+        traits_.shared_seed || base_.aggregation() == aggregation_kind::shared_support;
     ctx_.seed = opt_.seed + (shared ? 0u : static_cast<std::uint64_t>(rank_));
   }
 
@@ -372,7 +346,11 @@ class gradient_pipeline {
     return finish_step(comm);
   }
 
-  /// Saves the whole state ("GCPL" v2, docs/pipeline.md). Not during an open step.
+  /// Saves the whole state ("GCPL" v2, docs/pipeline.md): codec, feedback and controller
+  /// specs, the two-way flag, the step counter and timing, then the sections — error feedback
+  /// (the pipeline's compressor, the hierarchical shard owners' or a device source's),
+  /// controller, layer accumulators, PowerSGD sessions, two-way state, guard; a mode that keeps
+  /// none of a section writes it empty. Not during an open step.
   [[nodiscard]] std::vector<std::byte> save() const {
     if (open_) throw config_error("gradcomp: gradient_pipeline::save during a step (call finish first)");
     detail::byte_writer w;
@@ -385,10 +363,11 @@ class gradient_pipeline {
     w.put_f64(last_timing_.backprop);
     w.put_f64(last_timing_.compress);
     w.put_f64(last_timing_.sync);
+    auto const* hier = std::get_if<hierarchical_mode>(&mode_);
     if (device_) {
       w.put_bytes(device_state());
-    } else if (hier_) {
-      hier_->save(w);  // the shard owners' feedback
+    } else if (hier) {
+      hier->save(w);  // the shard owners' feedback
     } else {
       w.put_bytes(std::visit([](auto const& c) { return c.save(); }, comp_));
     }
@@ -403,17 +382,13 @@ class gradient_pipeline {
     }
     if (device_) {
       device_->low_rank_save(w);
-    } else if (low_rank_) {
-      low_rank_->save(w);
+      if (std::holds_alternative<two_way_mode>(mode_)) {
+        w.put_bytes(device_->two_way_save());
+      } else {
+        two_way_mode::save_none(w);
+      }
     } else {
-      w.put_u64(0);  // no PowerSGD sessions
-    }
-    if (device_ && opt_.two_way) {
-      w.put_bytes(device_->two_way_save());
-    } else if (two_way_) {
-      two_way_->save(w);
-    } else {
-      two_way_mode::save_none(w);
+      save_mode_sections(w, mode_);
     }
     w.put_bytes(guard_->save());
     return w.finish();
@@ -444,10 +419,10 @@ class gradient_pipeline {
     timing.sync = r.get_f64();
     // Everything is restored into copies first, then swapped in: a failure changes nothing.
     feedback_compressor comp = comp_;
-    std::optional<hierarchical_mode> hier;  // host tensors: the owners' feedback is the mode's
+    std::optional<exchange_mode> mode;  // host tensors: the mode's state, restored
     std::vector<std::byte> const cstate = r.get_bytes();
-    if (hier_ && !device_) {
-      hier.emplace(hier_->loaded_from(cstate));
+    if (auto const* h = std::get_if<hierarchical_mode>(&mode_); h && !device_) {
+      mode.emplace(h->loaded_from(cstate));  // the owners' feedback is the mode's
     } else {
       std::visit([&](auto& c) { c.load(cstate, state_check::container); }, comp);  // GCPL checked it
     }
@@ -481,30 +456,29 @@ class gradient_pipeline {
       auto const id = static_cast<tensor_id>(r.get_u32_of_u64("accumulator id"));
       if (!acc.emplace(id, r.get_floats()).second) r.fail("an accumulator id appears twice");
     }
-    std::optional<low_rank_mode> low_rank;
     std::map<tensor_id, std::tuple<std::size_t, std::size_t, std::vector<std::byte>>> device_sessions;
-    if (low_rank_) {
-      low_rank.emplace(low_rank_->loaded(r));
-      for (auto const& [id, s] : low_rank->sessions()) {
-        if (!device_) break;  // validated by the host sessions, re-recorded for the device's
-        detail::byte_writer rec;
-        rec.begin(detail::low_rank_record_magic, 1);
-        s.state().save_exact(rec);
-        device_sessions[id] = {s.state().rows(), s.state().cols(), rec.finish()};
-      }
-    } else {
-      low_rank_mode::expect_none(r);
-    }
-    std::optional<two_way_mode> tw;
     std::vector<std::byte> tstate;
-    if (device_ && opt_.two_way) {
-      // validated by a host two-way mode of the same feedback, loaded at the end
-      tstate = r.get_bytes();
-      (void)two_way_mode(opt_.feedback, base_).loaded_from(tstate);
-    } else if (two_way_) {
-      tw.emplace(two_way_->loaded(r));
+    if (!device_) {
+      if (std::optional<exchange_mode> m = loaded_mode_sections(r, mode_)) mode = std::move(m);
     } else {
-      two_way_mode::expect_none(r);
+      // A device source: the sections validated by a host mode, loaded into the source at the end.
+      if (auto const* lr = std::get_if<low_rank_mode>(&mode_)) {
+        low_rank_mode const loaded = lr->loaded(r);
+        for (auto const& [id, s] : loaded.sessions()) {
+          detail::byte_writer rec;
+          rec.begin(detail::low_rank_record_magic, 1);
+          s.state().save_exact(rec);
+          device_sessions[id] = {s.state().rows(), s.state().cols(), rec.finish()};
+        }
+      } else {
+        low_rank_mode::expect_none(r);
+      }
+      if (auto const* tw = std::get_if<two_way_mode>(&mode_)) {
+        tstate = r.get_bytes();
+        (void)tw->loaded_from(tstate);
+      } else {
+        two_way_mode::expect_none(r);
+      }
     }
     std::optional<divergence_guard> guard(std::in_place, opt_.guard);
     {
@@ -520,19 +494,18 @@ class gradient_pipeline {
       // the steps that may fail come first; each changes nothing when it fails, and at most one
       // of them has anything to load (two-way and PowerSGD exclude each other, and the
       // residuals of either are empty, so their assignment allocates nothing)
-      if (opt_.two_way) device_->two_way_load(tstate);
-      if (low_rank_) device_->low_rank_load(device_sessions, low_rank_->options());
+      if (std::holds_alternative<two_way_mode>(mode_)) device_->two_way_load(tstate);
+      if (auto const* lr = std::get_if<low_rank_mode>(&mode_))
+        device_->low_rank_load(device_sessions, lr->options());
       device_->layers_assign(acc);  // (empty but for a controller, which excludes both above)
       device_->assign_states(device_states, device_receivers);
       device_tensors_ = std::move(device_tensors);
     } else {
       comp_ = std::move(comp);
+      accumulators_ = std::move(acc);
+      if (mode) mode_ = std::move(*mode);
     }
     ctrl_ = std::move(ctrl);
-    if (!device_) accumulators_ = std::move(acc);
-    if (!device_ && low_rank) low_rank_ = std::move(low_rank);
-    if (hier) hier_ = std::move(hier);
-    two_way_ = std::move(tw);
     guard_ = std::move(guard);
     step_ = step;
     last_timing_ = timing;
@@ -551,26 +524,11 @@ class gradient_pipeline {
     tensor_id id{};
     std::size_t n = 0;
     bool large = false;                      // at least min_compress_elements (else sent dense)
-    bool staged = false;                     // g + residual staged by the compressor
-    std::span<float> out32;                  // float32 output (the caller's tensor or `wide`)
+    bool staged = false;     // a device source staged its levels (host: flat_mode's)
+    std::span<float> out32;  // float32 output (the caller's tensor or `wide_`)
     std::span<float const> raw32;            // float32 view of the raw gradient
-    std::function<void()> write_back;        // rounds `wide` into a 16-bit tensor
-    std::vector<detail::local_packet>* packets = nullptr;  // per level
+    std::function<void()> write_back;        // rounds `wide_` into a 16-bit tensor
   };
-
-  // Buffers that persist across steps, per tensor id.
-  struct buffers {
-    std::vector<detail::local_packet> packets;
-    std::vector<float> wide;  // float32 copy of a 16-bit gradient, then its output
-  };
-
-  any_codec codec_at_level(std::size_t l) {
-    if (!ctrl_) return base_;
-    double const f = plan_.measure[l];
-    auto it = codec_cache_.find(f);
-    if (it == codec_cache_.end()) it = codec_cache_.emplace(f, base_.with_budget(sparse_budget::factor(f))).first;
-    return it->second;
-  }
 
   // Adds one tensor to the step: checks it, converts a 16-bit one, stages and compresses it.
   // A local failure is recorded (every rank learns of it in the agreement round).
@@ -593,108 +551,121 @@ class gradient_pipeline {
     e.id = g.id();
     e.n = g.size();
     e.large = g.size() >= opt_.buckets.min_compress_elements;
-    if (device_) {  // device memory: nothing is read here, the exchange compresses
-      if constexpr (std::same_as<T, float>) {
-        e.out32 = g.span();
-        e.raw32 = g.span();
-      } else {
-        // As `buffers::wide` on the host: widened (exact) into a float32 device buffer kept for
-        // the tensor, the step's result rounded back once after the exchange.
-        try {
-          std::span<float> const w = device_->wide(g.id(), g.size());
-          device_->widen(std::span<T const>(g.span()), w);
-          e.out32 = w;
-          e.raw32 = w;
-          std::span<T> const dst = g.span();
-          detail::device_source_base const* dev = device_.get();
-          e.write_back = [dev, w, dst] { dev->narrow(std::span<float const>(w), dst); };
-        } catch (...) {
-          if (!local_) local_ = std::current_exception();
-        }
-      }
-      // The check the CPU pipeline's stage makes (the feedback policy's), so that the step
-      // fails with the same error on the same ranks: here, before the agreement round.
-      std::size_t const held = e.large ? device_->state(e.id).size() : 0;
-      if (held != 0 && held != device_->state_floats(e.n) && !local_) {
-        local_ = std::make_exception_ptr(
-            config_error("gradcomp: " + opt_.feedback + " feedback state of tensor " +
-                         std::to_string(static_cast<unsigned>(e.id)) + " holds " + std::to_string(held) +
-                         " floats but the gradient has " + std::to_string(e.n) +
-                         " elements (one state per tensor id)"));
-      }
-      // The guard's local norms, as `stage` below computes them for host tensors (the residual
-      // of a compressed tensor only), in the same canonical order on the device.
-      if (guard_->enabled()) {
-        guard_tensor gt{e.id, device_->sum_of_squares(e.raw32), 0.0};
-        if (e.large && !opt_.two_way && !low_rank_) gt.residual_sq = device_->sum_of_squares(device_->state(e.id));
-        guard_tensors_.push_back(gt);
-        if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) guard_nonfinite_ = true;
-      }
-      // The compression gain's terms, where `stage` adds them for host tensors (a tensor the
-      // CPU pipeline stages; a failure is this rank's, told in the agreement round).
-      // A controller: the tensor staged and its packets written at every level of the plan, as
-      // `stage` does for host tensors, with the statistics the controller needs.
-      if (ctrl_ && e.large && !guard_nonfinite_ && !local_) {
-        try {
-          device_->stage_levels(tensor_view<float const>(e.raw32, e.id), ctx_,
-                                std::span<double const>(plan_.measure).first(levels_),
-                                opt_.measure_gain || ctrl_needs_gains(), ef_norm_, std::span<double>(comp_norms_));
-          e.staged = true;
-        } catch (...) {
-          local_ = std::current_exception();
-        }
-      }
-      if (!ctrl_ && opt_.measure_gain && e.large && !opt_.two_way && !low_rank_ && !hier_ && !guard_nonfinite_ &&
-          !local_) {
-        try {
-          auto const [input_sq, compressed_sq] = device_->gain_terms(tensor_view<float const>(e.raw32, e.id), ctx_);
-          ef_norm_ += input_sq;
-          comp_norms_[0] += compressed_sq;
-        } catch (...) {
-          local_ = std::current_exception();
-        }
-      }
-      pending_.push_back(std::move(e));
-      compress_s_ += seconds(t0, clock::now());
-      return;
+    if (device_) {
+      add_device_tensor(e, g);
+    } else {
+      add_host_tensor(e, g);
     }
-    buffers& b = buffers_[g.id()];
+    pending_.push_back(std::move(e));
+    compress_s_ += seconds(t0, clock::now());
+  }
+
+  template <element T>
+  void add_host_tensor(entry& e, tensor_view<T> const& g) {
     if constexpr (std::same_as<T, float>) {
       e.out32 = g.span();
       e.raw32 = g.span();
     } else {
-      b.wide.resize(g.size());
-      detail::widen_to_f32(std::span<T const>(g.span()), std::span<float>(b.wide), ctx_);
-      e.out32 = std::span<float>(b.wide);
-      e.raw32 = std::span<float const>(b.wide);
+      std::vector<float>& wide = wide_[g.id()];
+      wide.resize(g.size());
+      detail::widen_to_f32(std::span<T const>(g.span()), std::span<float>(wide), ctx_);
+      e.out32 = std::span<float>(wide);
+      e.raw32 = std::span<float const>(wide);
       std::span<T> const dst = g.span();
-      std::vector<float>* wide = &b.wide;
+      std::vector<float>* w = &wide;
       codec_context const* ctx = &ctx_;
-      e.write_back = [dst, wide, ctx] { detail::round_from_f32(std::span<float const>(*wide), dst, *ctx); };
+      e.write_back = [dst, w, ctx] {
+        detail::round_from_f32(std::span<float const>(*w), dst, *ctx);
+      };
     }
-    e.packets = &b.packets;
-    e.staged = e.large && !low_rank_ && !two_way_ && !hier_;
+    bool stages = e.large && traits_.stages;
     if (guard_->enabled()) {
       // The guard's local norms; a non-finite one is not staged (the codec would throw): the
       // guard's round tells every rank, and no packet of this step is sent then.
       guard_tensor gt{e.id, detail::norm_sq(e.raw32), 0.0};
-      if (e.staged) {
+      if (stages) {
         gt.residual_sq =
             detail::norm_sq(std::visit([&](auto& c) { return c.state(e.id).values(); }, comp_));
       }
       guard_tensors_.push_back(gt);
       if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) guard_nonfinite_ = true;
-      if (guard_nonfinite_) e.staged = false;
+      if (guard_nonfinite_) stages = false;
     }
-    if (e.staged && !local_) {
+    if (stages && !local_) {
       try {
-        stage(e, tensor_view<T const>(std::span<T const>(g.span()), g.id()));
+        std::get<flat_mode>(mode_).stage(
+            comp_, tensor_view<T const>(std::span<T const>(g.span()), g.id()),
+            std::span<double const>(plan_.measure), ctx_, opt_.measure_gain || ctrl_needs_gains(),
+            ef_norm_, std::span<double>(comp_norms_));
       } catch (...) {
         local_ = std::current_exception();
       }
     }
-    pending_.push_back(std::move(e));
-    compress_s_ += seconds(t0, clock::now());
+  }
+
+  // Device memory: nothing is read here, the exchange compresses.
+  template <element T>
+  void add_device_tensor(entry& e, tensor_view<T> const& g) {
+    if constexpr (std::same_as<T, float>) {
+      e.out32 = g.span();
+      e.raw32 = g.span();
+    } else {
+      // As `wide_` on the host: widened (exact) into a float32 device buffer kept for the
+      // tensor, the step's result rounded back once after the exchange.
+      try {
+        std::span<float> const w = device_->wide(g.id(), g.size());
+        device_->widen(std::span<T const>(g.span()), w);
+        e.out32 = w;
+        e.raw32 = w;
+        std::span<T> const dst = g.span();
+        detail::device_source_base const* dev = device_.get();
+        e.write_back = [dev, w, dst] { dev->narrow(std::span<float const>(w), dst); };
+      } catch (...) {
+        if (!local_) local_ = std::current_exception();
+      }
+    }
+    // The check the CPU pipeline's stage makes (the feedback policy's), so that the step
+    // fails with the same error on the same ranks: here, before the agreement round.
+    std::size_t const held = e.large ? device_->state(e.id).size() : 0;
+    if (held != 0 && held != device_->state_floats(e.n) && !local_) {
+      local_ = std::make_exception_ptr(
+          config_error("gradcomp: " + opt_.feedback + " feedback state of tensor " +
+                       std::to_string(static_cast<unsigned>(e.id)) + " holds " +
+                       std::to_string(held) + " floats but the gradient has " +
+                       std::to_string(e.n) + " elements (one state per tensor id)"));
+    }
+    // The guard's local norms, as the host computes them (the residual of a compressed tensor
+    // only), in the same canonical order on the device (the hierarchical source's per-tensor
+    // states are empty: its owners' are keyed by shard).
+    if (guard_->enabled()) {
+      guard_tensor gt{e.id, device_->sum_of_squares(e.raw32), 0.0};
+      if (e.large && kind_ != pipeline_mode::two_way && kind_ != pipeline_mode::low_rank) {
+        gt.residual_sq = device_->sum_of_squares(device_->state(e.id));
+      }
+      guard_tensors_.push_back(gt);
+      if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) guard_nonfinite_ = true;
+    }
+    if (guard_nonfinite_ || local_ || !e.large) return;
+    // A controller: the tensor staged and its packets written at every level of the plan, as
+    // the host's flat mode does, with the statistics the controller needs. Without one, the
+    // compression gain's terms where the host adds them (a failure is this rank's, told in the
+    // agreement round).
+    try {
+      if (kind_ == pipeline_mode::controlled) {
+        device_->stage_levels(tensor_view<float const>(e.raw32, e.id), ctx_,
+                              std::span<double const>(plan_.measure).first(levels_),
+                              opt_.measure_gain || ctrl_needs_gains(), ef_norm_,
+                              std::span<double>(comp_norms_));
+        e.staged = true;
+      } else if (kind_ == pipeline_mode::flat && opt_.measure_gain) {
+        auto const [input_sq, compressed_sq] =
+            device_->gain_terms(tensor_view<float const>(e.raw32, e.id), ctx_);
+        ef_norm_ += input_sq;
+        comp_norms_[0] += compressed_sq;
+      }
+    } catch (...) {
+      local_ = std::current_exception();
+    }
   }
 
   void accumulate_layer(entry const& e) {
@@ -711,69 +682,22 @@ class gradient_pipeline {
     }
   }
 
-  // Stage g + residual, compress at level 0, re-compress the further levels from the packet.
-  template <element T>
-  void stage(entry& e, tensor_view<T const> g) {
-    bool const need_gain = opt_.measure_gain || ctrl_needs_gains();
-    if (levels_ == 0) {  // a dense step: g + residual only
-      std::span<float const> const staged = std::visit([&](auto& comp) { return comp.stage_input(g, ctx_); }, comp_);
-      if (need_gain) ef_norm_ += detail::norm_sq(staged);
-      return;
-    }
-    auto& packets = *e.packets;
-    if (packets.size() < levels_) packets.resize(levels_);
-    detail::local_packet& p0 = packets[0];
-    any_codec const& c0 = level_codecs_[0];
-    p0.buf.resize(c0.max_compressed_bytes(e.n));
-    std::visit(
-        [&](auto& comp) {
-          comp.codec() = c0;
-          p0.bytes = comp.stage(g, p0.buf.span(), ctx_);
-        },
-        comp_);
-    if (need_gain) {
-      std::span<float const> const staged = std::visit([&](auto& c) { return c.staged_input(e.id); }, comp_);
-      ef_norm_ += detail::norm_sq(staged);
-    }
-    for (std::size_t l = 1; l < levels_; ++l) {
-      detail::local_packet const& prev = packets[l - 1];
-      detail::local_packet& p = packets[l];
-      std::uint64_t const k = sparse_budget::factor(plan_.measure[l]).kept(e.n);
-      p.buf.resize(max_recompressed_bytes(prev.packet(), k));
-      p.bytes = recompress_sparse(prev.packet(), k, p.buf.span(), ctx_);
-    }
-    for (std::size_t l = 0; l < levels_; ++l) {
-      detail::local_packet& p = packets[l];
-      aggregation_kind const kind = level_codecs_[l].aggregation();
-      p.section = {};
-      if (kind == aggregation_kind::summable || kind == aggregation_kind::shared_support) {
-        p.section = detail::section_of(level_codecs_[l], p.packet());
-      }
-      if (need_gain) comp_norms_[l] += packet_norm_sq(level_codecs_[l], p.packet(), e.n);
-    }
-  }
-
   [[nodiscard]] bool ctrl_needs_gains() const noexcept { return ctrl_ && plan_.measure.size() > 1; }
-
-  // ‖D(packet)‖² (decoded into a scratch buffer).
-  double packet_norm_sq(any_codec const& c, std::span<std::byte const> packet, std::size_t n) {
-    scratch_.assign(n, 0.0f);
-    c.decompress_add(packet, std::span<float>(scratch_), 1.0f, ctx_);
-    return detail::norm_sq(scratch_);
-  }
 
   // Leaves the step without sending: every stage is discarded, nothing is committed.
   void abandon() noexcept {
-    for (auto const& e : pending_) {
-      if (!e.staged) continue;
-      if (device_) {
-        device_->discard(e.id);
-      } else {
-        std::visit([&](auto& c) { c.discard(e.id); }, comp_);
-      }
-    }
+    discard_stages();
     pending_.clear();
     open_ = false;
+  }
+  void discard_stages() noexcept {
+    if (!device_) {
+      if (flat_mode* const f = std::get_if<flat_mode>(&mode_)) f->discard(comp_);
+      return;
+    }
+    for (auto const& e : pending_) {
+      if (e.staged) device_->discard(e.id);
+    }
   }
 
   template <communicator Comm>
@@ -792,17 +716,21 @@ class gradient_pipeline {
     }
   }
 
-  // A failed step: PowerSGD sessions, two-way residuals and layer accumulators go back to what
-  // they were before it (residuals were only prepared, `abandon` discards them).
+  // A failed step: the mode's state (PowerSGD sessions, two-way residuals, the hierarchical
+  // owners' feedback; a device source's) and the layer accumulators go back to what they were
+  // before it (the flat mode's residuals were only prepared, `abandon` discards them).
   void rollback() noexcept {
     try {
-      if (low_rank_) low_rank_->rollback();
-      if (two_way_) two_way_->rollback();
-      if (device_ && opt_.two_way) device_->two_way_rollback();
-      if (device_ && low_rank_) device_->low_rank_rollback();
-      if (device_ && hier_) device_->hierarchical_rollback();
-      if (device_ && ctrl_) device_->layers_rollback();
-      if (hier_) hier_->rollback();
+      if (device_) {
+        device_rollback();
+      } else {
+        std::visit(
+            [](auto& m) {
+              if constexpr (!std::same_as<std::remove_cvref_t<decltype(m)>, flat_mode>)
+                m.rollback();
+            },
+            mode_);
+      }
       for (auto& [id, acc] : accumulator_undo_) {
         if (acc) accumulators_[id] = std::move(*acc);
         else accumulators_.erase(id);
@@ -834,128 +762,178 @@ class gradient_pipeline {
     return true;
   }
 
-  // Runs `f` with `comm` as an `any_communicator` (the device source's exchanges take one).
-  template <communicator Comm, class F>
-  static void with_erased(Comm& comm, F&& f) {
-    if constexpr (std::same_as<Comm, any_communicator>) {
-      f(comm);
-    } else {
-      any_communicator erased = any_communicator::borrow(comm);
-      f(erased);
-    }
-  }
-
-  template <communicator Comm>
-  pipeline_stats run_step(Comm& comm, std::optional<any_controller>& snapshot) {
+  // What the exchange step of every mode shares: the step after the agreement and guard rounds,
+  // with their results.
+  struct opened_step {
     pipeline_stats st;
     double communicate = 0.0;
     std::vector<bucket_item> items;
     bucket_result br;
     guard_verdict gv;
     std::vector<detail::bucket_plan> plan;
-    if (open_step(comm, st, items, br, communicate, gv, plan)) return st;
+    std::optional<any_controller>* snapshot = nullptr;
+    [[nodiscard]] bool guard_dense() const noexcept { return gv.action == guard_action::dense; }
+  };
 
-    bool const guard_dense = gv.action == guard_action::dense;
+  // A host step: the protocol's opening, then the exchange step of the mode, chosen once.
+  template <communicator Comm>
+  pipeline_stats run_step(Comm& comm, std::optional<any_controller>& snapshot) {
+    opened_step s;
+    s.snapshot = &snapshot;
+    if (open_step(comm, s.st, s.items, s.br, s.communicate, s.gv, s.plan)) return s.st;
+    return std::visit([&](auto& m) { return exchange_step(comm, m, s); }, mode_);
+  }
+
+  // The flat mode's step: the layer accumulators, the decision (the controller's, or the codec
+  // as given), the next residuals prepared, the packets of the decided level (or every tensor
+  // dense) in the bucketed collective, the outcome round, then the commit of exactly what was
+  // sent, the receiver side and the 16-bit outputs.
+  template <communicator Comm>
+  pipeline_stats exchange_step(Comm& comm, flat_mode& m, opened_step& s) {
+    pipeline_stats& st = s.st;
+    bool const guard_dense = s.guard_dense();
     // Accordion's per-layer gradients, once the step is known to go through.
     if (plan_.accumulate_layers || plan_.report_layers) {
       for (auto const& e : pending_) accumulate_layer(e);
     }
-
-    // The decision.
     std::size_t k = 0;
     residual_rule rule = residual_rule::subtract_sent;
-    st.factor = low_rank_ ? 1.0 : 32.0 / base_.bits_per_element();
+    st.factor = 32.0 / base_.bits_per_element();
     if (guard_dense) {  // every tensor's own g, dense; the controller is not asked
       k = decision::npos;
       rule = residual_rule::keep;
-      st.sent = send_kind::dense;
-      st.factor = 1.0;
-      st.gain = 1.0;
+      dense_step(st);
     } else if (ctrl_) {
-      std::tie(k, rule) = decide_step(comm, st, snapshot, communicate);
-    } else if (opt_.measure_gain && !low_rank_ && !hier_) {
-      double sums[2] = {ef_norm_, levels_ > 0 ? comp_norms_[0] : 0.0};
-      auto const t0 = clock::now();
-      sum_stats(comm, std::span<double>(sums));
-      communicate += seconds(t0, clock::now());
-      st.gain = sums[0] > 0.0 ? sums[1] / sums[0] : 1.0;
+      std::tie(k, rule) = decide_step(comm, st, *s.snapshot, s.communicate);
+    } else if (opt_.measure_gain) {
+      gain_round(comm, st, s.communicate);
     }
-
-    bool const compressing = low_rank_ || two_way_ || hier_ || k != decision::npos;
-    for (auto const& e : pending_) st.compressed_tensors += e.large && !guard_dense && compressing ? 1 : 0;
+    for (auto const& e : pending_) st.compressed_tensors += e.large && k != decision::npos ? 1 : 0;
 
     // The next residuals for the packets to be sent are computed now (the packets may be summed
     // in place on the wire); they become current only once the exchange has succeeded.
+    std::span<bucket_item const> const items(s.items);
     auto const t_prepare = clock::now();
-    if (k != decision::npos && !low_rank_ && !two_way_ && !hier_) {
-      for (auto const& e : pending_) {
-        if (e.staged) {
-          std::visit([&](auto& c) { c.prepare_commit(e.id, level_codecs_[k], (*e.packets)[k].packet(), ctx_); }, comp_);
-        }
-      }
-    }
+    if (k != decision::npos) m.prepare(comp_, items, k, ctx_);
     double const prepare_s = seconds(t_prepare, clock::now());
 
-    // The exchange.
     double decode = 0.0;
     auto const t_send = clock::now();
-    if (guard_dense) {
-      send_dense(comm, items, residual_rule::keep, br, decode);
-    } else if (low_rank_ || two_way_ || hier_) {
-      send_per_tensor(comm, br, decode);
-    } else if (k == decision::npos) {
-      send_dense(comm, items, rule, br, decode);
+    if (k == decision::npos) {
+      m.exchange_dense(comm, comp_, items, rule, size_, ctx_, step_check_, slots_, s.br, decode);
     } else {
-      send_packets(comm, plan, k, br, decode);
+      m.exchange_level(comm, s.plan, k, items, size_, ctx_, step_check_, slots_, s.br, decode);
     }
-    // Every rank decoded everything (and, with the checksum option, got intact data) before
-    // anyone commits: the step-outcome round (collective/outcome.hpp).
-    detail::agree_outcome(comm, step_check_, "gradient_pipeline", step_);
-    br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
-    if (two_way_) two_way_->commit();
-    if (hier_) hier_->commit();
-    if (low_rank_) low_rank_->commit();
-    accumulator_undo_.clear();
-    communicate += seconds(t_send, clock::now()) - decode;
+    outcome_round(comm, s.br);
+    s.communicate += seconds(t_send, clock::now()) - decode;
 
     // Commit exactly what was sent, then the receiver side and the 16-bit outputs.
     auto const t_commit = clock::now();
-    if (!low_rank_ && !two_way_ && !hier_) {
-      for (auto const& e : pending_) {
-        if (!e.staged) continue;
-        std::visit(
-            [&](auto& c) {
-              if (k != decision::npos) {
-                c.apply_commit(e.id);
-              } else if (rule == residual_rule::keep) {
-                c.discard(e.id);
-              } else {
-                c.commit_lossless(e.id);
-              }
-            },
-            comp_);
-      }
-      if (gv.reset_residual) std::visit([](auto& c) { c.reset(); }, comp_);
-    }
+    m.commit(comp_, items, k, rule, s.gv.reset_residual);
     double const commit_s = seconds(t_commit, clock::now());
     auto const t_out = clock::now();
-    if (!low_rank_ && !two_way_ && !hier_ && !guard_dense) {
-      for (auto const& e : pending_) {
-        if (e.staged) std::visit([&](auto& c) { c.receive(e.id, e.out32); }, comp_);
+    if (!guard_dense) m.receive(comp_, items);
+    write_back();
+    decode += seconds(t_out, clock::now());
+    return complete(s, prepare_s + commit_s, decode);
+  }
+
+  // A per-tensor mode's step (two-way, hierarchical, PowerSGD): each compressed tensor through
+  // the mode's collective, the small ones dense in buckets (every tensor dense on the guard's
+  // dense step), the outcome round, then the mode's commit.
+  template <communicator Comm, class Mode>
+  pipeline_stats exchange_step(Comm& comm, Mode& m, opened_step& s) {
+    pipeline_stats& st = s.st;
+    bool const guard_dense = s.guard_dense();
+    st.factor = traits_.factor_from_bytes ? 1.0 : 32.0 / base_.bits_per_element();
+    if (guard_dense) {
+      dense_step(st);
+    } else if (traits_.gain_round && opt_.measure_gain) {
+      gain_round(comm, st, s.communicate);
+    }
+    for (auto const& e : pending_) st.compressed_tensors += e.large && !guard_dense ? 1 : 0;
+    double decode = 0.0;
+    auto const t_send = clock::now();
+    if (guard_dense) {
+      send_raw_dense(comm, std::span<bucket_item const>(s.items), dense_format::f32, s.br, decode);
+    } else {
+      collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
+      std::vector<bucket_item> const dense = for_each_compressed(s.br, [&](entry const& e,
+                                                                           tensor_view<float const>
+                                                                               g) {
+        auto const [rows, cols] =
+            shape_of(e.id, e.n);  // (PowerSGD's; the other modes take no shape)
+        return m.exchange(comm, exchange_tensor{g, e.out32, rows, cols}, ctx_, copt, step_check_);
+      });
+      if (!dense.empty()) {
+        send_raw_dense(comm, std::span<bucket_item const>(dense), opt_.buckets.small_format, s.br,
+                       decode);
       }
     }
+    outcome_round(comm, s.br);
+    m.commit();
+    s.communicate += seconds(t_send, clock::now()) - decode;
+    auto const t_out = clock::now();
+    write_back();
+    decode += seconds(t_out, clock::now());
+    return complete(s, 0.0, decode);
+  }
+
+  // Every rank decoded everything (and, with the checksum option, got intact data) before
+  // anyone commits: the step-outcome round (collective/outcome.hpp). The layer accumulators of
+  // the step are kept from then on.
+  template <communicator Comm>
+  void outcome_round(Comm& comm, bucket_result& br) {
+    detail::agree_outcome(comm, step_check_, "gradient_pipeline", step_);
+    br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
+    accumulator_undo_.clear();
+  }
+
+  // The statistics of a host step from its exchange, then `close_step`.
+  pipeline_stats complete(opened_step& s, double compress_s, double decode) {
+    s.st.bytes_sent = s.br.packet_bytes;
+    s.st.wire_bytes = s.br.wire_bytes;
+    s.st.buckets = s.br.buckets;
+    s.st.compress_s = compress_s_ + compress_s;
+    s.st.communicate_s = s.communicate;
+    s.st.decode_s = decode;
+    return close_step(s.st, s.gv);
+  }
+
+  // The guard's dense step in the statistics: every tensor's own g sent dense.
+  static void dense_step(pipeline_stats& st) noexcept {
+    st.sent = send_kind::dense;
+    st.factor = 1.0;
+    st.gain = 1.0;
+  }
+
+  // `measure_gain` without a controller: ‖C(g_ef)‖² / ‖g_ef‖² over all ranks, in `st.gain`.
+  template <communicator Comm>
+  void gain_round(Comm& comm, pipeline_stats& st, double& communicate) {
+    double sums[2] = {ef_norm_, levels_ > 0 ? comp_norms_[0] : 0.0};
+    auto const t0 = clock::now();
+    sum_stats(comm, std::span<double>(sums));
+    communicate += seconds(t0, clock::now());
+    st.gain = sums[0] > 0.0 ? sums[1] / sums[0] : 1.0;
+  }
+
+  // 16-bit gradients: the result rounded once.
+  void write_back() {
     for (auto const& e : pending_) {
       if (e.write_back) e.write_back();
     }
-    decode += seconds(t_out, clock::now());
+  }
 
-    st.bytes_sent = br.packet_bytes;
-    st.wire_bytes = br.wire_bytes;
-    st.buckets = br.buckets;
-    st.compress_s = compress_s_ + prepare_s + commit_s;
-    st.communicate_s = communicate;
-    st.decode_s = decode;
-    return close_step(st, gv);
+  // `items` sent dense as they are (the guard's dense step, the per-tensor modes' small
+  // tensors), dense buckets in format `small`.
+  template <communicator Comm>
+  void send_raw_dense(Comm& comm, std::span<bucket_item const> items, dense_format small,
+                      bucket_result& br, double& decode) {
+    bucket_options o = opt_.buckets;
+    o.small_format = small;
+    detail::exchange_dense_buckets(
+        comm, items, o, base_, size_, ctx_, step_check_, slots_,
+        [&](std::size_t i) { return items[i].grad.span(); }, br, decode);
   }
 
   // The controller's decision (host and device steps): the step's statistics summed over the
@@ -996,11 +974,76 @@ class gradient_pipeline {
     return {k, rule};
   }
 
+  // The end of a completed step (every kind): timing for the controller, the step counter, the
+  // guard's history and report, the statistics and the hook.
+  pipeline_stats close_step(pipeline_stats& st, guard_verdict const& gv) {
+    st.total_s = seconds(t_begin_, clock::now());
+    // PowerSGD has no bits per element: its factor is what the step saved, the bytes of its
+    // gradients sent dense (float32, the baseline of every codec's factor) over the bytes sent.
+    if (traits_.factor_from_bytes && st.sent != send_kind::dense && st.bytes_sent > 0) {
+      std::size_t dense = 0;
+      for (auto const& e : pending_) dense += 4 * e.n;
+      st.factor = static_cast<double>(dense) / static_cast<double>(st.bytes_sent);
+    }
+    last_timing_ = opt_.measured_timing
+                       ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
+                       : step_timing{info_.backprop_s, 0.0, 0.0};
+    ++step_;
+    if (guard_->enabled()) {
+      guard_->commit(gv);
+      st.guard = gv.action;
+      if (gv.tripped) report_guard(gv);
+    }
+    last_ = st;
+    if (hook_) hook_(st);
+    return st;
+  }
+
+  // The checkpoint's PowerSGD and two-way sections (adjacent in "GCPL") of host mode `m`: the
+  // mode's own where it keeps one, the other empty.
+  static void save_mode_sections(detail::byte_writer& w, exchange_mode const& m) {
+    std::visit(
+        [&](auto const& mode) {
+          using M = std::remove_cvref_t<decltype(mode)>;
+          if constexpr (std::same_as<M, low_rank_mode>)
+            mode.save(w);
+          else
+            low_rank_mode::save_none(w);
+          if constexpr (std::same_as<M, two_way_mode>)
+            mode.save(w);
+          else
+            two_way_mode::save_none(w);
+        },
+        m);
+  }
+  // Reads those sections for host mode `m`: a copy of `m` holding the state read where the mode
+  // keeps one (`r.fail` where a section that must be empty is not).
+  static std::optional<exchange_mode> loaded_mode_sections(detail::byte_reader& r,
+                                                           exchange_mode const& m) {
+    return std::visit(
+        [&](auto const& mode) {
+          using M = std::remove_cvref_t<decltype(mode)>;
+          std::optional<exchange_mode> out;
+          if constexpr (std::same_as<M, low_rank_mode>)
+            out.emplace(mode.loaded(r));
+          else
+            low_rank_mode::expect_none(r);
+          if constexpr (std::same_as<M, two_way_mode>)
+            out.emplace(mode.loaded(r));
+          else
+            two_way_mode::expect_none(r);
+          return out;
+        },
+        m);
+  }
+
+  // ---- A device source's steps (pipeline/device_source.hpp holds its state) ----
+
   // The rest of a device source's step with a controller (after `run_device_step`'s agreement
-  // and guard rounds), as `run_step` does it for host tensors: the layer accumulators, the
-  // decision, then the packets of the decided level (staged by `add_tensor`) in the source's
-  // bucketed collective, or every tensor dense (p = g + residual, or g with the residual kept,
-  // as the decision says).
+  // and guard rounds), as the flat mode's step does it for host tensors: the layer
+  // accumulators, the decision, then the packets of the decided level (staged by `add_tensor`)
+  // in the source's bucketed collective, or every tensor dense (p = g + residual, or g with the
+  // residual kept, as the decision says).
   template <communicator Comm>
   pipeline_stats run_device_controlled_step(Comm& comm, std::optional<any_controller>& snapshot, pipeline_stats& st,
                                             std::vector<bucket_item> const& items, bucket_result const& br,
@@ -1015,9 +1058,7 @@ class gradient_pipeline {
     std::size_t k = decision::npos;
     residual_rule rule = residual_rule::keep;
     if (guard_dense) {  // every tensor's own g, dense; the controller is not asked
-      st.sent = send_kind::dense;
-      st.factor = 1.0;
-      st.gain = 1.0;
+      dense_step(st);
     } else {
       std::tie(k, rule) = decide_step(comm, st, snapshot, communicate);
     }
@@ -1062,9 +1103,7 @@ class gradient_pipeline {
         if (e.staged) device_->receive(e.id, e.out32);
       }
     }
-    for (auto const& e : pending_) {
-      if (e.write_back) e.write_back();
-    }
+    write_back();
     st.bytes_sent = r.packet_bytes;
     st.wire_bytes = br.wire_bytes + r.wire_bytes;
     st.buckets = r.buckets;
@@ -1073,28 +1112,15 @@ class gradient_pipeline {
     return close_step(st, gv);
   }
 
-  // The end of a completed step (every kind): timing for the controller, the step counter, the
-  // guard's history and report, the statistics and the hook.
-  pipeline_stats close_step(pipeline_stats& st, guard_verdict const& gv) {
-    st.total_s = seconds(t_begin_, clock::now());
-    // PowerSGD has no bits per element: its factor is what the step saved, the bytes of its
-    // gradients sent dense (float32, the baseline of every codec's factor) over the bytes sent.
-    if (low_rank_ && st.sent != send_kind::dense && st.bytes_sent > 0) {
-      std::size_t dense = 0;
-      for (auto const& e : pending_) dense += 4 * e.n;
-      st.factor = static_cast<double>(dense) / static_cast<double>(st.bytes_sent);
+  // Runs `f` with `comm` as an `any_communicator` (the device source's exchanges take one).
+  template <communicator Comm, class F>
+  static void with_erased(Comm& comm, F&& f) {
+    if constexpr (std::same_as<Comm, any_communicator>) {
+      f(comm);
+    } else {
+      any_communicator erased = any_communicator::borrow(comm);
+      f(erased);
     }
-    last_timing_ = opt_.measured_timing ? step_timing{info_.backprop_s, st.compress_s, st.communicate_s}
-                                        : step_timing{info_.backprop_s, 0.0, 0.0};
-    ++step_;
-    if (guard_->enabled()) {
-      guard_->commit(gv);
-      st.guard = gv.action;
-      if (gv.tripped) report_guard(gv);
-    }
-    last_ = st;
-    if (hook_) hook_(st);
-    return st;
   }
 
   // A step of a device source: the agreement round of `run_step` (layout, configuration, local
@@ -1111,34 +1137,25 @@ class gradient_pipeline {
     if (open_step(comm, st, items, br, agree_s, gv, plan)) return st;
     if (ctrl_) return run_device_controlled_step(comm, snapshot, st, items, br, gv, agree_s);
     bool const guard_dense = gv.action == guard_action::dense;
-    // `measure_gain`: the gain over all ranks, in the CPU pipeline's round (`run_step`).
-    if (!guard_dense && opt_.measure_gain && !low_rank_ && !hier_) {
-      double sums[2] = {ef_norm_, comp_norms_[0]};
-      auto const t0 = clock::now();
-      sum_stats(comm, std::span<double>(sums));
-      agree_s += seconds(t0, clock::now());
-      st.gain = sums[0] > 0.0 ? sums[1] / sums[0] : 1.0;
-    }
+    // `measure_gain`: the gain over all ranks, in the host step's round.
+    if (!guard_dense && opt_.measure_gain && traits_.gain_round) gain_round(comm, st, agree_s);
     auto const t_send = clock::now();
     bucket_result r;
     with_erased(comm, [&](any_communicator& c) {
       if (guard_dense) {  // every tensor's own g, dense; the residuals kept (or reset below)
         r = device_->exchange_dense(c, std::span<bucket_item const>(items), ctx_);
-      } else if (opt_.two_way || low_rank_ || hier_) {
+      } else if (!traits_.stages) {
         r = exchange_per_tensor_on_device(c);
       } else {
         r = device_->exchange(c, std::span<bucket_item const>(items), ctx_);
       }
     });
-    for (auto const& e : pending_) {
-      if (e.write_back) e.write_back();  // 16-bit gradients: the result rounded once
-    }
+    write_back();
     double const send_s = seconds(t_send, clock::now());
+    auto const* hier = std::get_if<hierarchical_mode>(&mode_);
     if (guard_dense) {
-      st.sent = send_kind::dense;
-      st.factor = 1.0;
-      st.gain = 1.0;
-      if (gv.reset_residual && !opt_.two_way) {  // as the CPU's compressor reset
+      dense_step(st);
+      if (gv.reset_residual && kind_ != pipeline_mode::two_way) {  // as the CPU's compressor reset
         device_->reset_states();
         device_tensors_.clear();
       }
@@ -1148,16 +1165,16 @@ class gradient_pipeline {
         ++st.compressed_tensors;
         // two-way and PowerSGD keep their own state; the hierarchical all-reduce's is the shard
         // owners' (a tensor's shard, compressed between nodes)
-        if (hier_) {
-          detail::hierarchical_plan const& hp = hier_->plan();
+        if (hier) {
+          detail::hierarchical_plan const& hp = hier->plan();
           int const local = hp.layout.local_rank(comm.rank());
           if (local < hp.lanes && hp.layout.nodes() > 1)
             device_tensors_.insert(hierarchical_shard_id(e.id, local, hp.lanes));
-        } else if (!opt_.two_way && !low_rank_) {
+        } else if (traits_.stages) {
           device_tensors_.insert(e.id);
         }
       }
-      st.factor = low_rank_ ? 1.0 : 32.0 / base_.bits_per_element();
+      st.factor = traits_.factor_from_bytes ? 1.0 : 32.0 / base_.bits_per_element();
     }
     st.bytes_sent = r.packet_bytes;
     st.wire_bytes = br.wire_bytes + r.wire_bytes;
@@ -1167,32 +1184,35 @@ class gradient_pipeline {
     return close_step(st, gv);
   }
 
-  // Two-way compression or PowerSGD with a device source, as `send_per_tensor` does them for
-  // host tensors: `all_reduce_two_way`'s or `all_reduce_low_rank`'s exchange per compressed
-  // tensor, the small tensors dense in the source's bucketed collective, then the step-outcome
-  // round; the two-way state or the sessions' become current only after it (a failure puts
-  // them back, `rollback`).
+  // The per-tensor modes with a device source, as their host step does them: the mode's
+  // exchange per compressed tensor in the source (two-way: its residuals; PowerSGD: its
+  // sessions; hierarchical: the owners' feedback), the small tensors dense in the source's
+  // bucketed collective, then the step-outcome round; the source's state becomes current only
+  // after it (a failure puts it back, `rollback`).
   bucket_result exchange_per_tensor_on_device(any_communicator& comm) {
     bucket_result br;
     collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
-    if (opt_.two_way) device_->two_way_begin();
-    std::vector<bucket_item> const dense = for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
-      if (low_rank_) {
-        auto const [rows, cols] = shape_of(e.id, e.n);
-        return device_->low_rank_exchange(comm, e.id, rows, cols, low_rank_->options(), g, e.out32, ctx_, copt,
-                                          step_check_);
-      }
-      if (hier_) {
-        hierarchical_result const hr =
-            device_->hierarchical_exchange(comm, *hier_->node(), hier_->lane(), hier_->plan(), g, e.out32, ctx_,
-                                           hier_->options(), step_check_);
-        collective_result r;
-        r.packet_bytes = hr.packet_bytes;
-        r.wire_bytes = hr.wire_bytes;
-        return r;
-      }
-      return device_->two_way_exchange(comm, g, e.out32, ctx_, copt, step_check_);
-    });
+    hierarchical_mode* const hier = std::get_if<hierarchical_mode>(&mode_);
+    low_rank_mode const* const sessions = std::get_if<low_rank_mode>(&mode_);
+    if (kind_ == pipeline_mode::two_way) device_->two_way_begin();
+    std::vector<bucket_item> const dense =
+        for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
+          if (sessions) {
+            auto const [rows, cols] = shape_of(e.id, e.n);
+            return device_->low_rank_exchange(comm, e.id, rows, cols, sessions->options(), g,
+                                              e.out32, ctx_, copt, step_check_);
+          }
+          if (hier) {
+            hierarchical_result const hr =
+                device_->hierarchical_exchange(comm, *hier->node(), hier->lane(), hier->plan(), g,
+                                               e.out32, ctx_, hier->options(), step_check_);
+            collective_result r;
+            r.packet_bytes = hr.packet_bytes;
+            r.wire_bytes = hr.wire_bytes;
+            return r;
+          }
+          return device_->two_way_exchange(comm, g, e.out32, ctx_, copt, step_check_);
+        });
     if (!dense.empty()) {
       bucket_result const d = device_->exchange(comm, std::span<bucket_item const>(dense), ctx_);
       br.packet_bytes += d.packet_bytes;
@@ -1201,10 +1221,24 @@ class gradient_pipeline {
     }
     detail::agree_outcome(comm, step_check_, "gradient_pipeline", step_);
     br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, size_);
-    if (opt_.two_way) device_->two_way_commit();
-    if (low_rank_) device_->low_rank_commit();
-    if (hier_) device_->hierarchical_commit();
+    switch (kind_) {
+      case pipeline_mode::two_way: device_->two_way_commit(); break;
+      case pipeline_mode::low_rank: device_->low_rank_commit(); break;
+      case pipeline_mode::hierarchical: device_->hierarchical_commit(); break;
+      default: break;
+    }
     return br;
+  }
+
+  // A failed step of a device source: the state its mode staged goes back.
+  void device_rollback() {
+    switch (kind_) {
+      case pipeline_mode::two_way: device_->two_way_rollback(); break;
+      case pipeline_mode::low_rank: device_->low_rank_rollback(); break;
+      case pipeline_mode::hierarchical: device_->hierarchical_rollback(); break;
+      case pipeline_mode::controlled: device_->layers_rollback(); break;
+      case pipeline_mode::flat: break;
+    }
   }
 
   // The error-feedback state of a device source in `compressor::save`'s format, as the CPU
@@ -1213,8 +1247,7 @@ class gradient_pipeline {
   // receiver record per such tensor (the CPU's receivers are the tensors it received, the
   // same set).
   [[nodiscard]] std::vector<std::byte> device_state() const {
-    feedback_id const id_of = std::visit(
-        [](auto const& c) { return std::remove_cvref_t<decltype(c)>::feedback_type::id; }, comp_);
+    feedback_id const id_of = feedback_of(comp_);
     bool const receivers = id_of == feedback_id::ef21;
     std::vector<std::byte> out =
         detail::feedback_state_head(id_of, device_tensors_.size(), receivers ? device_tensors_.size() : 0);
@@ -1226,6 +1259,8 @@ class gradient_pipeline {
     return out;
   }
 
+  // ---- The rounds every step shares ----
+
   // The divergence guard's round (guard.hpp): every rank gets the same verdict, recorded in
   // `st`; a verdict that raises throws here. Its time is added to `communicate`.
   template <communicator Comm>
@@ -1236,7 +1271,7 @@ class gradient_pipeline {
     std::sort(guard_tensors_.begin(), guard_tensors_.end(), [](guard_tensor const& a, guard_tensor const& b) {
       return static_cast<std::uint32_t>(a.id) < static_cast<std::uint32_t>(b.id);
     });
-    bool const watch = !low_rank_ && !opt_.two_way && !hier_ && opt_.feedback != "none";
+    bool const watch = traits_.stages && opt_.feedback != "none";
     guard_verdict gv = guard_->check_with([&](std::span<double> v) { sum_stats(comm, v); }, comm.size(), step_,
                                           std::span<guard_tensor const>(guard_tensors_), watch, info_.loss,
                                           br.wire_bytes);
@@ -1251,17 +1286,16 @@ class gradient_pipeline {
   // A step the guard skips: nothing is sent and no state changes (stages discarded, the step
   // counter kept); the gradient tensors are set to zero on every rank.
   pipeline_stats skip_step(pipeline_stats st, guard_verdict const& gv, double communicate) {
-    for (auto const& e : pending_) {
-      if (e.staged && device_) device_->discard(e.id);
-      if (e.staged && !device_) std::visit([&](auto& c) { c.discard(e.id); }, comp_);
+    discard_stages();
+    for (auto& e : pending_) {
       if (device_) {
         device_->zero(e.out32);
       } else {
         std::fill(e.out32.begin(), e.out32.end(), 0.0f);
       }
       if (e.write_back) e.write_back();
+      e.staged = false;
     }
-    for (auto& e : pending_) e.staged = false;
     guard_->commit(gv);
     st.guard = guard_action::skipped;
     st.sent = send_kind::dense;
@@ -1299,7 +1333,8 @@ class gradient_pipeline {
   }
 
   // The step's agreement round: layout (ids, sizes, order, bucketing), configuration
-  // (codec, feedback, controller, step) and each rank's local status.
+  // (codec, feedback, controller, step; the hierarchical mode's plan) and each rank's local
+  // status.
   template <communicator Comm>
   std::vector<detail::bucket_plan> agree_step(Comm& comm, std::vector<bucket_item> const& items, bucket_result& br) {
     std::exception_ptr local = local_;
@@ -1311,7 +1346,8 @@ class gradient_pipeline {
       plan = detail::plan_buckets(std::span<bucket_item const>(items), opt_.buckets);
       fingerprint fp;
       fp.add("gradient_pipeline").add(opt_.codec).add(opt_.feedback).add(opt_.controller);
-      if (hier_) hier_->plan_step(comm.size(), comm.rank(), device_ != nullptr, fp);
+      if (auto* h = std::get_if<hierarchical_mode>(&mode_))
+        h->plan_step(comm.size(), comm.rank(), device_ != nullptr, fp);
       fp.add(opt_.two_way ? 1 : 0).add(step_).add(opt_.buckets.bucket_bytes).add(opt_.buckets.min_compress_elements);
       fp.add(static_cast<std::uint64_t>(opt_.buckets.small_format)).add(static_cast<std::uint64_t>(opt_.buckets.op));
       fp.add(opt_.measure_gain ? 1 : 0).add(opt_.guard);
@@ -1327,90 +1363,6 @@ class gradient_pipeline {
     round.finish("gradient_pipeline", local);
     br.wire_bytes += round.wire_bytes();
     return plan;
-  }
-
-  // Compressed send: the packets of level k in the bucketed collective; small tensors dense.
-  template <communicator Comm>
-  void send_packets(Comm& comm, std::vector<detail::bucket_plan> const& plan, std::size_t k, bucket_result& br,
-                    double& decode) {
-    any_codec const& codec = level_codecs_[k];
-    aggregation_kind const kind = codec.aggregation();
-    detail::bucket_engine<any_codec> engine(codec, kind, opt_.buckets, detail::reduction_scale(opt_.buckets.op, size_),
-                                            step_check_);
-    engine.ctx_ = ctx_;
-    auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
-      detail::bucket_plan const& b = plan[bi];
-      s.reset();
-      if (b.dense) {
-        engine.prepare_dense(b, s, [&](std::size_t i) { return pending_[i].raw32; }, ctx_);
-        return;
-      }
-      fingerprint fp;
-      fp.add(detail::codec_fingerprint(codec, b.elements, opt_.buckets.op, ctx_, "bucket"));
-      for (std::size_t i : b.items) {
-        entry const& e = pending_[i];
-        s.units.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
-        s.packets.push_back(&(*e.packets)[k]);
-      }
-      engine.assemble(s, fp, b.elements);
-    };
-    auto done = [&](std::size_t bi, detail::bucket_slot& s) {
-      if (plan[bi].dense) detail::scatter_fused(plan[bi], s, pending_out());
-    };
-    engine.run(comm, std::span<detail::bucket_plan const>(plan), slots_, prepare, done, br);
-    br.buckets += plan.size();
-    decode += engine.decode_s;
-  }
-
-  // Dense send of every tensor: g + residual (rule zero) or g (rule keep) for the compressed
-  // ones, g for the small ones.
-  template <communicator Comm>
-  void send_dense(Comm& comm, std::vector<bucket_item> const& items, residual_rule rule, bucket_result& br,
-                  double& decode) {
-    bucket_options dense_opt = opt_.buckets;
-    dense_opt.min_compress_elements = std::numeric_limits<std::size_t>::max();
-    dense_opt.small_format = dense_format::f32;
-    std::vector<detail::bucket_plan> const plan = detail::plan_buckets(std::span<bucket_item const>(items), dense_opt);
-    detail::bucket_engine<any_codec> engine(base_, base_.aggregation(), dense_opt,
-                                            detail::reduction_scale(dense_opt.op, size_), step_check_);
-    engine.ctx_ = ctx_;
-    auto input = [&](std::size_t i) -> std::span<float const> {
-      entry const& e = pending_[i];
-      if (e.staged && rule != residual_rule::keep) {
-        return std::visit([&](auto& c) { return c.staged_input(e.id); }, comp_);
-      }
-      return e.raw32;
-    };
-    auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
-      s.reset();
-      engine.prepare_dense(plan[bi], s, input, ctx_);
-    };
-    auto done = [&](std::size_t bi, detail::bucket_slot& s) { detail::scatter_fused(plan[bi], s, pending_out()); };
-    engine.run(comm, std::span<detail::bucket_plan const>(plan), slots_, prepare, done, br);
-    br.buckets += plan.size();
-    decode += engine.decode_s;
-  }
-
-  // Per-tensor collectives for the large tensors — PowerSGD: one `powersgd_session` each (its
-  // own error feedback and warm start), `all_reduce_low_rank`; two-way: `all_reduce_two_way`
-  // with the two-way compressor's worker and server feedback — and the small ones dense in
-  // bucketed calls.
-  template <communicator Comm>
-  void send_per_tensor(Comm& comm, bucket_result& br, double& decode) {
-    collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
-    std::vector<bucket_item> const dense = for_each_compressed(br, [&](entry const& e, tensor_view<float const> g) {
-      collective_result r;
-      if (low_rank_) {
-        auto const [rows, cols] = shape_of(e.id, e.n);
-        r = low_rank_->exchange(comm, exchange_tensor{g, e.out32, rows, cols}, ctx_, copt, step_check_);
-      } else if (hier_) {
-        r = hier_->exchange(comm, exchange_tensor{g, e.out32, 0, 0}, ctx_, copt, step_check_);
-      } else {
-        r = two_way_->exchange(comm, exchange_tensor{g, e.out32, 0, 0}, ctx_, copt, step_check_);
-      }
-      return r;
-    });
-    if (!dense.empty()) send_plain_dense(comm, dense, br, decode);
   }
 
   // The per-tensor modes' split of the step (host and device sources): `one(entry, g)` runs
@@ -1432,24 +1384,6 @@ class gradient_pipeline {
     return dense;
   }
 
-  template <communicator Comm>
-  void send_plain_dense(Comm& comm, std::vector<bucket_item> const& dense, bucket_result& br, double& decode) {
-    bucket_options o = opt_.buckets;
-    o.min_compress_elements = std::numeric_limits<std::size_t>::max();
-    std::vector<detail::bucket_plan> const plan = detail::plan_buckets(std::span<bucket_item const>(dense), o);
-    detail::bucket_engine<any_codec> engine(base_, base_.aggregation(), o, detail::reduction_scale(o.op, size_),
-                                            step_check_);
-    engine.ctx_ = ctx_;
-    auto prepare = [&](std::size_t bi, detail::bucket_slot& s) {
-      s.reset();
-      engine.prepare_dense(plan[bi], s, [&](std::size_t i) { return dense[i].grad.span(); }, ctx_);
-    };
-    auto done = [&](std::size_t bi, detail::bucket_slot& s) { detail::scatter_fused(plan[bi], s, dense); };
-    engine.run(comm, std::span<detail::bucket_plan const>(plan), slots_, prepare, done, br);
-    br.buckets += plan.size();
-    decode += engine.decode_s;
-  }
-
   [[nodiscard]] std::pair<std::size_t, std::size_t> shape_of(tensor_id id, std::size_t n) const {
     if (auto it = shapes_.find(id); it != shapes_.end()) return it->second;
     std::size_t c = 1;
@@ -1459,28 +1393,19 @@ class gradient_pipeline {
     return {n / c, c};
   }
 
-  // The pending entries as items with an `out` member (for scatter_fused).
-  struct out_view {
-    std::vector<entry> const* v;
-    struct item {
-      std::span<float> out;
-    };
-    item operator[](std::size_t i) const { return {(*v)[i].out32}; }
-  };
-  [[nodiscard]] out_view pending_out() const noexcept { return {&pending_}; }
-
   pipeline_options opt_;
-  pipeline_mode mode_ = pipeline_mode::flat;
+  pipeline_mode kind_ = pipeline_mode::flat;
+  pipeline_mode_traits traits_ = pipeline_mode_traits_of(pipeline_mode::flat);
   any_codec base_ = make_codec("identity");
+  // The error feedback of `opt_.feedback`: the flat mode's residuals, and in every mode the
+  // checkpoint's feedback section (but the hierarchical one's) and a device source's format.
   feedback_compressor comp_ = compressor<any_codec, no_feedback>(make_codec("identity"));
+  exchange_mode mode_{std::in_place_type<flat_mode>, make_codec("identity"), bucket_options{}};
   std::optional<any_controller> ctrl_;
-  std::optional<low_rank_mode> low_rank_;  // PowerSGD (pipeline/low_rank_mode.hpp)
   std::map<tensor_id, std::pair<std::size_t, std::size_t>> shapes_;
-  std::optional<two_way_mode> two_way_;     // two-way compression (pipeline/two_way_mode.hpp)
-  std::optional<hierarchical_mode> hier_;  // hierarchical all-reduce (pipeline/hierarchical_mode.hpp)
-  std::map<double, any_codec> codec_cache_;
-  std::map<tensor_id, buffers> buffers_;
-  std::map<tensor_id, std::vector<float>> accumulators_;
+  std::map<tensor_id, std::vector<float>>
+      wide_;  // float32 copy of a 16-bit gradient, then its output
+  std::map<tensor_id, std::vector<float>> accumulators_;  // the controller's layer accumulators
   detail::bucket_slot slots_[2];
   std::unique_ptr<detail::device_source_base> device_;  // a device source (else null)
   std::set<tensor_id> device_tensors_;  // its tensors with a completed step (saved state)
@@ -1494,12 +1419,10 @@ class gradient_pipeline {
   std::exception_ptr local_;
   step_plan plan_;
   std::size_t levels_ = 0;
-  std::vector<any_codec> level_codecs_;
   double ef_norm_ = 0.0;
   std::vector<double> comp_norms_, layer_norms_;
   double compress_s_ = 0.0;
   codec_context ctx_;
-  std::vector<float> scratch_;
   detail::step_check step_check_;  // failures after the data moved, checksums (outcome round)
   std::vector<std::pair<tensor_id, std::optional<std::vector<float>>>> accumulator_undo_;  // the same, accumulators
 

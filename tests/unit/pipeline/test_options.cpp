@@ -2,14 +2,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // The table of which exchange modes combine (pipeline/options.hpp) and the spec parsers it
 // reads (codec/codec_spec.hpp): every mode, every pair of modes, the feedback each takes, and
-// the same verdicts through gradient_pipeline's constructor.
+// the same verdicts through gradient_pipeline's constructor; the refusals of a device source.
 #include <gradcomp/codec/codec_spec.hpp>
+#include <gradcomp/feedback/make_feedback.hpp>
 #include <gradcomp/pipeline/options.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
+#include <tuple>
 #include <variant>
 
 namespace gc = gradcomp;
@@ -130,4 +133,56 @@ TEST_CASE("the options table refuses a controller without a selection size and p
   // Refusals leave nothing behind: the same options object, fixed, is taken.
   b.buckets.mode = gc::bucket_compression::per_tensor;
   CHECK(mode_of(b) == gc::pipeline_mode::flat);
+}
+
+TEST_CASE(
+    "the options table refuses what a device source does not take, options first, then the source",
+    "[pipeline][options][device]") {
+  // Whatever the source: no checksums, no 16-bit dense buckets.
+  gc::pipeline_options o;
+  CHECK_NOTHROW(gc::check_device_options(o));
+  o.buckets.checksum = true;
+  CHECK_THROWS_WITH(gc::check_device_options(o),
+                    Catch::Contains("with a device source: buckets.checksum"));
+  o.buckets.checksum = false;
+  o.buckets.small_format = gc::dense_format::f16;
+  CHECK_THROWS_WITH(gc::check_device_options(o), Catch::Contains("16-bit buckets.small_format"));
+
+  // The source against the mode: a budget for a controller, sessions and no feedback for
+  // PowerSGD, the spec's feedback (and DGC's parameters) for the others.
+  auto check = [](gc::pipeline_options const& opt, gc::device_source_facts const& src) {
+    gc::codec_spec const spec = gc::make_codec_spec(opt.codec);
+    gc::pipeline_mode const m = gc::check_pipeline_options(opt, spec);
+    gc::any_codec const codec =
+        gc::names_low_rank(spec) ? gc::make_codec("identity") : std::get<gc::any_codec>(spec);
+    gc::check_device_source(opt, m, gc::make_feedback(opt.feedback, codec), src);
+  };
+  gc::device_source_facts residual{true, false, gc::feedback_id::residual, {}};
+  gc::pipeline_options flat;
+  CHECK_NOTHROW(check(flat, residual));
+  gc::pipeline_options ctrl;
+  ctrl.controller = "static:factor=100";
+  CHECK_NOTHROW(check(ctrl, residual));
+  residual.has_budget = false;
+  CHECK_THROWS_WITH(check(ctrl, residual),
+                    Catch::Contains("has none (controller 'static:factor=100')"));
+  CHECK_NOTHROW(check(flat, residual));  // the codec as given needs no budget
+  gc::device_source_facts const none{true, false, gc::feedback_id::none, {}};
+  CHECK_THROWS_WITH(check(flat, none),
+                    Catch::Contains("error feedback (none) is not feedback 'residual'"));
+  gc::pipeline_options psgd;
+  psgd.codec = "powersgd:rank=2";
+  CHECK_THROWS_WITH(check(psgd, residual),
+                    Catch::Contains("with PowerSGD the source keeps no feedback state"));
+  CHECK_THROWS_WITH(check(psgd, none), Catch::Contains("makes no PowerSGD sessions"));
+  gc::device_source_facts sessions = none;
+  sessions.makes_low_rank_sessions = true;
+  CHECK_NOTHROW(check(psgd, sessions));
+  gc::pipeline_options dgc;
+  dgc.feedback = "dgc:momentum=0.9";
+  gc::device_source_facts dgc_src{true, false, gc::feedback_id::dgc,
+                                  std::tuple{0.9f, 0.0, std::uint32_t{1}}};
+  CHECK_NOTHROW(check(dgc, dgc_src));
+  dgc_src.dgc = std::tuple{0.5f, 0.0, std::uint32_t{1}};
+  CHECK_THROWS_WITH(check(dgc, dgc_src), Catch::Contains("DGC parameters"));
 }
