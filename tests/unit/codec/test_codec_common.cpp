@@ -11,6 +11,7 @@
 #include "../support/codec_support.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
@@ -567,4 +568,23 @@ TEST_CASE("max_compressed_bytes throws instead of wrapping around for impossibly
   REQUIRE_THROWS_AS(psgd.max_compressed_bytes(std::size_t{1} << 32, std::size_t{1} << 32),
                     gc::config_error);
   REQUIRE_THROWS_AS(psgd.max_compressed_bytes(SIZE_MAX, 2), gc::config_error);
+}
+
+TEST_CASE("the device-usable bit helpers of the packet formats agree with <bit>", "[codec][format]") {
+  // format/common.hpp: single_bit and trailing_zeros stand in for std::has_single_bit and
+  // std::countr_zero in functions that CUDA kernels call (nvcc cannot call the std ones there).
+  std::vector<std::uint32_t> values;
+  for (std::uint32_t v = 0; v <= 4100; ++v) values.push_back(v);
+  for (unsigned b = 0; b < 32; ++b) {
+    std::uint32_t const p = std::uint32_t{1} << b;
+    for (std::uint32_t v : {p - 1, p, p + 1, p | 0x80000000u}) values.push_back(v);
+  }
+  values.push_back(0xffffffffu);
+  for (std::uint32_t v : values) {
+    INFO("v = " << v);
+    REQUIRE(gc::detail::single_bit(v) == std::has_single_bit(v));
+    REQUIRE(gc::detail::trailing_zeros(v) == static_cast<unsigned>(std::countr_zero(v)));
+  }
+  STATIC_REQUIRE(gc::detail::trailing_zeros(1024) == 10);
+  STATIC_REQUIRE(!gc::detail::single_bit(0));
 }

@@ -75,13 +75,13 @@ struct chunk_topk_format {
   }
   /// Bits per index: log2(chunk).
   GRADCOMP_HOST_DEVICE static constexpr unsigned index_bits(std::uint32_t chunk_param) noexcept {
-    return static_cast<unsigned>(std::countr_zero(chunk_param));
+    return detail::trailing_zeros(chunk_param);
   }
   /// Whether (chunk, k, variant) are parameters a packet may carry.
   GRADCOMP_HOST_DEVICE static constexpr bool valid_params(std::uint32_t chunk_param,
                                                           std::uint32_t k_param,
                                                           unsigned variant) noexcept {
-    return chunk_param >= 2 && chunk_param <= max_chunk && std::has_single_bit(chunk_param) &&
+    return chunk_param >= 2 && chunk_param <= max_chunk && detail::single_bit(chunk_param) &&
            k_param >= 1 && k_param <= chunk_param && variant <= 4;
   }
   /// Chunks of an n-element tensor.

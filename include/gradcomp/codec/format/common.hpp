@@ -84,6 +84,22 @@ GRADCOMP_HOST_DEVICE constexpr unsigned bit_width(std::uint32_t v) noexcept {
   return w;
 }
 
+/// Whether `v` is a power of two: `std::has_single_bit`, which device code cannot call.
+GRADCOMP_HOST_DEVICE constexpr bool single_bit(std::uint32_t v) noexcept {
+  return v != 0 && (v & (v - 1)) == 0;
+}
+
+/// Trailing zero bits of `v` (32 for 0): `std::countr_zero`, which device code cannot call.
+GRADCOMP_HOST_DEVICE constexpr unsigned trailing_zeros(std::uint32_t v) noexcept {
+  if (v == 0) return 32;
+  unsigned n = 0;
+  while ((v & 1u) == 0) {
+    ++n;
+    v >>= 1;
+  }
+  return n;
+}
+
 /// Length of the buckets of an n-element tensor for a `bucket` parameter (0 = one bucket
 /// holding the whole tensor; an empty tensor still gets length 1 so divisions stay defined).
 GRADCOMP_HOST_DEVICE constexpr std::uint64_t bucket_length(std::uint32_t bucket,
