@@ -5,9 +5,9 @@
 /// The explicit instantiations that `GRADCOMP_EXTERN_TEMPLATES` (config.hpp) declares: the
 /// `any_codec` erasure of every codec `make_codec` builds and the `any_controller` erasure of every
 /// controller `make_controller` builds. A program built with `GRADCOMP_EXTERN_TEMPLATES=1`
-/// includes this header in exactly one of its translation units (a second one breaks the link with
-/// duplicate definitions; none leaves the erasures undefined), compiled with the same flags as the
-/// rest, for example:
+/// includes this header in exactly one of its translation units (none leaves the erasures undefined
+/// at link time; two are two explicit instantiation definitions of the same class, which C++ forbids
+/// and a linker need not report), compiled with the same flags as the rest, for example:
 ///
 ///     // gradcomp_instances.cpp
 ///     #include <gradcomp/instantiate.hpp>
