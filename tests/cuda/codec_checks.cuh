@@ -1037,7 +1037,7 @@ TEST_CASE(GCT_BACKEND ": int4 zero and extreme buckets, rejected scales", "[cuda
   std::vector<std::byte> const good = gct::cpu_compress(cpu, gct::make_input(n, 13));
   gct::check_header_rejections(cpu, gpu, good, n);
   using bytes = std::vector<std::byte>;
-  float const above = std::nextafter(gc::int4_format::max_scale(), 1e39f);
+  float const above = std::nextafter(gc::int4_format::max_scale(), std::numeric_limits<float>::infinity());
   for (std::size_t k : {0u, 3u, 6u}) {
     for (std::uint32_t bad : {0x7fc00000u, 0x7f800000u, 0xff800000u, 0xbf800000u, 0x80000001u,
                               gct::to_bits(above)}) {

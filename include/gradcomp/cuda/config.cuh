@@ -13,12 +13,18 @@
 /// - `THRUST_DEVICE_SYSTEM_CPP` (compile with `-DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP`):
 ///   the same functors run sequentially on the calling host thread, "device" pointers are host
 ///   pointers and streams are ignored. This is how the backend is checked on machines without a
-///   GPU (tests/cuda/host_backend.cu).
+///   GPU (tests/cuda/host_backend.cu). Nothing then runs as a kernel, so a translation unit of
+///   this kind may also be compiled by the host C++ compiler alone, with the CUDA toolkit's
+///   include directories (`include` and `include/cccl`, where Thrust is) on its path: the
+///   host-emulation tests are built that way (tests/cuda/CMakeLists.txt). Any other device system
+///   needs nvcc.
 ///
 /// `GRADCOMP_CUDA_ON_GPU` is 1 in the first case and 0 in the second.
 
-#if !defined(__CUDACC__)
-#  error "gradcomp/cuda/*.cuh need a CUDA compiler; the CPU codecs are in gradcomp/codec/"
+// Without nvcc only the CPP system compiles: said before Thrust is read (its default system is
+// CUDA), and checked once its configuration has given the system names their values.
+#if !defined(__CUDACC__) && !defined(THRUST_DEVICE_SYSTEM)
+#  error "gradcomp/cuda/*.cuh need a CUDA compiler (or, for the host emulation, -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP); the CPU codecs are in gradcomp/codec/"
 #endif
 
 #include <gradcomp/config.hpp>
@@ -28,6 +34,10 @@
 #include <thrust/execution_policy.h>
 
 #include <string>
+
+#if !defined(__CUDACC__) && THRUST_DEVICE_SYSTEM != THRUST_DEVICE_SYSTEM_CPP
+#  error "gradcomp/cuda/*.cuh need a CUDA compiler unless THRUST_DEVICE_SYSTEM is THRUST_DEVICE_SYSTEM_CPP"
+#endif
 
 #if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
 #  define GRADCOMP_CUDA_ON_GPU 1
