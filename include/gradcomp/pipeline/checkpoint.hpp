@@ -58,7 +58,14 @@ inline constexpr char const* pipeline_checkpoint_magic = "GCPL";
 inline constexpr std::uint8_t pipeline_checkpoint_version = 2;
 
 /// The sections of a checkpoint after its head, in their order (file comment).
-enum class checkpoint_section : std::uint8_t { feedback, controller, accumulators, mode, guard, end };
+enum class checkpoint_section : std::uint8_t {
+  feedback,
+  controller,
+  accumulators,
+  mode,
+  guard,
+  end
+};
 
 /// Enforces the order of the sections: `next(s)` must name the section after the previous one.
 class checkpoint_order {
@@ -136,7 +143,8 @@ class checkpoint_reader {
   /// Checks the frame and the configuration against `mine` (a `format_error` naming what
   /// differs), then reads the step counter and timing.
   checkpoint_reader(std::span<std::byte const> bytes, checkpoint_config const& mine)
-      : r_(bytes, pipeline_checkpoint_magic, pipeline_checkpoint_version, "gradient_pipeline checkpoint") {
+      : r_(bytes, pipeline_checkpoint_magic, pipeline_checkpoint_version,
+           "gradient_pipeline checkpoint") {
     expect(r_.get_string(), mine.codec, "codec");
     expect(r_.get_string(), mine.feedback, "feedback");
     expect(r_.get_string(), mine.controller, "controller");
@@ -195,7 +203,8 @@ class checkpoint_reader {
  private:
   void expect(std::string const& got, std::string const& mine, char const* what) const {
     if (got != mine) {
-      r_.fail(std::string("saved with ") + what + " '" + got + "', this pipeline has '" + mine + "'");
+      r_.fail(std::string("saved with ") + what + " '" + got + "', this pipeline has '" + mine +
+              "'");
     }
   }
 

@@ -16,6 +16,30 @@
 ///   PowerSGD and two-way sections;
 /// - the tensors with a completed step, whose residuals the checkpoint holds.
 ///
+/// **What runs where** (docs/cuda.md). The source is a `cuda::device_compressor<C, Rule>`
+/// (feedback "residual", "ef21" or "dgc:...", the rule's, with DGC's parameters) or a
+/// `cuda::stream_codec<C>` (feedback "none") of a CUDA codec, element-wise or sparsifier; the
+/// gradients are float32, float16 or bfloat16 in device memory. Flat steps run the bucketed
+/// collective of that source (`bucketed_all_reduce`, payloads in device memory, control
+/// messages on the host); with `two_way` the two-way collective of the source's codec and
+/// feedback per compressed tensor (worker and server residuals in device memory). PowerSGD
+/// ("powersgd:..." codec specs) takes `cuda::stream_codec<cuda::identity_codec>` as the source
+/// (the small tensors go dense through it) and keeps one `cuda::powersgd_session` per tensor,
+/// made by the memory space (`make_low_rank_session`, cuda/powersgd.cuh); outputs and `save`
+/// are the CPU pipeline's with `backend=builtin`. The hierarchical all-reduce runs per
+/// compressed tensor over the node and lane communicators given to
+/// `gradient_pipeline::set_hierarchical_groups` (e.g. from `nccl_communicator::split`),
+/// payloads on the device, outputs and the owners' residuals the CPU pipeline's.
+/// `measure_gain` gives the CPU pipeline's gain to the bit (each compressed tensor compressed
+/// and decoded once more on the device for it). A controller over a device sparsifier stages
+/// each tensor's packets at every level of its plan on the device
+/// (`device_source_base::stage_levels`; the further levels re-compressed from a host copy of the
+/// first packet), keeps Accordion's layer accumulators in device memory and sends the decided
+/// level's packets (or a dense step). The divergence guard's raise, skip and dense actions work
+/// as on the CPU. Not taken by a device source (`config_error` at construction):
+/// `buckets.checksum`, a 16-bit `buckets.small_format` and a controller over a codec without a
+/// selection size.
+///
 /// A step runs the protocol of pipeline/pipeline.hpp: `add` per tensor (the checks the host's
 /// stage makes, the guard's norms on the device in the canonical order, and with a controller
 /// the packets of every level of the plan staged on the device), the agreement and guard rounds
@@ -100,13 +124,16 @@ class device_mode {
         copt_{opt.buckets.op, opt.buckets.checksum} {
     check_device_options(opt);
     auto model = std::make_unique<detail::device_source_model<Source>>(std::move(src), opt.buckets);
-    device_source_facts facts{model->has_budget(), model->makes_low_rank_sessions(), model->feedback(), {}};
+    device_source_facts facts{
+        model->has_budget(), model->makes_low_rank_sessions(), model->feedback(), {}};
     if (facts.feedback == feedback_id::dgc) facts.dgc = model->dgc_parameters();
     check_device_source(opt, kind, feedback, facts);
     for (std::size_t const n : {std::size_t{1}, std::size_t{4099}, (std::size_t{1} << 20) + 3}) {
       if (model->fingerprint(n, opt.buckets.op) !=
-          detail::codec_fingerprint(base, n, opt.buckets.op, codec_context{}, "gradient_pipeline source")) {
-        throw config_error("gradcomp: gradient_pipeline with a device source: codec spec '" + opt.codec +
+          detail::codec_fingerprint(base, n, opt.buckets.op, codec_context{},
+                                    "gradient_pipeline source")) {
+        throw config_error("gradcomp: gradient_pipeline with a device source: codec spec '" +
+                           opt.codec +
                            "' does not describe the device codec (another codec, packet size or "
                            "bits per element at " +
                            std::to_string(n) + " elements)");
@@ -118,7 +145,9 @@ class device_mode {
   /// The host mode it runs (its groups, plan and options; its data is not used).
   [[nodiscard]] host_exchange_mode const& host() const noexcept { return host_; }
   /// The hierarchical mode it runs, if any (its groups and plan).
-  [[nodiscard]] hierarchical_mode* hierarchical() noexcept { return std::get_if<hierarchical_mode>(&host_); }
+  [[nodiscard]] hierarchical_mode* hierarchical() noexcept {
+    return std::get_if<hierarchical_mode>(&host_);
+  }
   /// The source.
   [[nodiscard]] detail::device_source_base const& source() const noexcept { return *src_; }
   /// The committed error-feedback state of tensor `id`, in device memory.
@@ -158,9 +187,9 @@ class device_mode {
     if (held != 0 && held != src_->state_floats(e.n) && !s.local) {
       s.local = std::make_exception_ptr(
           config_error("gradcomp: " + feedback_spec_ + " feedback state of tensor " +
-                       std::to_string(static_cast<unsigned>(e.id)) + " holds " + std::to_string(held) +
-                       " floats but the gradient has " + std::to_string(e.n) +
-                       " elements (one state per tensor id)"));
+                       std::to_string(static_cast<unsigned>(e.id)) + " holds " +
+                       std::to_string(held) + " floats but the gradient has " +
+                       std::to_string(e.n) + " elements (one state per tensor id)"));
     }
     // The guard's local norms, as the host computes them (the residual of a compressed tensor
     // only), in the same canonical order on the device (the hierarchical source's per-tensor
@@ -171,7 +200,8 @@ class device_mode {
         gt.residual_sq = src_->sum_of_squares(src_->state(e.id));
       }
       s.guard_tensors.push_back(gt);
-      if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) s.guard_nonfinite = true;
+      if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq))
+        s.guard_nonfinite = true;
     }
     if (s.guard_nonfinite || s.local || !e.large) return;
     // A controller: the tensor staged and its packets written at every level of the plan, as
@@ -180,11 +210,12 @@ class device_mode {
     try {
       if (kind_ == pipeline_mode::controlled) {
         src_->stage_levels(tensor_view<float const>(e.raw32, e.id), s.ctx,
-                           std::span<double const>(s.plan.measure).first(s.levels), gains, s.ef_norm,
-                           std::span<double>(s.comp_norms));
+                           std::span<double const>(s.plan.measure).first(s.levels), gains,
+                           s.ef_norm, std::span<double>(s.comp_norms));
         e.staged = true;
       } else if (kind_ == pipeline_mode::flat && measure_gain_) {
-        auto const [input_sq, compressed_sq] = src_->gain_terms(tensor_view<float const>(e.raw32, e.id), s.ctx);
+        auto const [input_sq, compressed_sq] =
+            src_->gain_terms(tensor_view<float const>(e.raw32, e.id), s.ctx);
         s.ef_norm += input_sq;
         s.comp_norms[0] += compressed_sq;
       }
@@ -199,9 +230,11 @@ class device_mode {
   /// rule (`gradient_pipeline`'s, summing the statistics over the ranks); `gain(st)`:
   /// `measure_gain`'s round; `shape(id, n)`: PowerSGD's matrix shape of a tensor.
   template <communicator Comm, class Decide, class Gain, class Shape>
-  void exchange(Comm& comm, step_state& s, opened_step& o, Decide&& decide, Gain&& gain, Shape&& shape) {
-    bucket_result const r =
-        kind_ == pipeline_mode::controlled ? exchange_controlled(comm, s, o, decide) : exchange_plain(comm, s, o, gain, shape);
+  void exchange(Comm& comm, step_state& s, opened_step& o, Decide&& decide, Gain&& gain,
+                Shape&& shape) {
+    bucket_result const r = kind_ == pipeline_mode::controlled
+                                ? exchange_controlled(comm, s, o, decide)
+                                : exchange_plain(comm, s, o, gain, shape);
     o.br.packet_bytes += r.packet_bytes;
     o.br.wire_bytes += r.wire_bytes;
     o.br.buckets += r.buckets;
@@ -237,15 +270,19 @@ class device_mode {
     bool const receivers = feedback_ == feedback_id::ef21;
     std::vector<std::byte> out =
         detail::feedback_state_head(feedback_, tensors_.size(), receivers ? tensors_.size() : 0);
-    for (tensor_id const id : tensors_) detail::put_feedback_record(out, id, src_->state_on_host(id));
+    for (tensor_id const id : tensors_)
+      detail::put_feedback_record(out, id, src_->state_on_host(id));
     if (receivers) {
-      for (tensor_id const id : tensors_) detail::put_feedback_record(out, id, src_->receiver_on_host(id));
+      for (tensor_id const id : tensors_)
+        detail::put_feedback_record(out, id, src_->receiver_on_host(id));
     }
     detail::seal_feedback_state(out);  // version 3, with its checksum, as `compressor::save`
     return out;
   }
   /// The layer accumulators (the checkpoint's section), copied to the host.
-  [[nodiscard]] std::map<tensor_id, std::vector<float>> accumulators() const { return src_->layers_on_host(); }
+  [[nodiscard]] std::map<tensor_id, std::vector<float>> accumulators() const {
+    return src_->layers_on_host();
+  }
   /// The checkpoint's PowerSGD and two-way sections, in the host modes' formats.
   void save(detail::byte_writer& w) const {
     src_->low_rank_save(w);
@@ -307,7 +344,8 @@ class device_mode {
   /// assignment allocates nothing).
   void load(restored&& in, std::map<tensor_id, std::vector<float>> const& acc) {
     if (kind_ == pipeline_mode::two_way) src_->two_way_load(in.two_way);
-    if (auto const* lr = std::get_if<low_rank_mode>(&host_)) src_->low_rank_load(in.sessions, lr->options());
+    if (auto const* lr = std::get_if<low_rank_mode>(&host_))
+      src_->low_rank_load(in.sessions, lr->options());
     src_->layers_assign(acc);  // (empty but for a controller, which excludes both above)
     src_->assign_states(in.states, in.receivers);
     tensors_ = std::move(in.tensors);
@@ -328,7 +366,8 @@ class device_mode {
   // A step without a controller: the source's bucketed collective (every tensor's own g dense
   // on the guard's dense step, the residuals kept or reset), or a per-tensor mode's exchange.
   template <communicator Comm, class Gain, class Shape>
-  bucket_result exchange_plain(Comm& comm, step_state& s, opened_step& o, Gain& gain, Shape& shape) {
+  bucket_result exchange_plain(Comm& comm, step_state& s, opened_step& o, Gain& gain,
+                               Shape& shape) {
     pipeline_stats& st = o.st;
     bool const guard_dense = o.guard_dense();
     // `measure_gain`: the gain over all ranks, in the host step's round.
@@ -347,7 +386,8 @@ class device_mode {
     o.communicate += detail::seconds_between(t_send, detail::step_clock::now());
     if (guard_dense) {
       detail::dense_step_stats(st);
-      if (o.gv.reset_residual && kind_ != pipeline_mode::two_way) {  // as the CPU's compressor reset
+      if (o.gv.reset_residual &&
+          kind_ != pipeline_mode::two_way) {  // as the CPU's compressor reset
         src_->reset_states();
         tensors_.clear();
       }
@@ -362,7 +402,8 @@ class device_mode {
       if (hier) {
         detail::hierarchical_plan const& hp = hier->plan();
         int const local = hp.layout.local_rank(comm.rank());
-        if (local < hp.lanes && hp.layout.nodes() > 1) tensors_.insert(hierarchical_shard_id(e.id, local, hp.lanes));
+        if (local < hp.lanes && hp.layout.nodes() > 1)
+          tensors_.insert(hierarchical_shard_id(e.id, local, hp.lanes));
       } else if (traits_.stages) {
         tensors_.insert(e.id);
       }
@@ -383,15 +424,17 @@ class device_mode {
     low_rank_mode const* const sessions = std::get_if<low_rank_mode>(&host_);
     if (kind_ == pipeline_mode::two_way) src_->two_way_begin();
     std::vector<bucket_item> const dense = detail::for_each_compressed(
-        std::span<step_entry const>(s.entries), br, [&](step_entry const& e, tensor_view<float const> g) {
+        std::span<step_entry const>(s.entries), br,
+        [&](step_entry const& e, tensor_view<float const> g) {
           if (sessions) {
             auto const [rows, cols] = shape(e.id, e.n);
-            return src_->low_rank_exchange(comm, e.id, rows, cols, sessions->options(), g, e.out32, s.ctx, copt_,
-                                           s.check);
+            return src_->low_rank_exchange(comm, e.id, rows, cols, sessions->options(), g, e.out32,
+                                           s.ctx, copt_, s.check);
           }
           if (hier) {
-            hierarchical_result const hr = src_->hierarchical_exchange(
-                comm, *hier->node(), hier->lane(), hier->plan(), g, e.out32, s.ctx, hier->options(), s.check);
+            hierarchical_result const hr =
+                src_->hierarchical_exchange(comm, *hier->node(), hier->lane(), hier->plan(), g,
+                                            e.out32, s.ctx, hier->options(), s.check);
             collective_result r;
             r.packet_bytes = hr.packet_bytes;
             r.wire_bytes = hr.wire_bytes;
@@ -426,7 +469,8 @@ class device_mode {
     bool const guard_dense = o.guard_dense();
     if (s.plan.accumulate_layers || s.plan.report_layers) {
       for (auto const& e : s.entries) {
-        double const sq = src_->accumulate_layer(e.id, e.raw32, s.plan.accumulate_layers, s.plan.report_layers);
+        double const sq =
+            src_->accumulate_layer(e.id, e.raw32, s.plan.accumulate_layers, s.plan.report_layers);
         if (s.plan.report_layers) s.layer_norms.push_back(sq);
       }
     }
@@ -437,7 +481,8 @@ class device_mode {
     } else {
       std::tie(k, rule) = decide(st);
     }
-    for (auto const& e : s.entries) st.compressed_tensors += e.large && !guard_dense && k != decision::npos ? 1 : 0;
+    for (auto const& e : s.entries)
+      st.compressed_tensors += e.large && !guard_dense && k != decision::npos ? 1 : 0;
 
     // The exchange: the decided level's packets, or dense.
     bool const lossless = !guard_dense && k == decision::npos && rule != residual_rule::keep;
@@ -445,7 +490,8 @@ class device_mode {
     bucket_result r;
     with_erased(comm, [&](any_communicator& c) {
       if (k != decision::npos && !guard_dense) {
-        r = src_->exchange_level(c, std::span<bucket_item const>(o.items), k, s.plan.measure[k], s.ctx);
+        r = src_->exchange_level(c, std::span<bucket_item const>(o.items), k, s.plan.measure[k],
+                                 s.ctx);
       } else if (lossless) {  // p sent dense, delivered exactly
         std::vector<bucket_item> sent = o.items;
         for (std::size_t i = 0; i < sent.size(); ++i) {
@@ -485,13 +531,13 @@ class device_mode {
   host_exchange_mode host_;
   pipeline_mode kind_;
   pipeline_mode_traits traits_;
-  any_codec base_;                  // the pipeline's codec (its bits per element: the factor)
-  feedback_id feedback_;            // the pipeline's error feedback (the checkpoint's records)
-  std::string feedback_spec_;       // its spec (error messages)
+  any_codec base_;             // the pipeline's codec (its bits per element: the factor)
+  feedback_id feedback_;       // the pipeline's error feedback (the checkpoint's records)
+  std::string feedback_spec_;  // its spec (error messages)
   bool measure_gain_;
-  collective_options copt_;         // the buckets' reduction and checksum
+  collective_options copt_;  // the buckets' reduction and checksum
   std::unique_ptr<detail::device_source_base> src_;
-  std::set<tensor_id> tensors_;     // the tensors with a completed step (saved state)
+  std::set<tensor_id> tensors_;  // the tensors with a completed step (saved state)
 };
 
 GRADCOMP_NAMESPACE_END

@@ -124,7 +124,8 @@ GRADCOMP_NAMESPACE_BEGIN
 
 /// The exchange mode a `gradient_pipeline` holds (pipeline/options.hpp's table): a host mode
 /// (`host_exchange_mode`'s alternatives), or `device_mode` for a device source.
-using exchange_mode = std::variant<flat_mode, two_way_mode, hierarchical_mode, low_rank_mode, device_mode>;
+using exchange_mode =
+    std::variant<flat_mode, two_way_mode, hierarchical_mode, low_rank_mode, device_mode>;
 
 /// The training step of compressed data-parallel training (see file comment). One object per
 /// model (or per group of tensors that share a configuration); every rank makes one with the
@@ -277,9 +278,10 @@ class gradient_pipeline {
     cur_.plan = ctrl_ ? ctrl_->plan() : step_plan{};
     cur_.levels = !traits_.leveled ? 0 : (traits_.plan_levels ? cur_.plan.measure.size() : 1);
     if (flat_mode* const f = std::get_if<flat_mode>(&mode_)) {
-      f->begin_step(traits_.plan_levels
-                        ? std::optional(std::span<double const>(cur_.plan.measure).first(cur_.levels))
-                        : std::nullopt);
+      f->begin_step(
+          traits_.plan_levels
+              ? std::optional(std::span<double const>(cur_.plan.measure).first(cur_.levels))
+              : std::nullopt);
     }
     cur_.ef_norm = 0.0;
     cur_.comp_norms.assign(cur_.levels, 0.0);
@@ -357,7 +359,8 @@ class gradient_pipeline {
     if (auto const* h = std::get_if<hierarchical_mode>(&mode_)) {
       mode.emplace(h->loaded_from(fstate));  // the owners' feedback is the mode's
     } else {
-      std::visit([&](auto& c) { c.load(fstate, state_check::container); }, comp);  // GCPL checked it
+      std::visit([&](auto& c) { c.load(fstate, state_check::container); },
+                 comp);  // GCPL checked it
     }
     // A device source: the states (and EF21's receivers) validated by the host compressor
     // above, the other sections by its host mode, copied at the end.
@@ -406,7 +409,9 @@ class gradient_pipeline {
 
  private:
   using clock = detail::step_clock;
-  static double seconds(clock::time_point a, clock::time_point b) { return detail::seconds_between(a, b); }
+  static double seconds(clock::time_point a, clock::time_point b) {
+    return detail::seconds_between(a, b);
+  }
 
   // The configuration the checkpoint is saved with and checked against.
   [[nodiscard]] checkpoint_config checkpoint_of() const {
@@ -430,9 +435,9 @@ class gradient_pipeline {
         // recorded, not thrown: every rank must reach the step's agreement round, which then
         // fails on all of them (this rank with this error)
         if (!cur_.local) {
-          cur_.local = std::make_exception_ptr(config_error("gradcomp: gradient_pipeline: tensor id " +
-                                                            std::to_string(static_cast<unsigned>(g.id())) +
-                                                            " appears twice in one step"));
+          cur_.local = std::make_exception_ptr(config_error(
+              "gradcomp: gradient_pipeline: tensor id " +
+              std::to_string(static_cast<unsigned>(g.id())) + " appears twice in one step"));
         }
         return;
       }
@@ -478,15 +483,17 @@ class gradient_pipeline {
             detail::norm_sq(std::visit([&](auto& c) { return c.state(e.id).values(); }, comp_));
       }
       cur_.guard_tensors.push_back(gt);
-      if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq)) cur_.guard_nonfinite = true;
+      if (!std::isfinite(gt.gradient_sq) || !std::isfinite(gt.residual_sq))
+        cur_.guard_nonfinite = true;
       if (cur_.guard_nonfinite) stages = false;
     }
     if (stages && !cur_.local) {
       try {
-        std::get<flat_mode>(mode_).stage(
-            comp_, tensor_view<T const>(std::span<T const>(g.span()), g.id()),
-            std::span<double const>(cur_.plan.measure), cur_.ctx, opt_.measure_gain || ctrl_needs_gains(),
-            cur_.ef_norm, std::span<double>(cur_.comp_norms));
+        std::get<flat_mode>(mode_).stage(comp_,
+                                         tensor_view<T const>(std::span<T const>(g.span()), g.id()),
+                                         std::span<double const>(cur_.plan.measure), cur_.ctx,
+                                         opt_.measure_gain || ctrl_needs_gains(), cur_.ef_norm,
+                                         std::span<double>(cur_.comp_norms));
       } catch (...) {
         cur_.local = std::current_exception();
       }
@@ -507,7 +514,9 @@ class gradient_pipeline {
     }
   }
 
-  [[nodiscard]] bool ctrl_needs_gains() const noexcept { return ctrl_ && cur_.plan.measure.size() > 1; }
+  [[nodiscard]] bool ctrl_needs_gains() const noexcept {
+    return ctrl_ && cur_.plan.measure.size() > 1;
+  }
 
   // Leaves the step without sending: every stage is discarded, nothing is committed.
   void abandon() noexcept {
@@ -566,7 +575,8 @@ class gradient_pipeline {
     s.st.tensors = cur_.entries.size();
     auto const t_agree = clock::now();
     s.items.reserve(cur_.entries.size());
-    for (auto const& e : cur_.entries) s.items.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
+    for (auto const& e : cur_.entries)
+      s.items.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
     s.plan = agree_step(comm, s.items, s.br);
     s.communicate += seconds(t_agree, clock::now());
     if (!guard_->enabled()) return false;
@@ -609,7 +619,8 @@ class gradient_pipeline {
     } else if (opt_.measure_gain) {
       gain_round(comm, st, s.communicate);
     }
-    for (auto const& e : cur_.entries) st.compressed_tensors += e.large && k != decision::npos ? 1 : 0;
+    for (auto const& e : cur_.entries)
+      st.compressed_tensors += e.large && k != decision::npos ? 1 : 0;
 
     // The next residuals for the packets to be sent are computed now (the packets may be summed
     // in place on the wire); they become current only once the exchange has succeeded.
@@ -621,9 +632,11 @@ class gradient_pipeline {
     double decode = 0.0;
     auto const t_send = clock::now();
     if (k == decision::npos) {
-      m.exchange_dense(comm, comp_, items, rule, cur_.size, cur_.ctx, cur_.check, slots_, s.br, decode);
+      m.exchange_dense(comm, comp_, items, rule, cur_.size, cur_.ctx, cur_.check, slots_, s.br,
+                       decode);
     } else {
-      m.exchange_level(comm, s.plan, k, items, cur_.size, cur_.ctx, cur_.check, slots_, s.br, decode);
+      m.exchange_level(comm, s.plan, k, items, cur_.size, cur_.ctx, cur_.check, slots_, s.br,
+                       decode);
     }
     outcome_round(comm, s.br);
     s.communicate += seconds(t_send, clock::now()) - decode;
@@ -660,12 +673,16 @@ class gradient_pipeline {
     } else {
       collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
       std::vector<bucket_item> const dense = detail::for_each_compressed(
-          std::span<step_entry const>(cur_.entries), s.br, [&](step_entry const& e, tensor_view<float const> g) {
-            auto const [rows, cols] = shape_of(e.id, e.n);  // (PowerSGD's; the other modes take no shape)
-            return m.exchange(comm, exchange_tensor{g, e.out32, rows, cols}, cur_.ctx, copt, cur_.check);
+          std::span<step_entry const>(cur_.entries), s.br,
+          [&](step_entry const& e, tensor_view<float const> g) {
+            auto const [rows, cols] =
+                shape_of(e.id, e.n);  // (PowerSGD's; the other modes take no shape)
+            return m.exchange(comm, exchange_tensor{g, e.out32, rows, cols}, cur_.ctx, copt,
+                              cur_.check);
           });
       if (!dense.empty()) {
-        send_raw_dense(comm, std::span<bucket_item const>(dense), opt_.buckets.small_format, s.br, decode);
+        send_raw_dense(comm, std::span<bucket_item const>(dense), opt_.buckets.small_format, s.br,
+                       decode);
       }
     }
     outcome_round(comm, s.br);
@@ -682,7 +699,8 @@ class gradient_pipeline {
   template <communicator Comm>
   pipeline_stats exchange_step(Comm& comm, device_mode& m, opened_step& s) {
     m.exchange(
-        comm, cur_, s, [&](pipeline_stats& st) { return decide_step(comm, st, *s.snapshot, s.communicate); },
+        comm, cur_, s,
+        [&](pipeline_stats& st) { return decide_step(comm, st, *s.snapshot, s.communicate); },
         [&](pipeline_stats& st) { gain_round(comm, st, s.communicate); },
         [&](tensor_id id, std::size_t n) { return shape_of(id, n); });
     write_back();
@@ -715,7 +733,7 @@ class gradient_pipeline {
   void gain_round(Comm& comm, pipeline_stats& st, double& communicate) {
     double sums[2] = {cur_.ef_norm, cur_.levels > 0 ? cur_.comp_norms[0] : 0.0};
     auto const t0 = clock::now();
-    sum_stats(comm, std::span<double>(sums));
+    cur_.sum(comm, std::span<double>(sums));
     communicate += seconds(t0, clock::now());
     st.gain = sums[0] > 0.0 ? sums[1] / sums[0] : 1.0;
   }
@@ -747,18 +765,10 @@ class gradient_pipeline {
   std::pair<std::size_t, residual_rule> decide_step(Comm& comm, pipeline_stats& st,
                                                     std::optional<any_controller>& snapshot, double& communicate) {
     auto const t0 = clock::now();
-    step_stats s;
-    s.step = cur_.plan.step;
-    s.ef_norm_sq = cur_.ef_norm;
-    s.compressed_norm_sq = cur_.comp_norms;
-    s.layer_norms_sq = cur_.layer_norms;
-    s.last_step = last_timing_;
-    s.batch_size = cur_.info.batch_size;
-    s.workers = static_cast<std::uint32_t>(cur_.size);
-    s.learning_rate = cur_.info.learning_rate;
-    s.next_learning_rate = cur_.info.next_learning_rate;
-    if (cur_.info.loss) s.loss = *cur_.info.loss;
-    agree(s, [&](std::span<double> v) { sum_stats(comm, v); }, [&](std::span<double> v) { max_stats(comm, v); });
+    step_stats s = cur_.controller_stats(last_timing_);
+    agree(
+        s, [&](std::span<double> v) { cur_.sum(comm, v); },
+        [&](std::span<double> v) { cur_.max(comm, v); });
     communicate += seconds(t0, clock::now());
     snapshot.emplace(*ctrl_);
     decision const d = ctrl_->decide(s);
@@ -811,10 +821,14 @@ class gradient_pipeline {
           if constexpr (std::same_as<M, device_mode>) {
             mode.save(w);
           } else {
-            if constexpr (std::same_as<M, low_rank_mode>) mode.save(w);
-            else low_rank_mode::save_none(w);
-            if constexpr (std::same_as<M, two_way_mode>) mode.save(w);
-            else two_way_mode::save_none(w);
+            if constexpr (std::same_as<M, low_rank_mode>)
+              mode.save(w);
+            else
+              low_rank_mode::save_none(w);
+            if constexpr (std::same_as<M, two_way_mode>)
+              mode.save(w);
+            else
+              two_way_mode::save_none(w);
           }
         },
         m);
@@ -822,16 +836,21 @@ class gradient_pipeline {
   // Reads those sections for host mode `m`: a copy of `m` holding the state read where the mode
   // keeps one (`r.fail` where a section that must be empty is not). (A device source reads them
   // itself, `device_mode::read_sections`.)
-  static std::optional<exchange_mode> loaded_mode_sections(detail::byte_reader& r, exchange_mode const& m) {
+  static std::optional<exchange_mode> loaded_mode_sections(detail::byte_reader& r,
+                                                           exchange_mode const& m) {
     return std::visit(
         [&](auto const& mode) {
           using M = std::remove_cvref_t<decltype(mode)>;
           std::optional<exchange_mode> out;
           if constexpr (!std::same_as<M, device_mode>) {
-            if constexpr (std::same_as<M, low_rank_mode>) out.emplace(mode.loaded(r));
-            else low_rank_mode::expect_none(r);
-            if constexpr (std::same_as<M, two_way_mode>) out.emplace(mode.loaded(r));
-            else two_way_mode::expect_none(r);
+            if constexpr (std::same_as<M, low_rank_mode>)
+              out.emplace(mode.loaded(r));
+            else
+              low_rank_mode::expect_none(r);
+            if constexpr (std::same_as<M, two_way_mode>)
+              out.emplace(mode.loaded(r));
+            else
+              two_way_mode::expect_none(r);
           }
           return out;
         },
@@ -847,13 +866,14 @@ class gradient_pipeline {
     auto const t0 = clock::now();
     // In tensor id order, so that the sums over the tensors do not depend on the order in which
     // they were submitted (whole step, bucket by bucket).
-    std::sort(cur_.guard_tensors.begin(), cur_.guard_tensors.end(), [](guard_tensor const& a, guard_tensor const& b) {
-      return static_cast<std::uint32_t>(a.id) < static_cast<std::uint32_t>(b.id);
-    });
+    std::sort(cur_.guard_tensors.begin(), cur_.guard_tensors.end(),
+              [](guard_tensor const& a, guard_tensor const& b) {
+                return static_cast<std::uint32_t>(a.id) < static_cast<std::uint32_t>(b.id);
+              });
     bool const watch = traits_.stages && opt_.feedback != "none";
-    guard_verdict gv = guard_->check_with([&](std::span<double> v) { sum_stats(comm, v); }, comm.size(), step_,
-                                          std::span<guard_tensor const>(cur_.guard_tensors), watch, cur_.info.loss,
-                                          br.wire_bytes);
+    guard_verdict gv = guard_->check_with(
+        [&](std::span<double> v) { cur_.sum(comm, v); }, comm.size(), step_,
+        std::span<guard_tensor const>(cur_.guard_tensors), watch, cur_.info.loss, br.wire_bytes);
     communicate += seconds(t0, clock::now());
     st.gradient_norm = gv.gradient;
     st.residual_norm = gv.residual;
@@ -895,21 +915,6 @@ class gradient_pipeline {
     } else if (cur_.rank == 0) {
       std::fprintf(stderr, "%s\n", gv.message.c_str());
     }
-  }
-
-  // The statistics all-reduces (sums and maxima over ranks), covered by the step check: with
-  // the checksum option a corrupted statistic fails the step rather than steer a decision.
-  template <communicator Comm>
-  void sum_stats(Comm& comm, std::span<double> v) {
-    cur_.check.before_sum(std::as_bytes(v), comm_type::f64);
-    comm.all_reduce(std::as_writable_bytes(v), comm_type::f64, reduce_op::sum);
-    cur_.check.after_sum(std::as_bytes(v), comm_type::f64);
-    cur_.check.result(std::as_bytes(v));
-  }
-  template <communicator Comm>
-  void max_stats(Comm& comm, std::span<double> v) {
-    comm.all_reduce(std::as_writable_bytes(v), comm_type::f64, reduce_op::max);
-    cur_.check.result(std::as_bytes(v));
   }
 
   // The step's agreement round: layout (ids, sizes, order, bucketing), configuration
@@ -964,7 +969,8 @@ class gradient_pipeline {
   exchange_mode mode_{std::in_place_type<flat_mode>, make_codec("identity"), bucket_options{}};
   std::optional<any_controller> ctrl_;
   std::map<tensor_id, std::pair<std::size_t, std::size_t>> shapes_;
-  std::map<tensor_id, std::vector<float>> wide_;  // float32 copy of a 16-bit gradient, then its output
+  std::map<tensor_id, std::vector<float>>
+      wide_;  // float32 copy of a 16-bit gradient, then its output
   std::map<tensor_id, std::vector<float>> accumulators_;  // the controller's layer accumulators
   detail::bucket_slot slots_[2];
 
@@ -972,7 +978,8 @@ class gradient_pipeline {
   bool open_ = false;
   clock::time_point t_begin_;
   step_state cur_;
-  std::vector<std::pair<tensor_id, std::optional<std::vector<float>>>> accumulator_undo_;  // the step's accumulators before it
+  std::vector<std::pair<tensor_id, std::optional<std::vector<float>>>>
+      accumulator_undo_;  // the step's accumulators before it
 
   // Across steps.
   std::uint64_t step_ = 0;

@@ -11,7 +11,8 @@
 /// - `step_state`: the step from `begin` to its end — the tensors in submission order, this
 ///   rank's local failure (told to every rank in the agreement round), the controller's plan
 ///   and the statistics staging adds to, the codec context, the outcome check, and the
-///   divergence guard's local norms.
+///   divergence guard's local norms; the statistics' all-reduces over the ranks (covered by
+///   the outcome check) and the controller's view of the step.
 /// - `opened_step`: the step after its agreement and guard rounds, with their results (the
 ///   statistics so far, the bucket items and plan, the guard's verdict), which an exchange
 ///   step completes.
@@ -26,6 +27,7 @@
 #include <gradcomp/collective/bucket.hpp>
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/outcome.hpp>
+#include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/concepts/step_protocol.hpp>
 #include <gradcomp/config.hpp>
@@ -78,6 +80,39 @@ struct step_state {
   /// Records `e` as this rank's local failure unless one is recorded already.
   void fail(std::exception_ptr e) noexcept {
     if (!local) local = std::move(e);
+  }
+
+  /// Sums the statistics `v` over the ranks of `comm`, covered by the step check: with the
+  /// checksum option a corrupted statistic fails the step rather than steer a decision.
+  template <communicator Comm>
+  void sum(Comm& comm, std::span<double> v) {
+    check.before_sum(std::as_bytes(v), comm_type::f64);
+    comm.all_reduce(std::as_writable_bytes(v), comm_type::f64, reduce_op::sum);
+    check.after_sum(std::as_bytes(v), comm_type::f64);
+    check.result(std::as_bytes(v));
+  }
+  /// The maxima of the statistics `v` over the ranks of `comm`, covered by the step check.
+  template <communicator Comm>
+  void max(Comm& comm, std::span<double> v) {
+    comm.all_reduce(std::as_writable_bytes(v), comm_type::f64, reduce_op::max);
+    check.result(std::as_bytes(v));
+  }
+
+  /// This rank's statistics of the step for the controller (`agree` sums them over the ranks),
+  /// the step before having taken `last`.
+  [[nodiscard]] step_stats controller_stats(step_timing const& last) const {
+    step_stats s;
+    s.step = plan.step;
+    s.ef_norm_sq = ef_norm;
+    s.compressed_norm_sq = comp_norms;
+    s.layer_norms_sq = layer_norms;
+    s.last_step = last;
+    s.batch_size = info.batch_size;
+    s.workers = static_cast<std::uint32_t>(size);
+    s.learning_rate = info.learning_rate;
+    s.next_learning_rate = info.next_learning_rate;
+    if (info.loss) s.loss = *info.loss;
+    return s;
   }
 };
 

@@ -29,7 +29,8 @@ namespace gc = gradcomp;
 
 namespace {
 
-gc::checkpoint_config const checkpoint_cfg{"topk:ratio=0.01", "residual", "static:factor=10", false};
+gc::checkpoint_config const checkpoint_cfg{"topk:ratio=0.01", "residual", "static:factor=10",
+                                           false};
 
 std::vector<std::byte> checkpoint_bytes(std::initializer_list<int> v) {
   std::vector<std::byte> out;
@@ -39,8 +40,8 @@ std::vector<std::byte> checkpoint_bytes(std::initializer_list<int> v) {
 
 // A checkpoint of `checkpoint_cfg` with the given accumulators (a duplicate id is written by
 // hand: the writer takes a map).
-std::vector<std::byte> checkpoint_with(std::vector<std::pair<std::uint64_t, std::vector<float>>> const& acc,
-                                       bool trailing = false) {
+std::vector<std::byte> checkpoint_with(
+    std::vector<std::pair<std::uint64_t, std::vector<float>>> const& acc, bool trailing = false) {
   gc::detail::byte_writer w;
   w.begin("GCPL", 2);
   w.put_string(checkpoint_cfg.codec);
@@ -93,8 +94,9 @@ std::vector<std::byte> reread(std::vector<std::byte> const& bytes, gc::checkpoin
 
 }  // namespace
 
-TEST_CASE("checkpoint_writer lays out the head and sections of the format; the reader hands them back",
-          "[pipeline][checkpoint]") {
+TEST_CASE(
+    "checkpoint_writer lays out the head and sections of the format; the reader hands them back",
+    "[pipeline][checkpoint]") {
   gc::step_timing const timing{0.5, 0.25, 0.125};
   std::map<gc::tensor_id, std::vector<float>> const acc = {{gc::tensor_id{9}, {4.0f}},
                                                            {gc::tensor_id{3}, {1.0f, -2.5f}}};
@@ -150,8 +152,9 @@ TEST_CASE("a pipeline's checkpoint read and written again section by section is 
     char const* controller;
     bool two_way;
   };
-  for (config const c : {config{"topk:ratio=0.01", "accordion:low=2,high=40,interval=3,accumulation=2", false},
-                         config{"powersgd:rank=2", "", false}, config{"topk:ratio=0.05", "", true}}) {
+  for (config const c :
+       {config{"topk:ratio=0.01", "accordion:low=2,high=40,interval=3,accumulation=2", false},
+        config{"powersgd:rank=2", "", false}, config{"topk:ratio=0.05", "", true}}) {
     CAPTURE(c.codec, c.controller, c.two_way);
     gc::pipeline_options opt;
     opt.codec = c.codec;
@@ -185,8 +188,10 @@ TEST_CASE("a pipeline's checkpoint read and written again section by section is 
   }
 }
 
-TEST_CASE("checkpoint_reader refuses another configuration, a duplicated accumulator id and trailing bytes",
-          "[pipeline][checkpoint]") {
+TEST_CASE(
+    "checkpoint_reader refuses another configuration, a duplicated accumulator id and trailing "
+    "bytes",
+    "[pipeline][checkpoint]") {
   std::vector<std::byte> const good = checkpoint_with({{3, {1.0f}}, {5, {2.0f}}});
   {
     gc::detail::checkpoint_reader r(good, checkpoint_cfg);
@@ -194,7 +199,8 @@ TEST_CASE("checkpoint_reader refuses another configuration, a duplicated accumul
     (void)r.controller();
     CHECK(r.accumulators().size() == 2);
   }
-  auto refused = [](std::vector<std::byte> const& bytes, gc::checkpoint_config const& cfg) -> std::string {
+  auto refused = [](std::vector<std::byte> const& bytes,
+                    gc::checkpoint_config const& cfg) -> std::string {
     try {
       gc::detail::checkpoint_reader r(bytes, cfg);
       (void)r.feedback();
@@ -212,7 +218,8 @@ TEST_CASE("checkpoint_reader refuses another configuration, a duplicated accumul
                  Catch::Contains("saved with codec 'topk:ratio=0.01', this pipeline has 'int8'"));
   other = checkpoint_cfg;
   other.feedback = "ef21";
-  CHECK_THAT(refused(good, other), Catch::Contains("saved with feedback 'residual', this pipeline has 'ef21'"));
+  CHECK_THAT(refused(good, other),
+             Catch::Contains("saved with feedback 'residual', this pipeline has 'ef21'"));
   other = checkpoint_cfg;
   other.controller = "";
   CHECK_THAT(refused(good, other), Catch::Contains("saved with controller 'static:factor=10'"));

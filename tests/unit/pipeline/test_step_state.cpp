@@ -25,7 +25,8 @@ namespace gc = gradcomp;
 namespace {
 
 // Entries over `data`: tensor i of `sizes[i]` elements, compressed from `large_from` up.
-std::vector<gc::step_entry> step_entries(std::vector<std::vector<float>>& data, std::size_t large_from) {
+std::vector<gc::step_entry> step_entries(std::vector<std::vector<float>>& data,
+                                         std::size_t large_from) {
   std::vector<gc::step_entry> out;
   for (std::size_t i = 0; i < data.size(); ++i) {
     gc::step_entry e;
@@ -41,27 +42,30 @@ std::vector<gc::step_entry> step_entries(std::vector<std::vector<float>>& data, 
 
 }  // namespace
 
-TEST_CASE("for_each_compressed runs each compressed tensor once, in order, and returns the small ones",
-          "[pipeline][step_state]") {
-  std::vector<std::vector<float>> data = {std::vector<float>(300, 1.0f), std::vector<float>(5, 2.0f),
-                                          std::vector<float>(100, 3.0f), std::vector<float>(0),
-                                          std::vector<float>(99, 4.0f), std::vector<float>(1000, 5.0f)};
+TEST_CASE(
+    "for_each_compressed runs each compressed tensor once, in order, and returns the small ones",
+    "[pipeline][step_state]") {
+  std::vector<std::vector<float>> data = {
+      std::vector<float>(300, 1.0f), std::vector<float>(5, 2.0f),  std::vector<float>(100, 3.0f),
+      std::vector<float>(0),         std::vector<float>(99, 4.0f), std::vector<float>(1000, 5.0f)};
   std::vector<gc::step_entry> const entries = step_entries(data, 100);
   gc::bucket_result br;
   br.wire_bytes = 11;  // the agreement round's, kept
   std::vector<gc::tensor_id> seen;
-  std::vector<gc::bucket_item> const dense = gc::detail::for_each_compressed(
-      std::span<gc::step_entry const>(entries), br, [&](gc::step_entry const& e, gc::tensor_view<float const> g) {
-        CHECK(g.id() == e.id);
-        CHECK(g.span().data() == e.raw32.data());
-        CHECK(g.size() == e.n);
-        seen.push_back(e.id);
-        gc::collective_result r;
-        r.packet_bytes = e.n;
-        r.wire_bytes = 2 * e.n;
-        return r;
-      });
-  CHECK(seen == std::vector<gc::tensor_id>{gc::tensor_id{20}, gc::tensor_id{22}, gc::tensor_id{25}});
+  std::vector<gc::bucket_item> const dense =
+      gc::detail::for_each_compressed(std::span<gc::step_entry const>(entries), br,
+                                      [&](gc::step_entry const& e, gc::tensor_view<float const> g) {
+                                        CHECK(g.id() == e.id);
+                                        CHECK(g.span().data() == e.raw32.data());
+                                        CHECK(g.size() == e.n);
+                                        seen.push_back(e.id);
+                                        gc::collective_result r;
+                                        r.packet_bytes = e.n;
+                                        r.wire_bytes = 2 * e.n;
+                                        return r;
+                                      });
+  CHECK(seen ==
+        std::vector<gc::tensor_id>{gc::tensor_id{20}, gc::tensor_id{22}, gc::tensor_id{25}});
   CHECK(br.packet_bytes == 300 + 100 + 1000);
   CHECK(br.wire_bytes == 11 + 2 * (300 + 100 + 1000));
   CHECK(br.buckets == 3);
@@ -81,11 +85,12 @@ TEST_CASE("for_each_compressed with every tensor small calls nothing", "[pipelin
   std::vector<gc::step_entry> const entries = step_entries(data, 1000);
   gc::bucket_result br;
   int calls = 0;
-  std::vector<gc::bucket_item> const dense = gc::detail::for_each_compressed(
-      std::span<gc::step_entry const>(entries), br, [&](gc::step_entry const&, gc::tensor_view<float const>) {
-        ++calls;
-        return gc::collective_result{};
-      });
+  std::vector<gc::bucket_item> const dense =
+      gc::detail::for_each_compressed(std::span<gc::step_entry const>(entries), br,
+                                      [&](gc::step_entry const&, gc::tensor_view<float const>) {
+                                        ++calls;
+                                        return gc::collective_result{};
+                                      });
   CHECK(calls == 0);
   CHECK(dense.size() == 2);
   CHECK(br.buckets == 0);
