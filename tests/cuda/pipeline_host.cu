@@ -874,16 +874,20 @@ TEST_CASE(
     gc::pipeline_options const o = options("int8", feedback);
     gc::any_codec const base = gc::make_codec(o.codec);
     gc::feedback_compressor const comp = gc::make_feedback(o.feedback, base);
+    // The mode of the device int8 codec for options `opt`, with the CPU codec `opt.codec` names.
     auto make = [&](gc::pipeline_options const& opt) {
+      gc::any_codec const cpu_codec = gc::make_codec(opt.codec);
+      gc::feedback_compressor const cpu_comp = gc::make_feedback(opt.feedback, cpu_codec);
       gc::cuda::stream_codec<dev_codec> sc(dev_codec{});
       if (feedback == "ef21") {
         return gc::device_mode(
             gc::cuda::device_compressor<dev_codec, gc::cuda::device_ef21_rule>(std::move(sc)),
-            gc::flat_mode(base, opt.buckets), opt, gc::pipeline_mode::flat, comp, base);
+            gc::flat_mode(cpu_codec, opt.buckets), opt, gc::pipeline_mode::flat, cpu_comp,
+            cpu_codec);
       }
       return gc::device_mode(gc::cuda::device_compressor<dev_codec>(std::move(sc)),
-                             gc::flat_mode(base, opt.buckets), opt, gc::pipeline_mode::flat, comp,
-                             base);
+                             gc::flat_mode(cpu_codec, opt.buckets), opt, gc::pipeline_mode::flat,
+                             cpu_comp, cpu_codec);
     };
     gc::pipeline_options other = o;
     other.codec = "int8:bucket=100";
