@@ -3,8 +3,8 @@
 //
 // `gradient_pipeline` with a device source (pipeline/pipeline.hpp: float32 and 16-bit device
 // gradients, every device codec with feedback "residual" or "none", flat buckets or two-way
-// compression, the divergence guard's raise and skip), checked on a machine without a GPU against the CPU pipeline
-// with the CPU codec of the same format on the same inputs.
+// compression, the divergence guard's raise and skip), checked on a machine without a GPU against
+// the CPU pipeline with the CPU codec of the same format on the same inputs.
 //
 // What is real and what is emulated (as in bucket_host.cu): real are the pipeline, its
 // agreement round, the bucketed collective with the device memory space, the device codecs'
@@ -17,7 +17,8 @@
 //
 // Compared byte for byte over several steps on 2, 3 and 4 ranks: every rank's outputs, every
 // residual, `save()` and the step's payload statistics; with bad inputs, the exception type each
-// rank throws (the CPU pipeline's) and `save()` unchanged on every rank of both backends.
+// rank throws (the CPU pipeline's) and `save()` unchanged on every rank of both backends. The
+// last case takes `device_mode` (pipeline/device_mode.hpp) on its own: its checkpoint sections.
 
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
@@ -25,9 +26,11 @@
 #include "device_buffers.cuh"
 #include "emulated_nccl.cuh"
 
+#include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/comm/in_process.hpp>
 #include <gradcomp/core/dtype.hpp>
 #include <gradcomp/core/error.hpp>
+#include <gradcomp/core/serialize.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/cuda/cast.cuh>
 #include <gradcomp/cuda/collective.cuh>
@@ -38,19 +41,23 @@
 #include <gradcomp/cuda/powersgd.cuh>
 #include <gradcomp/cuda/randomk.cuh>
 #include <gradcomp/cuda/topk.cuh>
+#include <gradcomp/feedback/make_feedback.hpp>
+#include <gradcomp/pipeline/checkpoint.hpp>
+#include <gradcomp/pipeline/device_mode.hpp>
 #include <gradcomp/pipeline/pipeline.hpp>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 using gc::cuda::memory_kind;
@@ -848,4 +855,95 @@ TEST_CASE("cuda pipeline: 16-bit device gradients give the CPU pipeline's rounde
   };
   run(gc::half{}, "float16");
   run(gc::bfloat16{}, "bfloat16");
+}
+
+// ---------------------------------------------------------------------------------------------
+// device_mode (pipeline/device_mode.hpp) on its own: made from a source and the host mode of
+// its options, it refuses a codec spec that does not describe its codec; its checkpoint
+// sections are the CPU formats — a CPU pipeline's error-feedback section restored into it is
+// written back byte for byte, with every residual (and EF21 receiver) in device memory equal to
+// the CPU's; its PowerSGD and two-way sections are those of a host pipeline in another mode,
+// and a two-way section with state is refused.
+
+TEST_CASE(
+    "cuda pipeline: device_mode restores and writes the checkpoint sections in the CPU formats",
+    "[cuda][pipeline][device_mode]") {
+  using dev_codec = gc::cuda::int8_codec;
+  for (std::string const feedback : {"residual", "ef21"}) {
+    CAPTURE(feedback);
+    gc::pipeline_options const o = options("int8", feedback);
+    gc::any_codec const base = gc::make_codec(o.codec);
+    gc::feedback_compressor const comp = gc::make_feedback(o.feedback, base);
+    // The mode of the device int8 codec for options `opt`, with the CPU codec `opt.codec` names.
+    auto make = [&](gc::pipeline_options const& opt) {
+      gc::any_codec const cpu_codec = gc::make_codec(opt.codec);
+      gc::feedback_compressor const cpu_comp = gc::make_feedback(opt.feedback, cpu_codec);
+      gc::cuda::stream_codec<dev_codec> sc(dev_codec{});
+      if (feedback == "ef21") {
+        return gc::device_mode(
+            gc::cuda::device_compressor<dev_codec, gc::cuda::device_ef21_rule>(std::move(sc)),
+            gc::flat_mode(cpu_codec, opt.buckets), opt, gc::pipeline_mode::flat, cpu_comp,
+            cpu_codec);
+      }
+      return gc::device_mode(gc::cuda::device_compressor<dev_codec>(std::move(sc)),
+                             gc::flat_mode(cpu_codec, opt.buckets), opt, gc::pipeline_mode::flat,
+                             cpu_comp, cpu_codec);
+    };
+    gc::pipeline_options other = o;
+    other.codec = "int8:bucket=100";
+    CHECK_THROWS_AS(make(other), gc::config_error);
+
+    gc::device_mode m = make(o);
+    CHECK(std::holds_alternative<gc::flat_mode>(m.host()));
+    CHECK(m.hierarchical() == nullptr);
+    CHECK(m.tensors().empty());
+    CHECK(m.feedback_section() == std::visit([](auto const& c) { return c.save(); }, comp));
+    CHECK_NOTHROW(m.rollback());
+
+    // A CPU pipeline's state after two steps on one rank.
+    gc::gradient_pipeline cpu(o);
+    REQUIRE_NOTHROW(gc::run_in_process(1, [&](gc::in_process_communicator& comm) {
+      for (std::uint32_t s = 0; s < 2; ++s) (void)cpu_step(comm, cpu, gradients(0, s));
+    }));
+    std::vector<std::byte> const saved = cpu.save();
+    gc::detail::checkpoint_reader r(
+        saved, gc::checkpoint_config{o.codec, o.feedback, o.controller, o.two_way});
+    std::vector<std::byte> const section = r.feedback();
+    gc::feedback_compressor checked = comp;
+    std::visit([&](auto& c) { c.load(section, gc::state_check::container); }, checked);
+    m.load(m.restore_feedback(checked), {});
+    CHECK(m.feedback_section() == section);
+    CHECK(m.tensors().size() == compressed_tensors);
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      INFO("tensor " << i);
+      auto const want = cpu.feedback_state(id_of(i));
+      auto const got = m.state(id_of(i));
+      if (!got.empty()) CHECK(memory_kind_of(got.data()) == memory_kind::device);
+      CHECK(same_bits(std::vector<float>(want.begin(), want.end()), to_host(got)));
+    }
+
+    // The PowerSGD and two-way sections: empty in the flat mode, as a host pipeline writes them.
+    (void)r.controller();
+    (void)r.accumulators();
+    gc::detail::byte_reader& sections = r.mode_sections();
+    gc::device_mode::restored none;
+    m.read_sections(sections, none);
+    CHECK(none.sessions.empty());
+    CHECK(none.two_way.empty());
+    gc::detail::byte_writer w, want;
+    w.begin("TDVM", 1);
+    want.begin("TDVM", 1);
+    m.save(w);
+    gc::low_rank_mode::save_none(want);
+    gc::two_way_mode::save_none(want);
+    CHECK(w.finish() == want.finish());
+
+    gc::detail::byte_writer bad;
+    bad.begin("TDVM", 1);
+    gc::low_rank_mode::save_none(bad);
+    bad.put_bytes(std::vector<std::byte>{std::byte{1}});
+    std::vector<std::byte> const bad_bytes = bad.finish();
+    gc::detail::byte_reader bad_reader(bad_bytes, "TDVM", 1, "device mode test");
+    CHECK_THROWS_WITH(m.read_sections(bad_reader, none), Catch::Contains("holds two-way state"));
+  }
 }
