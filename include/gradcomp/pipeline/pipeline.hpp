@@ -28,11 +28,9 @@
 /// docs/pipeline.md.
 
 #include <gradcomp/adapt/any_controller.hpp>
-#include <gradcomp/adapt/protocol.hpp>
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/codec_spec.hpp>
 #include <gradcomp/codec/powersgd.hpp>
-#include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/bucket.hpp>
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/outcome.hpp>
@@ -67,7 +65,6 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <exception>
 #include <functional>
 #include <map>
@@ -75,7 +72,6 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
