@@ -399,7 +399,7 @@ class gradient_pipeline {
     e.n = g.size();
     e.large = g.size() >= opt_.buckets.min_compress_elements;
     if (device_mode* const d = std::get_if<device_mode>(&mode_)) {
-      d->add(e, g, cur_, guard_->enabled(), opt_.measure_gain || ctrl_needs_gains());
+      d->add(e, g, cur_, guard_->enabled(), opt_.measure_gain || services().needs_gains());
     } else {
       add_host_tensor(e, g);
     }
@@ -444,16 +444,12 @@ class gradient_pipeline {
         std::get<flat_mode>(mode_).stage(comp_,
                                          tensor_view<T const>(std::span<T const>(g.span()), g.id()),
                                          std::span<double const>(cur_.plan.measure), cur_.ctx,
-                                         opt_.measure_gain || ctrl_needs_gains(), cur_.ef_norm,
+                                         opt_.measure_gain || services().needs_gains(), cur_.ef_norm,
                                          std::span<double>(cur_.comp_norms));
       } catch (...) {
         cur_.local = std::current_exception();
       }
     }
-  }
-
-  [[nodiscard]] bool ctrl_needs_gains() const noexcept {
-    return ctrl_ && cur_.plan.measure.size() > 1;
   }
 
   // Leaves the step without sending: every stage is discarded, nothing is committed.
