@@ -56,7 +56,7 @@ GRADCOMP_NAMESPACE_BEGIN
 /// What a pipeline keeps across steps and its rounds update: the step counter, the timing the
 /// controller sees, the last statistics and the hooks.
 struct step_history {
-  std::uint64_t step = 0;  ///< the next step's number (steps completed so far)
+  std::uint64_t step = 0;   ///< the next step's number (steps completed so far)
   step_timing last_timing;  ///< the last completed step's, for the controller
   pipeline_stats last;      ///< the last completed step's statistics
   std::function<void(pipeline_stats const&)> on_step;  ///< every completed step's statistics
@@ -87,9 +87,7 @@ struct step_services {
   detail::step_clock::time_point begun;  ///< when the step began
 
   /// The controller measures the gain of several levels.
-  [[nodiscard]] bool needs_gains() const noexcept {
-    return ctrl && cur.plan.measure.size() > 1;
-  }
+  [[nodiscard]] bool needs_gains() const noexcept { return ctrl && cur.plan.measure.size() > 1; }
   /// The matrix shape PowerSGD gives tensor `id` of `n` elements: `set_shape`'s, else
   /// n / c × c with c the largest divisor of n up to √n.
   [[nodiscard]] std::pair<std::size_t, std::size_t> shape_of(tensor_id id, std::size_t n) const {
@@ -121,11 +119,16 @@ std::vector<detail::bucket_plan> agree_step(step_services& sv, Comm& comm,
     fingerprint fp;
     fp.add("gradient_pipeline").add(opt.codec).add(opt.feedback).add(opt.controller);
     plan_mode(fp);
-    fp.add(opt.two_way ? 1 : 0).add(sv.history.step).add(opt.buckets.bucket_bytes).add(opt.buckets.min_compress_elements);
-    fp.add(static_cast<std::uint64_t>(opt.buckets.small_format)).add(static_cast<std::uint64_t>(opt.buckets.op));
+    fp.add(opt.two_way ? 1 : 0)
+        .add(sv.history.step)
+        .add(opt.buckets.bucket_bytes)
+        .add(opt.buckets.min_compress_elements);
+    fp.add(static_cast<std::uint64_t>(opt.buckets.small_format))
+        .add(static_cast<std::uint64_t>(opt.buckets.op));
     fp.add(opt.measure_gain ? 1 : 0).add(opt.guard);
     if (opt.buckets.checksum) fp.add("checksum");
-    for (auto const& it : items) fp.add(it.out.size()).add(static_cast<std::uint64_t>(it.grad.id()));
+    for (auto const& it : items)
+      fp.add(it.out.size()).add(static_cast<std::uint64_t>(it.grad.id()));
     mine.fingerprint = fp.value();
   } catch (...) {
     if (!local) local = std::current_exception();
@@ -214,8 +217,7 @@ void gain_round(step_services& sv, Comm& comm, pipeline_stats& st, double& commu
 /// sent kind, factor and gain in `st`; the controller before the decision kept in `snapshot`
 /// (put back if the step fails). Its time is added to `communicate`.
 template <communicator Comm>
-std::pair<std::size_t, residual_rule> decide_step(step_services& sv, Comm& comm,
-                                                  pipeline_stats& st,
+std::pair<std::size_t, residual_rule> decide_step(step_services& sv, Comm& comm, pipeline_stats& st,
                                                   std::optional<any_controller>& snapshot,
                                                   double& communicate) {
   step_state& cur = sv.cur;
@@ -237,8 +239,8 @@ std::pair<std::size_t, residual_rule> decide_step(step_services& sv, Comm& comm,
     st.gain = 1.0;
   }
   // A receiving policy (EF21) sends increments: g with the residual kept is no increment.
-  bool const receives = std::visit(
-      [](auto const& c) { return std::remove_cvref_t<decltype(c)>::receives; }, sv.comp);
+  bool const receives =
+      std::visit([](auto const& c) { return std::remove_cvref_t<decltype(c)>::receives; }, sv.comp);
   if (k == decision::npos && rule == residual_rule::keep && receives) rule = residual_rule::zero;
   return {k, rule};
 }
