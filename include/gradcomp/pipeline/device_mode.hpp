@@ -79,6 +79,7 @@
 #include <gradcomp/pipeline/hierarchical_mode.hpp>
 #include <gradcomp/pipeline/low_rank_mode.hpp>
 #include <gradcomp/pipeline/options.hpp>
+#include <gradcomp/pipeline/rounds.hpp>
 #include <gradcomp/pipeline/step_state.hpp>
 #include <gradcomp/pipeline/two_way_mode.hpp>
 
@@ -88,10 +89,12 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -539,5 +542,74 @@ class device_mode {
   std::unique_ptr<detail::device_source_base> src_;
   std::set<tensor_id> tensors_;  // the tensors with a completed step (saved state)
 };
+
+/// The exchange mode a `gradient_pipeline` holds (pipeline/options.hpp's table): a host mode
+/// (`host_exchange_mode`'s alternatives), or `device_mode` for a device source.
+using exchange_mode =
+    std::variant<flat_mode, two_way_mode, hierarchical_mode, low_rank_mode, device_mode>;
+
+namespace detail {
+
+/// The checkpoint's PowerSGD and two-way sections (adjacent in "GCPL") of mode `m`: the mode's
+/// own where it keeps one, the other empty (a device source: its own, in the host formats).
+inline void save_mode_sections(byte_writer& w, exchange_mode const& m) {
+  std::visit(
+      [&](auto const& mode) {
+        using M = std::remove_cvref_t<decltype(mode)>;
+        if constexpr (std::same_as<M, device_mode>) {
+          mode.save(w);
+        } else {
+          if constexpr (std::same_as<M, low_rank_mode>)
+            mode.save(w);
+          else
+            low_rank_mode::save_none(w);
+          if constexpr (std::same_as<M, two_way_mode>)
+            mode.save(w);
+          else
+            two_way_mode::save_none(w);
+        }
+      },
+      m);
+}
+
+/// Reads those sections for host mode `m`: a copy of `m` holding the state read where the mode
+/// keeps one (`r.fail` where a section that must be empty is not), else none. (A device source
+/// reads them itself, `device_mode::read_sections`.)
+inline std::optional<exchange_mode> loaded_mode_sections(byte_reader& r, exchange_mode const& m) {
+  return std::visit(
+      [&](auto const& mode) {
+        using M = std::remove_cvref_t<decltype(mode)>;
+        std::optional<exchange_mode> out;
+        if constexpr (!std::same_as<M, device_mode>) {
+          if constexpr (std::same_as<M, low_rank_mode>)
+            out.emplace(mode.loaded(r));
+          else
+            low_rank_mode::expect_none(r);
+          if constexpr (std::same_as<M, two_way_mode>)
+            out.emplace(mode.loaded(r));
+          else
+            two_way_mode::expect_none(r);
+        }
+        return out;
+      },
+      m);
+}
+
+}  // namespace detail
+
+/// A device source's exchange step of opened step `s` (pipeline/rounds.hpp's services `sv`):
+/// its mode's exchange in the source (`device_mode::exchange`), with the protocol's decision,
+/// gain round and PowerSGD shapes; decoding runs inside it. Returns the completed step's
+/// statistics.
+template <communicator Comm>
+pipeline_stats exchange_step(Comm& comm, device_mode& m, opened_step& s, step_services& sv) {
+  m.exchange(
+      comm, sv.cur, s,
+      [&](pipeline_stats& st) { return decide_step(sv, comm, st, *s.snapshot, s.communicate); },
+      [&](pipeline_stats& st) { gain_round(sv, comm, st, s.communicate); },
+      [&](tensor_id id, std::size_t n) { return sv.shape_of(id, n); });
+  write_back(sv);
+  return complete(sv, s, 0.0, 0.0);
+}
 
 GRADCOMP_NAMESPACE_END

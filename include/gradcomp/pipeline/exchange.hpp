@@ -27,17 +27,29 @@
 /// The flat mode (pipeline/flat_mode.hpp: the bucketed collective, one level or a controller's
 /// several) sends all tensors of a step at once, so it has an interface of its own: stage each
 /// tensor, prepare, exchange a level or dense, commit, discard.
+///
+/// The per-tensor modes' exchange step is here too (`exchange_step`, the step protocol's
+/// dispatch target for them, pipeline/rounds.hpp's services): each compressed tensor through
+/// the mode's `exchange`, the small ones dense in buckets (`detail::send_raw_dense`), the
+/// outcome round, then `commit`.
 
+#include <gradcomp/collective/bucket.hpp>
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/outcome.hpp>
+#include <gradcomp/concepts/communicator.hpp>
 #include <gradcomp/concepts/context.hpp>
 #include <gradcomp/config.hpp>
 #include <gradcomp/core/serialize.hpp>
 #include <gradcomp/core/tensor.hpp>
+#include <gradcomp/pipeline/flat_mode.hpp>
+#include <gradcomp/pipeline/options.hpp>
+#include <gradcomp/pipeline/rounds.hpp>
+#include <gradcomp/pipeline/step_state.hpp>
 
 #include <concepts>
 #include <cstddef>
 #include <span>
+#include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
 
@@ -66,5 +78,69 @@ concept per_tensor_exchange_mode =
       cm.save(w);
       { cm.loaded(r) } -> std::same_as<M>;
     };
+
+namespace detail {
+
+/// `items` sent dense as they are (the guard's dense step, the per-tensor modes' small
+/// tensors), in dense buckets of format `small` through the pipeline's codec; messages in
+/// `br`, decoding time in `decode`.
+template <communicator Comm>
+void send_raw_dense(step_services& sv, Comm& comm, std::span<bucket_item const> items,
+                    dense_format small, bucket_result& br, double& decode) {
+  bucket_options o = sv.opt.buckets;
+  o.small_format = small;
+  exchange_dense_buckets(
+      comm, items, o, sv.base, sv.cur.size, sv.cur.ctx, sv.cur.check, sv.slots,
+      [&](std::size_t i) { return items[i].grad.span(); }, br, decode);
+}
+
+}  // namespace detail
+
+/// A per-tensor mode's exchange step of opened step `s` (two-way, hierarchical, PowerSGD;
+/// pipeline/rounds.hpp's services `sv`): each compressed tensor through the mode's collective,
+/// the small ones dense in buckets (every tensor dense on the guard's dense step), the outcome
+/// round, then the mode's commit and the 16-bit outputs. Returns the completed step's
+/// statistics.
+template <communicator Comm, class Mode>
+  requires per_tensor_exchange_mode<Mode, Comm>
+pipeline_stats exchange_step(Comm& comm, Mode& m, opened_step& s, step_services& sv) {
+  using clock = detail::step_clock;
+  step_state& cur = sv.cur;
+  pipeline_stats& st = s.st;
+  bool const guard_dense = s.guard_dense();
+  st.factor = sv.traits.factor_from_bytes ? 1.0 : 32.0 / sv.base.bits_per_element();
+  if (guard_dense) {
+    detail::dense_step_stats(st);
+  } else if (sv.traits.gain_round && sv.opt.measure_gain) {
+    gain_round(sv, comm, st, s.communicate);
+  }
+  for (auto const& e : cur.entries) st.compressed_tensors += e.large && !guard_dense ? 1 : 0;
+  double decode = 0.0;
+  auto const t_send = clock::now();
+  if (guard_dense) {
+    detail::send_raw_dense(sv, comm, std::span<bucket_item const>(s.items), dense_format::f32,
+                           s.br, decode);
+  } else {
+    collective_options const copt{sv.opt.buckets.op, sv.opt.buckets.checksum};
+    std::vector<bucket_item> const dense = detail::for_each_compressed(
+        std::span<step_entry const>(cur.entries), s.br,
+        [&](step_entry const& e, tensor_view<float const> g) {
+          auto const [rows, cols] = sv.shape_of(e.id, e.n);  // (PowerSGD's; the others take none)
+          return m.exchange(comm, exchange_tensor{g, e.out32, rows, cols}, cur.ctx, copt,
+                            cur.check);
+        });
+    if (!dense.empty()) {
+      detail::send_raw_dense(sv, comm, std::span<bucket_item const>(dense),
+                             sv.opt.buckets.small_format, s.br, decode);
+    }
+  }
+  outcome_round(sv, comm, s.br);
+  m.commit();
+  s.communicate += detail::seconds_between(t_send, clock::now()) - decode;
+  auto const t_out = clock::now();
+  write_back(sv);
+  decode += detail::seconds_between(t_out, clock::now());
+  return complete(sv, s, 0.0, decode);
+}
 
 GRADCOMP_NAMESPACE_END

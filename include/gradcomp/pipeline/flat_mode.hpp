@@ -29,6 +29,9 @@
 /// 5. after the pipeline's outcome round, `commit`: exactly what was sent becomes the
 ///    residual; on failure `discard` drops what the step staged.
 ///
+/// `exchange_step` is the mode's step in the protocol (pipeline/rounds.hpp's services): the
+/// layer accumulators, the decision, then 3–5 with the outcome round between them.
+///
 /// The dense bucketed send that every mode shares (the divergence guard's dense step, the
 /// small tensors of the per-tensor modes) is `detail::exchange_dense_buckets`, here too.
 /// The checkpoint has no section of this mode: the residuals are the feedback section, the
@@ -53,6 +56,8 @@
 #include <gradcomp/core/fingerprint.hpp>
 #include <gradcomp/core/tensor.hpp>
 #include <gradcomp/feedback/make_feedback.hpp>
+#include <gradcomp/pipeline/rounds.hpp>
+#include <gradcomp/pipeline/step_state.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -61,6 +66,7 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -312,5 +318,86 @@ class flat_mode {
   std::set<tensor_id> staged_;                                      // the step's staged tensors
   std::vector<float> scratch_;
 };
+
+namespace detail {
+
+/// Accordion's per-layer gradients of entry `e`, once the step is known to go through: the
+/// accumulator of its tensor (its value before the step kept in `sv.undo`) adds the gradient
+/// where the plan accumulates, and gives its norm to the statistics where the plan reports.
+inline void accumulate_layer(step_services& sv, step_entry const& e) {
+  auto const found = sv.accumulators.find(e.id);
+  sv.undo.emplace_back(e.id, found == sv.accumulators.end() ? std::nullopt : std::optional(found->second));
+  std::vector<float>& acc = sv.accumulators[e.id];  // (put back if the step fails)
+  if (sv.cur.plan.accumulate_layers) {
+    if (acc.size() != e.n) acc.assign(e.n, 0.0f);
+    for (std::size_t i = 0; i < e.n; ++i) acc[i] += e.raw32[i];
+  }
+  if (sv.cur.plan.report_layers) {
+    sv.cur.layer_norms.push_back(acc.empty() ? 0.0 : norm_sq(acc));
+    acc.clear();
+  }
+}
+
+}  // namespace detail
+
+/// The flat mode's exchange step of opened step `s` (pipeline/rounds.hpp's services `sv`): the
+/// layer accumulators, the decision (the controller's, or the codec as given), the next
+/// residuals prepared, the packets of the decided level (or every tensor dense) in the bucketed
+/// collective, the outcome round, then the commit of exactly what was sent, the receiver side
+/// and the 16-bit outputs. Returns the completed step's statistics.
+template <communicator Comm>
+pipeline_stats exchange_step(Comm& comm, flat_mode& m, opened_step& s, step_services& sv) {
+  using clock = detail::step_clock;
+  step_state& cur = sv.cur;
+  pipeline_stats& st = s.st;
+  bool const guard_dense = s.guard_dense();
+  // Accordion's per-layer gradients, once the step is known to go through.
+  if (cur.plan.accumulate_layers || cur.plan.report_layers) {
+    for (auto const& e : cur.entries) detail::accumulate_layer(sv, e);
+  }
+  std::size_t k = 0;
+  residual_rule rule = residual_rule::subtract_sent;
+  st.factor = 32.0 / sv.base.bits_per_element();
+  if (guard_dense) {  // every tensor's own g, dense; the controller is not asked
+    k = decision::npos;
+    rule = residual_rule::keep;
+    detail::dense_step_stats(st);
+  } else if (sv.ctrl) {
+    std::tie(k, rule) = decide_step(sv, comm, st, *s.snapshot, s.communicate);
+  } else if (sv.opt.measure_gain) {
+    gain_round(sv, comm, st, s.communicate);
+  }
+  for (auto const& e : cur.entries)
+    st.compressed_tensors += e.large && k != decision::npos ? 1 : 0;
+
+  // The next residuals for the packets to be sent are computed now (the packets may be summed
+  // in place on the wire); they become current only once the exchange has succeeded.
+  std::span<bucket_item const> const items(s.items);
+  auto const t_prepare = clock::now();
+  if (k != decision::npos) m.prepare(sv.comp, items, k, cur.ctx);
+  double const prepare_s = detail::seconds_between(t_prepare, clock::now());
+
+  double decode = 0.0;
+  auto const t_send = clock::now();
+  if (k == decision::npos) {
+    m.exchange_dense(comm, sv.comp, items, rule, cur.size, cur.ctx, cur.check, sv.slots,
+                     s.br, decode);
+  } else {
+    m.exchange_level(comm, s.plan, k, items, cur.size, cur.ctx, cur.check, sv.slots, s.br,
+                     decode);
+  }
+  outcome_round(sv, comm, s.br);
+  s.communicate += detail::seconds_between(t_send, clock::now()) - decode;
+
+  // Commit exactly what was sent, then the receiver side and the 16-bit outputs.
+  auto const t_commit = clock::now();
+  m.commit(sv.comp, items, k, rule, s.gv.reset_residual);
+  double const commit_s = detail::seconds_between(t_commit, clock::now());
+  auto const t_out = clock::now();
+  if (!guard_dense) m.receive(sv.comp, items);
+  write_back(sv);
+  decode += detail::seconds_between(t_out, clock::now());
+  return complete(sv, s, prepare_s + commit_s, decode);
+}
 
 GRADCOMP_NAMESPACE_END

@@ -5,74 +5,32 @@
 /// `gradient_pipeline`: the training step of compressed data-parallel training, the one front
 /// door. A training loop calls it once per step with its gradient tensors (or bucket by bucket
 /// as the backward pass produces them, `submit` / `finish`); it writes the average over all
-/// ranks of what was sent back into the tensors. One step:
+/// ranks of what was sent back into the tensors. What it promises:
 ///
-/// 1. **Plan.** The controller (static, schedule, GraVAC, Accordion; none: the codec as given)
-///    names the factors to compress at.
-/// 2. **Stage.** Each large tensor's g + residual (per the error-feedback policy) is compressed
-///    at the first factor; each further factor is re-compressed from the packet before it
-///    (`recompress_sparse`, O(m)). The residual is not touched yet. The controller's
-///    statistics (‖g_ef‖², ‖C(g_ef)‖² per factor, per-layer norms) are computed where it needs
-///    them.
-/// 3. **Agree.** One round checks that every rank has the same layout and configuration and
-///    that every rank's local step succeeded; with a controller the statistics are summed over
-///    ranks (`agree`) and every rank takes the same `decision`.
-/// 4. **Send.** The decided packets go through the bucketed collective chosen by the codec's
-///    aggregation kind (summable: all-reduce in the compressed domain; shared support:
-///    all-reduce of the values; gather: all-gather-v and decode in rank order), small tensors
-///    in dense buckets, buckets pipelined (collective/bucket.hpp). A dense decision sends every
-///    tensor dense (g + residual, or g with the residual kept, as the decision says). Low-rank
-///    codecs (PowerSGD) run one `powersgd_session` per tensor (`all_reduce_low_rank`); with
-///    `two_way` the packets go through `all_reduce_two_way` with worker and server feedback.
-/// 5. **Commit.** Each residual is updated for exactly what was sent: computed before the
-///    exchange (`compressor::prepare_commit` with the packet to send), made current only after
-///    the exchange succeeded (`apply_commit`); `commit_lossless` for g + residual sent dense,
-///    nothing when g was sent and the residual kept. With EF21 the receiver side turns the
-///    averaged increments into the gradient estimate.
+/// - **Atomic steps.** A failure anywhere (a NaN gradient on one rank, mismatched layouts, a
+///   lost peer, a packet one rank cannot decode) throws on every rank and leaves the pipeline's
+///   state exactly as it was before the step (`save` gives the same bytes), so a retry computes
+///   what the step would have; the gradient tensors may hold partial output then.
+/// - **Error feedback for exactly what was sent**: each residual is prepared before the
+///   exchange and made current only after the step-outcome round said every rank succeeded.
+/// - **Checkpoints** (`save` / `load`, "GCPL"): a resumed run is bit-identical to one that
+///   never stopped; a malformed or corrupted checkpoint changes nothing.
+/// - **Device sources** (docs/cuda.md): gradients in device memory give outputs, residuals,
+///   statistics and checkpoints byte for byte those of the CPU pipeline.
 ///
-/// A failure anywhere (a NaN gradient on one rank, mismatched layouts, a lost peer, a packet
-/// one rank cannot decode) throws on every rank and leaves the pipeline's state — residuals,
-/// controller, PowerSGD sessions, two-way residuals, layer accumulators, step counter — exactly
-/// as it was before the step (`save` gives the same bytes), so a retry computes what the step
-/// would have; the gradient tensors may hold partial output then. The exchange ends with the
-/// step-outcome round of collective/outcome.hpp (one all-reduce of 12 bytes per step) before
-/// anything is committed; `buckets.checksum` turns on its checksums.
-///
-/// Between the agreement and the decision, the divergence guard (pipeline/guard.hpp, on by
-/// default) sums the ranks' gradient and residual norms and losses in one small all-reduce and
-/// acts on a non-finite value or an explosion against the recent history: raise (the
-/// default), skip the step, or send it dense (`pipeline_options::guard`).
-///
-/// Gradients are float32, float16 or bfloat16 (`tensor_view<T>`); residuals, sums and decoding
-/// are float32, and a 16-bit tensor receives its average rounded once. The whole state (every
-/// residual, controller state with its history, PowerSGD factors, the step counter) is saved by
-/// `save` and restored by `load` (format: docs/pipeline.md, "Checkpoints"); a resumed run is
-/// bit-identical to one that never stopped.
-///
-/// **Device sources** (docs/cuda.md): constructed with a device packet source — a
-/// `cuda::device_compressor<C, Rule>` or a `cuda::stream_codec<C>` of a CUDA codec — the
-/// pipeline takes float32, float16 and bfloat16 gradients in device memory through the same
-/// `step` (or `begin` / `submit` / `finish`), in every mode, with the same agreement round and
-/// divergence guard; outputs, residuals, statistics and `save` are byte for byte those of the
-/// CPU pipeline with the CPU codec of `pipeline_options::codec` (pipeline/device_mode.hpp says
-/// what runs where and what a device source does not take).
-///
-/// **Structure.** This header is the step protocol; the exchange is the mode's, one per
-/// header, chosen once at construction from the table of pipeline/options.hpp and held in
-/// `exchange_mode`: `flat_mode` (bucketed, multi-level, controller-driven), `two_way_mode`,
-/// `hierarchical_mode`, `low_rank_mode`, or, for a device source, `device_mode`, which runs one
-/// of them in the source. The step opens (agreement and guard rounds), then dispatches once to
-/// the exchange step of its mode (`exchange_step`), as Gloo's `allreduce` switches to one
-/// function per algorithm. The step in progress is a `step_state` (pipeline/step_state.hpp),
-/// which the modes read; the checkpoint's container is pipeline/checkpoint.hpp, each mode
-/// writing and reading its own sections.
+/// This header is the step protocol: plan → stage → agree → guard → exchange → outcome →
+/// commit or roll back; save / load. The exchange is the mode's, one per header, chosen once at
+/// construction from the table of pipeline/options.hpp and held in `exchange_mode`
+/// (`flat_mode`, `two_way_mode`, `hierarchical_mode`, `low_rank_mode`, or `device_mode` for a
+/// device source); the shared rounds are pipeline/rounds.hpp's, the step in progress
+/// pipeline/step_state.hpp's, the checkpoint's container pipeline/checkpoint.hpp. The phases of
+/// a step, the divergence guard, the statistics and the checkpoint format are described in
+/// docs/pipeline.md.
 
 #include <gradcomp/adapt/any_controller.hpp>
-#include <gradcomp/adapt/protocol.hpp>
 #include <gradcomp/codec/any_codec.hpp>
 #include <gradcomp/codec/codec_spec.hpp>
 #include <gradcomp/codec/powersgd.hpp>
-#include <gradcomp/collective/agreement.hpp>
 #include <gradcomp/collective/bucket.hpp>
 #include <gradcomp/collective/common.hpp>
 #include <gradcomp/collective/outcome.hpp>
@@ -98,6 +56,7 @@
 #include <gradcomp/pipeline/hierarchical_mode.hpp>
 #include <gradcomp/pipeline/low_rank_mode.hpp>
 #include <gradcomp/pipeline/options.hpp>
+#include <gradcomp/pipeline/rounds.hpp>
 #include <gradcomp/pipeline/step_state.hpp>
 #include <gradcomp/pipeline/two_way_mode.hpp>
 
@@ -106,7 +65,6 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <exception>
 #include <functional>
 #include <map>
@@ -114,18 +72,12 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
 
 GRADCOMP_NAMESPACE_BEGIN
-
-/// The exchange mode a `gradient_pipeline` holds (pipeline/options.hpp's table): a host mode
-/// (`host_exchange_mode`'s alternatives), or `device_mode` for a device source.
-using exchange_mode =
-    std::variant<flat_mode, two_way_mode, hierarchical_mode, low_rank_mode, device_mode>;
 
 /// The training step of compressed data-parallel training (see file comment). One object per
 /// model (or per group of tensors that share a configuration); every rank makes one with the
@@ -186,18 +138,18 @@ class gradient_pipeline {
   /// The exchange mode the options select (pipeline/options.hpp).
   [[nodiscard]] pipeline_mode mode() const noexcept { return kind_; }
   /// The next step's number (steps completed so far).
-  [[nodiscard]] std::uint64_t step_count() const noexcept { return step_; }
+  [[nodiscard]] std::uint64_t step_count() const noexcept { return hist_.step; }
   /// The controller, if any.
   [[nodiscard]] any_controller const* controller() const noexcept { return ctrl_ ? &*ctrl_ : nullptr; }
   /// Statistics of the last completed step.
-  [[nodiscard]] pipeline_stats const& last_stats() const noexcept { return last_; }
+  [[nodiscard]] pipeline_stats const& last_stats() const noexcept { return hist_.last; }
   /// Called with the statistics of every completed step (e.g. for logging); empty: none.
-  void on_step(std::function<void(pipeline_stats const&)> hook) { hook_ = std::move(hook); }
+  void on_step(std::function<void(pipeline_stats const&)> hook) { hist_.on_step = std::move(hook); }
   /// The divergence guard (history and counters).
   [[nodiscard]] divergence_guard const& guard() const noexcept { return *guard_; }
   /// Called on every rank with each guard trip that did not raise (a skipped or dense step),
   /// before the step returns. Without one, rank 0 prints the verdict's message to stderr.
-  void on_guard(std::function<void(guard_verdict const&)> hook) { guard_hook_ = std::move(hook); }
+  void on_guard(std::function<void(guard_verdict const&)> hook) { hist_.on_guard = std::move(hook); }
 
   /// The matrix shape (rows × cols, row-major) PowerSGD gives tensor `id`. Without one a
   /// tensor of n elements is taken as n / c × c with c the largest divisor of n up to √n.
@@ -266,7 +218,7 @@ class gradient_pipeline {
     }
     open_ = true;
     t_begin_ = clock::now();
-    cur_.number = step_;
+    cur_.number = hist_.step;
     cur_.info = info;
     cur_.check = detail::step_check(opt_.buckets.checksum);
     cur_.rank = comm.rank();
@@ -288,7 +240,7 @@ class gradient_pipeline {
     cur_.layer_norms.clear();
     cur_.compress_s = 0.0;
     cur_.ctx = opt_.context;
-    cur_.ctx.step = static_cast<std::uint32_t>(step_);
+    cur_.ctx.step = static_cast<std::uint32_t>(hist_.step);
     // Shared-support codecs draw the same coordinates on every rank, and PowerSGD starts every
     // rank from the same Q: their seed is shared; the others add the rank (independent noise).
     bool const shared =
@@ -325,7 +277,7 @@ class gradient_pipeline {
   /// state, guard; a mode that keeps none of a section writes it empty. Not during an open step.
   [[nodiscard]] std::vector<std::byte> save() const {
     if (open_) throw config_error("gradcomp: gradient_pipeline::save during a step (call finish first)");
-    detail::checkpoint_writer w(checkpoint_of(), step_, last_timing_);
+    detail::checkpoint_writer w(checkpoint_of(), hist_.step, hist_.last_timing);
     device_mode const* const dev = std::get_if<device_mode>(&mode_);
     if (dev) {
       w.feedback(dev->feedback_section());
@@ -339,7 +291,7 @@ class gradient_pipeline {
     } else {
       w.accumulators(accumulators_);
     }
-    save_mode_sections(w.mode_sections(), mode_);
+    detail::save_mode_sections(w.mode_sections(), mode_);
     w.guard(guard_->save());
     return w.finish();
   }
@@ -377,7 +329,7 @@ class gradient_pipeline {
     std::map<tensor_id, std::vector<float>> acc = r.accumulators();
     if (dev) {
       dev->read_sections(r.mode_sections(), restored);
-    } else if (std::optional<exchange_mode> m = loaded_mode_sections(r.mode_sections(), mode_)) {
+    } else if (std::optional<exchange_mode> m = detail::loaded_mode_sections(r.mode_sections(), mode_)) {
       mode = std::move(m);
     }
     std::optional<divergence_guard> guard(std::in_place, opt_.guard);
@@ -399,8 +351,8 @@ class gradient_pipeline {
     }
     ctrl_ = std::move(ctrl);
     guard_ = std::move(guard);
-    step_ = r.step();
-    last_timing_ = r.timing();
+    hist_.step = r.step();
+    hist_.last_timing = r.timing();
   }
 
   /// Magic and version of the checkpoint format (pipeline/checkpoint.hpp).
@@ -447,7 +399,7 @@ class gradient_pipeline {
     e.n = g.size();
     e.large = g.size() >= opt_.buckets.min_compress_elements;
     if (device_mode* const d = std::get_if<device_mode>(&mode_)) {
-      d->add(e, g, cur_, guard_->enabled(), opt_.measure_gain || ctrl_needs_gains());
+      d->add(e, g, cur_, guard_->enabled(), opt_.measure_gain || services().needs_gains());
     } else {
       add_host_tensor(e, g);
     }
@@ -492,30 +444,12 @@ class gradient_pipeline {
         std::get<flat_mode>(mode_).stage(comp_,
                                          tensor_view<T const>(std::span<T const>(g.span()), g.id()),
                                          std::span<double const>(cur_.plan.measure), cur_.ctx,
-                                         opt_.measure_gain || ctrl_needs_gains(), cur_.ef_norm,
+                                         opt_.measure_gain || services().needs_gains(), cur_.ef_norm,
                                          std::span<double>(cur_.comp_norms));
       } catch (...) {
         cur_.local = std::current_exception();
       }
     }
-  }
-
-  void accumulate_layer(step_entry const& e) {
-    auto const found = accumulators_.find(e.id);
-    accumulator_undo_.emplace_back(e.id, found == accumulators_.end() ? std::nullopt : std::optional(found->second));
-    std::vector<float>& acc = accumulators_[e.id];  // (put back if the step fails)
-    if (cur_.plan.accumulate_layers) {
-      if (acc.size() != e.n) acc.assign(e.n, 0.0f);
-      for (std::size_t i = 0; i < e.n; ++i) acc[i] += e.raw32[i];
-    }
-    if (cur_.plan.report_layers) {
-      cur_.layer_norms.push_back(acc.empty() ? 0.0 : detail::norm_sq(acc));
-      acc.clear();
-    }
-  }
-
-  [[nodiscard]] bool ctrl_needs_gains() const noexcept {
-    return ctrl_ && cur_.plan.measure.size() > 1;
   }
 
   // Leaves the step without sending: every stage is discarded, nothing is committed.
@@ -555,13 +489,13 @@ class gradient_pipeline {
             if constexpr (!std::same_as<std::remove_cvref_t<decltype(m)>, flat_mode>) m.rollback();
           },
           mode_);
-      for (auto& [id, acc] : accumulator_undo_) {
+      for (auto& [id, acc] : undo_) {
         if (acc) accumulators_[id] = std::move(*acc);
         else accumulators_.erase(id);
       }
     } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while restoring
     }
-    accumulator_undo_.clear();
+    undo_.clear();
   }
 
   // The opening of every step: the statistics' counts, the pending tensors as bucket items, the
@@ -571,18 +505,30 @@ class gradient_pipeline {
   // is then complete (`s.st` its statistics).
   template <communicator Comm>
   bool open_step(Comm& comm, opened_step& s) {
-    s.st.step = step_;
+    s.st.step = hist_.step;
     s.st.tensors = cur_.entries.size();
     auto const t_agree = clock::now();
     s.items.reserve(cur_.entries.size());
     for (auto const& e : cur_.entries)
       s.items.push_back({tensor_view<float const>(e.raw32, e.id), e.out32});
-    s.plan = agree_step(comm, s.items, s.br);
+    step_services sv = services();
+    s.plan = agree_step(sv, comm, s.items, s.br, [&](fingerprint& fp) {
+      if (hierarchical_mode* const h = hierarchical())
+        h->plan_step(comm.size(), comm.rank(), std::holds_alternative<device_mode>(mode_), fp);
+    });
     s.communicate += seconds(t_agree, clock::now());
     if (!guard_->enabled()) return false;
-    s.gv = check_guard(comm, s.br, s.st, s.communicate);
+    s.gv = check_guard(sv, comm, s.br, s.st, s.communicate);
     if (s.gv.action != guard_action::skipped) return false;
-    s.st = skip_step(s.st, s.gv, s.communicate);
+    discard_stages();  // a skipped step: nothing is sent, every output is zero
+    device_mode const* const dev = std::get_if<device_mode>(&mode_);
+    s.st = skip_step(sv, s.st, s.gv, s.communicate, [&](std::span<float> out) {
+      if (dev) {
+        dev->zero(out);
+      } else {
+        std::fill(out.begin(), out.end(), 0.0f);
+      }
+    });
     return true;
   }
 
@@ -592,371 +538,14 @@ class gradient_pipeline {
     opened_step s;
     s.snapshot = &snapshot;
     if (open_step(comm, s)) return s.st;
-    return std::visit([&](auto& m) { return exchange_step(comm, m, s); }, mode_);
+    step_services sv = services();
+    return std::visit([&](auto& m) { return exchange_step(comm, m, s, sv); }, mode_);
   }
 
-  // The flat mode's step: the layer accumulators, the decision (the controller's, or the codec
-  // as given), the next residuals prepared, the packets of the decided level (or every tensor
-  // dense) in the bucketed collective, the outcome round, then the commit of exactly what was
-  // sent, the receiver side and the 16-bit outputs.
-  template <communicator Comm>
-  pipeline_stats exchange_step(Comm& comm, flat_mode& m, opened_step& s) {
-    pipeline_stats& st = s.st;
-    bool const guard_dense = s.guard_dense();
-    // Accordion's per-layer gradients, once the step is known to go through.
-    if (cur_.plan.accumulate_layers || cur_.plan.report_layers) {
-      for (auto const& e : cur_.entries) accumulate_layer(e);
-    }
-    std::size_t k = 0;
-    residual_rule rule = residual_rule::subtract_sent;
-    st.factor = 32.0 / base_.bits_per_element();
-    if (guard_dense) {  // every tensor's own g, dense; the controller is not asked
-      k = decision::npos;
-      rule = residual_rule::keep;
-      detail::dense_step_stats(st);
-    } else if (ctrl_) {
-      std::tie(k, rule) = decide_step(comm, st, *s.snapshot, s.communicate);
-    } else if (opt_.measure_gain) {
-      gain_round(comm, st, s.communicate);
-    }
-    for (auto const& e : cur_.entries)
-      st.compressed_tensors += e.large && k != decision::npos ? 1 : 0;
-
-    // The next residuals for the packets to be sent are computed now (the packets may be summed
-    // in place on the wire); they become current only once the exchange has succeeded.
-    std::span<bucket_item const> const items(s.items);
-    auto const t_prepare = clock::now();
-    if (k != decision::npos) m.prepare(comp_, items, k, cur_.ctx);
-    double const prepare_s = seconds(t_prepare, clock::now());
-
-    double decode = 0.0;
-    auto const t_send = clock::now();
-    if (k == decision::npos) {
-      m.exchange_dense(comm, comp_, items, rule, cur_.size, cur_.ctx, cur_.check, slots_, s.br,
-                       decode);
-    } else {
-      m.exchange_level(comm, s.plan, k, items, cur_.size, cur_.ctx, cur_.check, slots_, s.br,
-                       decode);
-    }
-    outcome_round(comm, s.br);
-    s.communicate += seconds(t_send, clock::now()) - decode;
-
-    // Commit exactly what was sent, then the receiver side and the 16-bit outputs.
-    auto const t_commit = clock::now();
-    m.commit(comp_, items, k, rule, s.gv.reset_residual);
-    double const commit_s = seconds(t_commit, clock::now());
-    auto const t_out = clock::now();
-    if (!guard_dense) m.receive(comp_, items);
-    write_back();
-    decode += seconds(t_out, clock::now());
-    return complete(s, prepare_s + commit_s, decode);
-  }
-
-  // A per-tensor mode's step (two-way, hierarchical, PowerSGD): each compressed tensor through
-  // the mode's collective, the small ones dense in buckets (every tensor dense on the guard's
-  // dense step), the outcome round, then the mode's commit.
-  template <communicator Comm, class Mode>
-  pipeline_stats exchange_step(Comm& comm, Mode& m, opened_step& s) {
-    pipeline_stats& st = s.st;
-    bool const guard_dense = s.guard_dense();
-    st.factor = traits_.factor_from_bytes ? 1.0 : 32.0 / base_.bits_per_element();
-    if (guard_dense) {
-      detail::dense_step_stats(st);
-    } else if (traits_.gain_round && opt_.measure_gain) {
-      gain_round(comm, st, s.communicate);
-    }
-    for (auto const& e : cur_.entries) st.compressed_tensors += e.large && !guard_dense ? 1 : 0;
-    double decode = 0.0;
-    auto const t_send = clock::now();
-    if (guard_dense) {
-      send_raw_dense(comm, std::span<bucket_item const>(s.items), dense_format::f32, s.br, decode);
-    } else {
-      collective_options const copt{opt_.buckets.op, opt_.buckets.checksum};
-      std::vector<bucket_item> const dense = detail::for_each_compressed(
-          std::span<step_entry const>(cur_.entries), s.br,
-          [&](step_entry const& e, tensor_view<float const> g) {
-            auto const [rows, cols] =
-                shape_of(e.id, e.n);  // (PowerSGD's; the other modes take no shape)
-            return m.exchange(comm, exchange_tensor{g, e.out32, rows, cols}, cur_.ctx, copt,
-                              cur_.check);
-          });
-      if (!dense.empty()) {
-        send_raw_dense(comm, std::span<bucket_item const>(dense), opt_.buckets.small_format, s.br,
-                       decode);
-      }
-    }
-    outcome_round(comm, s.br);
-    m.commit();
-    s.communicate += seconds(t_send, clock::now()) - decode;
-    auto const t_out = clock::now();
-    write_back();
-    decode += seconds(t_out, clock::now());
-    return complete(s, 0.0, decode);
-  }
-
-  // A device source's step: its mode's exchange in the source (pipeline/device_mode.hpp), with
-  // the protocol's decision, gain round and PowerSGD shapes; decoding runs inside it.
-  template <communicator Comm>
-  pipeline_stats exchange_step(Comm& comm, device_mode& m, opened_step& s) {
-    m.exchange(
-        comm, cur_, s,
-        [&](pipeline_stats& st) { return decide_step(comm, st, *s.snapshot, s.communicate); },
-        [&](pipeline_stats& st) { gain_round(comm, st, s.communicate); },
-        [&](tensor_id id, std::size_t n) { return shape_of(id, n); });
-    write_back();
-    return complete(s, 0.0, 0.0);
-  }
-
-  // Every rank decoded everything (and, with the checksum option, got intact data) before
-  // anyone commits: the step-outcome round (collective/outcome.hpp). The layer accumulators of
-  // the step are kept from then on.
-  template <communicator Comm>
-  void outcome_round(Comm& comm, bucket_result& br) {
-    detail::agree_outcome(comm, cur_.check, "gradient_pipeline", step_);
-    br.wire_bytes += detail::outcome_wire_bytes(opt_.buckets.checksum, cur_.size);
-    accumulator_undo_.clear();
-  }
-
-  // The statistics of a step from its exchange, then `close_step`.
-  pipeline_stats complete(opened_step& s, double compress_s, double decode) {
-    s.st.bytes_sent = s.br.packet_bytes;
-    s.st.wire_bytes = s.br.wire_bytes;
-    s.st.buckets = s.br.buckets;
-    s.st.compress_s = cur_.compress_s + compress_s;
-    s.st.communicate_s = s.communicate;
-    s.st.decode_s = decode;
-    return close_step(s.st, s.gv);
-  }
-
-  // `measure_gain` without a controller: ‖C(g_ef)‖² / ‖g_ef‖² over all ranks, in `st.gain`.
-  template <communicator Comm>
-  void gain_round(Comm& comm, pipeline_stats& st, double& communicate) {
-    double sums[2] = {cur_.ef_norm, cur_.levels > 0 ? cur_.comp_norms[0] : 0.0};
-    auto const t0 = clock::now();
-    cur_.sum(comm, std::span<double>(sums));
-    communicate += seconds(t0, clock::now());
-    st.gain = sums[0] > 0.0 ? sums[1] / sums[0] : 1.0;
-  }
-
-  // 16-bit gradients: the result rounded once.
-  void write_back() {
-    for (auto const& e : cur_.entries) {
-      if (e.write_back) e.write_back();
-    }
-  }
-
-  // `items` sent dense as they are (the guard's dense step, the per-tensor modes' small
-  // tensors), dense buckets in format `small`.
-  template <communicator Comm>
-  void send_raw_dense(Comm& comm, std::span<bucket_item const> items, dense_format small,
-                      bucket_result& br, double& decode) {
-    bucket_options o = opt_.buckets;
-    o.small_format = small;
-    detail::exchange_dense_buckets(
-        comm, items, o, base_, cur_.size, cur_.ctx, cur_.check, slots_,
-        [&](std::size_t i) { return items[i].grad.span(); }, br, decode);
-  }
-
-  // The controller's decision (host and device steps): the step's statistics summed over the
-  // ranks (`agree`), the level k to send (`decision::npos`: dense) and the residual rule, the
-  // sent kind, factor and gain in `st`; the controller before the decision kept in `snapshot`
-  // (put back if the step fails). Its time is added to `communicate`.
-  template <communicator Comm>
-  std::pair<std::size_t, residual_rule> decide_step(Comm& comm, pipeline_stats& st,
-                                                    std::optional<any_controller>& snapshot, double& communicate) {
-    auto const t0 = clock::now();
-    step_stats s = cur_.controller_stats(last_timing_);
-    agree(
-        s, [&](std::span<double> v) { cur_.sum(comm, v); },
-        [&](std::span<double> v) { cur_.max(comm, v); });
-    communicate += seconds(t0, clock::now());
-    snapshot.emplace(*ctrl_);
-    decision const d = ctrl_->decide(s);
-    std::size_t const k = d.packet(cur_.levels);
-    residual_rule rule = d.residual;
-    st.sent = d.send;
-    st.factor = d.factor;
-    if (k != decision::npos && s.ef_norm_sq > 0.0 && (opt_.measure_gain || ctrl_needs_gains())) {
-      st.gain = s.compressed_norm_sq[k] / s.ef_norm_sq;
-    } else if (k == decision::npos) {
-      st.gain = 1.0;
-    }
-    // A receiving policy (EF21) sends increments: g with the residual kept is no increment.
-    bool const receives = std::visit([](auto const& c) { return std::remove_cvref_t<decltype(c)>::receives; }, comp_);
-    if (k == decision::npos && rule == residual_rule::keep && receives) rule = residual_rule::zero;
-    return {k, rule};
-  }
-
-  // The end of a completed step (every kind): timing for the controller, the step counter, the
-  // guard's history and report, the statistics and the hook.
-  pipeline_stats close_step(pipeline_stats& st, guard_verdict const& gv) {
-    st.total_s = seconds(t_begin_, clock::now());
-    // PowerSGD has no bits per element: its factor is what the step saved, the bytes of its
-    // gradients sent dense (float32, the baseline of every codec's factor) over the bytes sent.
-    if (traits_.factor_from_bytes && st.sent != send_kind::dense && st.bytes_sent > 0) {
-      std::size_t dense = 0;
-      for (auto const& e : cur_.entries) dense += 4 * e.n;
-      st.factor = static_cast<double>(dense) / static_cast<double>(st.bytes_sent);
-    }
-    last_timing_ = opt_.measured_timing
-                       ? step_timing{cur_.info.backprop_s, st.compress_s, st.communicate_s}
-                       : step_timing{cur_.info.backprop_s, 0.0, 0.0};
-    ++step_;
-    if (guard_->enabled()) {
-      guard_->commit(gv);
-      st.guard = gv.action;
-      if (gv.tripped) report_guard(gv);
-    }
-    last_ = st;
-    if (hook_) hook_(st);
-    return st;
-  }
-
-  // The checkpoint's PowerSGD and two-way sections (adjacent in "GCPL") of mode `m`: the mode's
-  // own where it keeps one, the other empty (a device source: its own, in the host formats).
-  static void save_mode_sections(detail::byte_writer& w, exchange_mode const& m) {
-    std::visit(
-        [&](auto const& mode) {
-          using M = std::remove_cvref_t<decltype(mode)>;
-          if constexpr (std::same_as<M, device_mode>) {
-            mode.save(w);
-          } else {
-            if constexpr (std::same_as<M, low_rank_mode>)
-              mode.save(w);
-            else
-              low_rank_mode::save_none(w);
-            if constexpr (std::same_as<M, two_way_mode>)
-              mode.save(w);
-            else
-              two_way_mode::save_none(w);
-          }
-        },
-        m);
-  }
-  // Reads those sections for host mode `m`: a copy of `m` holding the state read where the mode
-  // keeps one (`r.fail` where a section that must be empty is not). (A device source reads them
-  // itself, `device_mode::read_sections`.)
-  static std::optional<exchange_mode> loaded_mode_sections(detail::byte_reader& r,
-                                                           exchange_mode const& m) {
-    return std::visit(
-        [&](auto const& mode) {
-          using M = std::remove_cvref_t<decltype(mode)>;
-          std::optional<exchange_mode> out;
-          if constexpr (!std::same_as<M, device_mode>) {
-            if constexpr (std::same_as<M, low_rank_mode>)
-              out.emplace(mode.loaded(r));
-            else
-              low_rank_mode::expect_none(r);
-            if constexpr (std::same_as<M, two_way_mode>)
-              out.emplace(mode.loaded(r));
-            else
-              two_way_mode::expect_none(r);
-          }
-          return out;
-        },
-        m);
-  }
-
-  // ---- The rounds every step shares ----
-
-  // The divergence guard's round (guard.hpp): every rank gets the same verdict, recorded in
-  // `st`; a verdict that raises throws here. Its time is added to `communicate`.
-  template <communicator Comm>
-  guard_verdict check_guard(Comm& comm, bucket_result& br, pipeline_stats& st, double& communicate) {
-    auto const t0 = clock::now();
-    // In tensor id order, so that the sums over the tensors do not depend on the order in which
-    // they were submitted (whole step, bucket by bucket).
-    std::sort(cur_.guard_tensors.begin(), cur_.guard_tensors.end(),
-              [](guard_tensor const& a, guard_tensor const& b) {
-                return static_cast<std::uint32_t>(a.id) < static_cast<std::uint32_t>(b.id);
-              });
-    bool const watch = traits_.stages && opt_.feedback != "none";
-    guard_verdict gv = guard_->check_with(
-        [&](std::span<double> v) { cur_.sum(comm, v); }, comm.size(), step_,
-        std::span<guard_tensor const>(cur_.guard_tensors), watch, cur_.info.loss, br.wire_bytes);
-    communicate += seconds(t0, clock::now());
-    st.gradient_norm = gv.gradient;
-    st.residual_norm = gv.residual;
-    st.loss = gv.loss;
-    if (gv.raise_it) throw numeric_error(gv.message);
-    return gv;
-  }
-
-  // A step the guard skips: nothing is sent and no state changes (stages discarded, the step
-  // counter kept); the gradient tensors are set to zero on every rank.
-  pipeline_stats skip_step(pipeline_stats st, guard_verdict const& gv, double communicate) {
-    discard_stages();
-    device_mode const* const dev = std::get_if<device_mode>(&mode_);
-    for (auto& e : cur_.entries) {
-      if (dev) {
-        dev->zero(e.out32);
-      } else {
-        std::fill(e.out32.begin(), e.out32.end(), 0.0f);
-      }
-      if (e.write_back) e.write_back();
-      e.staged = false;
-    }
-    guard_->commit(gv);
-    st.guard = guard_action::skipped;
-    st.sent = send_kind::dense;
-    st.factor = 1.0;
-    st.communicate_s = communicate;
-    st.compress_s = cur_.compress_s;
-    st.total_s = seconds(t_begin_, clock::now());
-    report_guard(gv);
-    last_ = st;
-    if (hook_) hook_(st);
-    return st;
-  }
-
-  void report_guard(guard_verdict const& gv) {
-    if (guard_hook_) {
-      guard_hook_(gv);
-    } else if (cur_.rank == 0) {
-      std::fprintf(stderr, "%s\n", gv.message.c_str());
-    }
-  }
-
-  // The step's agreement round: layout (ids, sizes, order, bucketing), configuration
-  // (codec, feedback, controller, step; the hierarchical mode's plan) and each rank's local
-  // status.
-  template <communicator Comm>
-  std::vector<detail::bucket_plan> agree_step(Comm& comm, std::vector<bucket_item> const& items, bucket_result& br) {
-    std::exception_ptr local = cur_.local;
-    rank_report mine;
-    mine.count = items.size();
-    mine.codec = static_cast<std::uint32_t>(base_.id());
-    std::vector<detail::bucket_plan> plan;
-    try {
-      plan = detail::plan_buckets(std::span<bucket_item const>(items), opt_.buckets);
-      fingerprint fp;
-      fp.add("gradient_pipeline").add(opt_.codec).add(opt_.feedback).add(opt_.controller);
-      if (hierarchical_mode* const h = hierarchical())
-        h->plan_step(comm.size(), comm.rank(), std::holds_alternative<device_mode>(mode_), fp);
-      fp.add(opt_.two_way ? 1 : 0).add(step_).add(opt_.buckets.bucket_bytes).add(opt_.buckets.min_compress_elements);
-      fp.add(static_cast<std::uint64_t>(opt_.buckets.small_format)).add(static_cast<std::uint64_t>(opt_.buckets.op));
-      fp.add(opt_.measure_gain ? 1 : 0).add(opt_.guard);
-      if (opt_.buckets.checksum) fp.add("checksum");
-      for (auto const& it : items) fp.add(it.out.size()).add(static_cast<std::uint64_t>(it.grad.id()));
-      mine.fingerprint = fp.value();
-    } catch (...) {
-      if (!local) local = std::current_exception();
-    }
-    if (local) mine.status = 1;
-    detail::report_round round;
-    round.post(comm, mine, {}, opt_.buckets.checksum, "gradient_pipeline");
-    round.finish("gradient_pipeline", local);
-    br.wire_bytes += round.wire_bytes();
-    return plan;
-  }
-
-  [[nodiscard]] std::pair<std::size_t, std::size_t> shape_of(tensor_id id, std::size_t n) const {
-    if (auto it = shapes_.find(id); it != shapes_.end()) return it->second;
-    std::size_t c = 1;
-    for (std::size_t d = 1; d * d <= n; ++d) {
-      if (n % d == 0) c = d;
-    }
-    return {n / c, c};
+  // What the rounds and the modes' exchange steps use of this pipeline (pipeline/rounds.hpp).
+  [[nodiscard]] step_services services() {
+    return {opt_,          traits_, base_,  comp_, ctrl_, cur_, slots_, shapes_,
+            accumulators_, undo_,   *guard_, hist_, t_begin_};
   }
 
   pipeline_options opt_;
@@ -978,16 +567,11 @@ class gradient_pipeline {
   bool open_ = false;
   clock::time_point t_begin_;
   step_state cur_;
-  std::vector<std::pair<tensor_id, std::optional<std::vector<float>>>>
-      accumulator_undo_;  // the step's accumulators before it
+  accumulator_undo undo_;  // the step's accumulators before it
 
   // Across steps.
-  std::uint64_t step_ = 0;
-  step_timing last_timing_;
-  pipeline_stats last_;
-  std::function<void(pipeline_stats const&)> hook_;
+  step_history hist_;  // the step counter, the controller's timing, the last statistics, hooks
   std::optional<divergence_guard> guard_;
-  std::function<void(guard_verdict const&)> guard_hook_;
 };
 
 GRADCOMP_NAMESPACE_END

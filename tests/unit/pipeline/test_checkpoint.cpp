@@ -165,10 +165,10 @@ TEST_CASE("a pipeline's checkpoint read and written again section by section is 
     gc::checkpoint_config const cfg{opt.codec, opt.feedback, opt.controller, opt.two_way};
     REQUIRE_NOTHROW(gc::run_in_process(2, [&](gc::in_process_communicator& comm) {
       gc::gradient_pipeline p(opt);
-      std::vector<std::size_t> const sizes = model_sizes();
+      std::vector<std::size_t> const sizes = pipeline_test::model_sizes();
       for (std::uint64_t s = 0; s < 3; ++s) {
-        auto g = make_grads<float>(comm.rank(), s, sizes);
-        p.step(comm, views(g), {.backprop_s = 0.01, .batch_size = 8});
+        auto g = pipeline_test::make_grads<float>(comm.rank(), s, sizes);
+        p.step(comm, pipeline_test::views(g), {.backprop_s = 0.01, .batch_size = 8});
       }
       std::vector<std::byte> const saved = p.save();
       gc::detail::checkpoint_reader r(saved, cfg);
