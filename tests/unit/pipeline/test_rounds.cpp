@@ -55,6 +55,11 @@ struct protocol {
       : traits(gc::pipeline_mode_traits_of(m)), guard(std::move(guard_spec)) {
     opt.guard = guard.spec();
   }
+  // The step state of `comm`'s rank.
+  void join(gc::in_process_communicator const& comm) {
+    cur.size = comm.size();
+    cur.rank = comm.rank();
+  }
   gc::step_services services() {
     return {opt,
             traits,
@@ -101,8 +106,7 @@ TEST_CASE("agree_step plans the buckets when every rank agrees and fails on all 
           "[pipeline][rounds]") {
   REQUIRE_NOTHROW(gc::run_in_process(3, [](gc::in_process_communicator& comm) {
     protocol p;
-    p.cur.size = comm.size();
-    p.cur.rank = comm.rank();
+    p.join(comm);
     std::vector<std::vector<float>> data = {std::vector<float>(5000, 1.0f),
                                             std::vector<float>(10, 2.0f)};
     std::vector<gc::bucket_item> const items = items_over(data);
@@ -132,8 +136,7 @@ TEST_CASE("agree_step rethrows one rank's local failure there and fails the othe
           "[pipeline][rounds]") {
   REQUIRE_NOTHROW(gc::run_in_process(2, [](gc::in_process_communicator& comm) {
     protocol p;
-    p.cur.size = comm.size();
-    p.cur.rank = comm.rank();
+    p.join(comm);
     if (comm.rank() == 0) p.cur.fail(std::make_exception_ptr(gc::config_error("rank 0's own")));
     std::vector<std::vector<float>> data = {std::vector<float>(100, 1.0f)};
     std::vector<gc::bucket_item> const items = items_over(data);
